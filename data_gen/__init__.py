@@ -1,0 +1,1 @@
+"""specroute data_gen stage (see design.md); filled in by its own issue."""

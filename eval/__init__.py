@@ -1,0 +1,1 @@
+"""specroute eval stage (see design.md); filled in by its own issue."""

@@ -1,0 +1,1 @@
+"""specroute core: deferral rules, speculative sampler, cascade decoding loop, model loading."""

@@ -1,0 +1,159 @@
+"""The `specroute` command. Subcommands reach the stages lazily, so `router` never imports them.
+
+  specroute generate --prompt "..."   decode with a speculative cascade, marking who wrote what
+  specroute rules                     list the deferral rules and their alpha ranges
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from router.rules import RULES, get_rule
+
+VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
+VERIFIER_BRACKETS = ("[[", "]]")  # elsewhere (pipes, files)
+
+
+def _generate_parser(sub) -> None:
+    g = sub.add_parser("generate", help="decode one prompt with a speculative cascade")
+    g.add_argument("--prompt", required=True, help="the prompt text")
+    g.add_argument("--drafter", default="embedded:drafter", help="hub id, local folder, .gguf file or embedded:drafter")
+    g.add_argument("--verifier", default="embedded:verifier", help="hub id, local folder, .gguf file or embedded:verifier")
+    g.add_argument("--rule", default="opt", choices=RULES, help="deferral rule (default: opt)")
+    g.add_argument("--alpha", type=float, default=0.3, help="trade-off knob, see `specroute rules` for ranges")
+    g.add_argument("--gamma", type=int, default=4, help="draft block length")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    g.add_argument("--compare", action="store_true", help="also decode with the verifier alone and report the speed-up")
+    g.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    g.add_argument("--output", default="runs/generate/latest.json", help="where to write the JSON result")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specroute", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _generate_parser(sub)
+    sub.add_parser("rules", help="list the deferral rules and their alpha ranges")
+    return parser
+
+
+def _encode(tokenizer, prompt: str, chat: bool):
+    if chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise SystemExit("error: --chat needs a tokenizer with a chat template; drop --chat for plain text")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+    else:
+        text = prompt
+    return tokenizer(text, return_tensors="pt")
+
+
+def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool) -> str:
+    """Decoded text with verifier-step tokens highlighted (colour on a terminal, [[..]] elsewhere)."""
+    open_mark, close_mark = VERIFIER_MARK if color else VERIFIER_BRACKETS
+    pieces, run, run_src = [], [], None
+    for tok, src in zip(tokens, sources):
+        if src < 0:
+            break
+        if run and src != run_src:
+            pieces.append((run_src, tokenizer.decode(run)))
+            run = []
+        run.append(tok)
+        run_src = src
+    if run:
+        pieces.append((run_src, tokenizer.decode(run)))
+    return "".join(f"{open_mark}{text}{close_mark}" if src == 1 else text for src, text in pieces)
+
+
+def _summary_table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def cmd_generate(args) -> int:
+    import torch
+
+    from router.decoding import generate, generate_autoregressive
+    from router.models import load_pair
+
+    rule = get_rule(args.rule)
+    if rule.alpha_range is not None:
+        lo, hi = sorted(rule.alpha_range)
+        if not lo <= args.alpha <= hi:
+            raise SystemExit(f"error: --alpha {args.alpha} is outside {rule.name}'s range [{lo}, {hi}]")
+    t0 = time.perf_counter()
+    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, getattr(torch, args.dtype))
+    load_s = time.perf_counter() - t0
+    enc = _encode(tokenizer, args.prompt, args.chat)
+    out = generate(drafter, verifier, enc.input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
+                   temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                   seed=args.seed, attention_mask=enc.attention_mask)
+    new_tokens = out.sequences[0, enc.input_ids.shape[1]:].tolist()
+    sources = out.sources[0].tolist()
+    color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    print(render_marked(tokenizer, new_tokens, sources, color))
+    marker = "highlighted" if color else "in [[double brackets]]"
+    print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
+    stats = dict(out.stats)
+    rows = [("rule", f"{args.rule} (alpha {args.alpha}, gamma {args.gamma}, temperature {args.temperature})"),
+            ("new tokens", str(stats["new_tokens"])),
+            ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
+            ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {args.gamma}"),
+            ("rejection rate", f"{stats['rejection_rate']:.3f}"),
+            ("deferral rate", f"{stats['deferral_rate']:.3f}"),
+            ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),
+            ("accepted-length histogram", str(stats["accepted_hist"])),
+            ("model load seconds", f"{load_s:.1f}")]
+    result = {"args": vars(args), "text": tokenizer.decode(new_tokens, skip_special_tokens=True),
+              "tokens": new_tokens, "sources": sources, "stats": stats}
+    if args.compare:
+        base = generate_autoregressive(verifier, enc.input_ids, args.temperature, args.top_p,
+                                       args.max_new_tokens, args.seed, enc.attention_mask)
+        speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
+        rows += [("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
+                 ("speed-up vs verifier", f"{speedup:.2f}x")]
+        result["verifier_only"] = {"stats": base.stats, "text": tokenizer.decode(
+            base.sequences[0, enc.input_ids.shape[1]:], skip_special_tokens=True)}
+    _write_json(Path(args.output), result)
+    print("\nsummary\n" + _summary_table(rows) + f"\n  results written to {args.output}")
+    return 0
+
+
+def _write_json(path: Path, obj) -> None:
+    """Write atomically: a crash never leaves half a file behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def cmd_rules(_args) -> int:
+    print(f"{'rule':<10} {'form':<8} {'alpha: lossless end -> drafter end':<36} decision")
+    for name in RULES:
+        rule = get_rule(name)
+        rng = "(alpha unused)" if rule.alpha_range is None else f"{rule.alpha_range[0]} -> {rule.alpha_range[1]}"
+        print(f"{name:<10} {rule.form:<8} {rng:<36} {rule.description}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"generate": cmd_generate, "rules": cmd_rules}
+    try:
+        return handlers[args.command](args)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

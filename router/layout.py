@@ -1,0 +1,116 @@
+"""Batched token layout with KV caches that roll back, shared by every decoding loop.
+
+Rows of a batch accept different numbers of draft tokens per block, so their sequences grow
+unevenly. Instead of falling back to batch 1, every row lives in one rectangular "physical"
+layout: rejected drafts stay in the KV caches as masked holes (the attention mask hides them
+and position ids skip them), and trailing columns that are holes in every row are cropped
+from the layout and from both caches. With batch 1 there are never any holes.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+class Layout:
+    """Physical token columns of a batch: tokens, validity mask and position ids, all (B, L)."""
+
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        self.tokens = input_ids.clone()  # (B, L)
+        self.mask = attention_mask.long().clone()  # (B, L) 1 = real token, 0 = pad or hole
+        self.pos = (self.mask.cumsum(-1) - 1).clamp_min(0)  # (B, L) position of each real token
+
+    @property
+    def length(self) -> int:
+        return self.tokens.shape[1]
+
+    def append(self, new_tokens: torch.Tensor) -> None:
+        """Append one column per token in new_tokens (B, n), all real."""
+        next_pos = self.pos.gather(1, self._last_real()) + 1  # (B, 1)
+        n = new_tokens.shape[1]
+        self.tokens = torch.cat([self.tokens, new_tokens], 1)
+        self.mask = torch.cat([self.mask, torch.ones_like(new_tokens)], 1)
+        steps = torch.arange(n, device=new_tokens.device)[None]  # (1, n)
+        self.pos = torch.cat([self.pos, next_pos + steps], 1)
+
+    def _last_real(self) -> torch.Tensor:
+        """Column index of each row's last real token, (B, 1)."""
+        cols = torch.arange(self.length, device=self.mask.device)[None]
+        return torch.where(self.mask.bool(), cols, -1).amax(-1, keepdim=True)
+
+    def keep_first(self, start: int, n_keep: torch.Tensor) -> None:
+        """In columns start.., keep the first n_keep[b] (B,) for row b and turn the rest into holes."""
+        offsets = torch.arange(self.length - start, device=self.mask.device)[None]  # (1, n)
+        self.mask[:, start:] *= (offsets < n_keep[:, None]).long()
+
+    def trailing_holes(self) -> int:
+        """Number of last columns that are holes in every row."""
+        used = self.mask.any(0).nonzero()
+        return self.length - (int(used[-1]) + 1 if len(used) else 0)
+
+    def crop(self, n: int) -> None:
+        if n > 0:
+            self.tokens, self.mask, self.pos = (x[:, :-n] for x in (self.tokens, self.mask, self.pos))
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self.tokens, self.mask, self.pos = (x[rows] for x in (self.tokens, self.mask, self.pos))
+
+
+class CachedModel:
+    """A causal LM with its KV cache over a prefix of the layout's columns."""
+
+    def __init__(self, model, vocab: int):
+        self.model = model
+        self.vocab = vocab  # logits are cut to the vocabulary both models share
+        self.cache = None  # the model creates the right cache type on its first forward
+        # transformers >= 5.24 names the cache argument `cache`; older releases `past_key_values`
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.n_cached = 0  # columns of the layout the cache covers
+        self.forwards = 0  # forward calls
+        self.row_forwards = 0  # forward calls weighted by the rows they served
+
+    def feed(self, layout: Layout, upto: int, keep: int) -> torch.Tensor:
+        """Run the columns [n_cached, upto) and return logits (B, keep, V) of the last `keep`."""
+        out = self.model(
+            input_ids=layout.tokens[:, self.n_cached:upto],
+            attention_mask=layout.mask[:, :upto],
+            position_ids=layout.pos[:, self.n_cached:upto],
+            use_cache=True,
+            logits_to_keep=keep,
+            **{self._cache_arg: self.cache},
+        )
+        self.cache = getattr(out, "cache", None) or out.past_key_values
+        self.n_cached = upto
+        self.forwards += 1
+        self.row_forwards += layout.tokens.shape[0]
+        return out.logits[:, -keep:, : self.vocab].float()
+
+    def crop_to(self, length: int) -> None:
+        """Roll the cache back to its first `length` columns (never recomputes what is kept)."""
+        drop = self.n_cached - length
+        if drop > 0 and self.cache is not None:
+            self.cache.crop(-drop)  # a negative count removes that many tokens in every version
+            self.n_cached = length
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        if self.cache is not None:
+            self.cache.batch_select_indices(rows)
+
+
+def drop_trailing_holes(layout: Layout, *models: CachedModel) -> None:
+    """Crop columns that are holes in every row from the layout and from every cache."""
+    n = layout.trailing_holes()
+    if n:
+        layout.crop(n)
+        for m in models:
+            m.crop_to(layout.length)
+
+
+def keep_rows(rows: torch.Tensor, layout: Layout, *models: CachedModel) -> None:
+    """Drop finished rows from the layout and the caches, then any all-hole tail they leave."""
+    layout.select_rows(rows)
+    for m in models:
+        m.select_rows(rows)
+    drop_trailing_holes(layout, *models)

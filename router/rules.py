@@ -1,0 +1,196 @@
+"""Deferral rules of speculative cascades, each a target distribution `pi = T(q, p)`.
+
+Every rule is looked up by name (`get_rule`) and exposes one method,
+`target(q, p, alpha, q_raw=None, p_raw=None) -> pi`, with any leading shape `(..., V)`.
+Decisions use the raw (temperature 1) probabilities; targets use the scaled ones; ties keep the
+drafter. Formulas follow paper.md section 2 (and the paper's JAX notebook).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+SUM_TOLERANCE = 1e-3  # bf16 softmax rows can drift ~1e-3 from 1 after casting
+DENOM_FLOOR = 1e-10  # paper.md: acceptance denominators are floored here
+
+
+def _check_dist(name: str, x: torch.Tensor) -> None:
+    """Raise a ValueError that names the problem when `x` is not a stack of distributions."""
+    if not torch.is_tensor(x) or not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor of probabilities, got {type(x).__name__}"
+                         f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}")
+    if x.dim() == 0 or x.shape[-1] < 2:
+        raise ValueError(f"{name} must have shape (..., V) with V >= 2, got {tuple(x.shape)}")
+    if torch.isnan(x).any():
+        raise ValueError(f"{name} contains NaN: check the logits that produced it")
+    if (x < 0).any():
+        raise ValueError(f"{name} has negative entries: pass probabilities (softmax), not logits")
+    sums = x.sum(-1, dtype=torch.float64)
+    worst = (sums - 1).abs().max().item()
+    if worst > SUM_TOLERANCE:
+        raise ValueError(f"{name} rows must sum to 1 (worst row is off by {worst:.3g}): "
+                         f"pass normalised probabilities, e.g. logits.softmax(-1)")
+
+
+def validate_inputs(q, p, q_raw, p_raw) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check shapes and contents of a rule's inputs; return (q_raw, p_raw) with defaults filled."""
+    q_raw = q if q_raw is None else q_raw
+    p_raw = p if p_raw is None else p_raw
+    for name, x in (("q", q), ("p", p), ("q_raw", q_raw), ("p_raw", p_raw)):
+        _check_dist(name, x)
+    shapes = {tuple(x.shape) for x in (q, p, q_raw, p_raw)}
+    if len(shapes) != 1:
+        raise ValueError(f"q, p, q_raw, p_raw must share one shape (..., V); got "
+                         f"q {tuple(q.shape)}, p {tuple(p.shape)}, q_raw {tuple(q_raw.shape)}, "
+                         f"p_raw {tuple(p_raw.shape)}")
+    return q_raw, p_raw
+
+
+def tv_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """TV(p, q) = sum_v max(0, p(v) - q(v)); shape (...)."""
+    return (p - q).clamp_min(0).sum(-1)
+
+
+def safe_normalize(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """Normalise rows of a non-negative tensor; an all-zero row becomes the fallback row.
+
+    An all-zero residual only happens where it carries zero probability mass, so the fallback
+    never changes the result, it only keeps NaN out.
+    """
+    total = x.sum(-1, keepdim=True)
+    return torch.where(total > 0, x / total.clamp_min(1e-30), fallback)
+
+
+def _check_alpha(rule: "Rule", alpha: float) -> float:
+    if rule.alpha_range is None:  # fixed targets ignore alpha
+        return 0.0
+    lo, hi = sorted(rule.alpha_range)
+    if isinstance(alpha, torch.Tensor):
+        alpha = alpha.item()
+    if math.isnan(alpha) or not lo <= alpha <= hi:
+        raise ValueError(f"alpha={alpha} is outside {rule.name}'s range [{lo}, {hi}] "
+                         f"(lossless end {rule.alpha_range[0]}, drafter end {rule.alpha_range[1]})")
+    return float(alpha)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named plug-in rule. `alpha_range` is (lossless end, drafter end), None if alpha is unused."""
+
+    name: str
+    form: str  # "cascade", "token", "lossy" or "fixed"
+    alpha_range: tuple[float, float] | None
+    description: str
+
+    def target(self, q: torch.Tensor, p: torch.Tensor, alpha: float,
+               q_raw: torch.Tensor | None = None, p_raw: torch.Tensor | None = None) -> torch.Tensor:
+        """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`."""
+        q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
+        alpha = _check_alpha(self, alpha)
+        return _TARGETS[self.name](q, p, alpha, q_raw, p_raw)
+
+
+# ---- cascade form: one decision r per position, pi = (1 - r) q + r p -----------------------
+
+def cascade_mix(q: torch.Tensor, p: torch.Tensor, defer: torch.Tensor) -> torch.Tensor:
+    """pi = (1 - r) q + r p for a boolean decision r of shape (...)."""
+    return torch.where(defer.unsqueeze(-1), p, q)
+
+
+def chow_defer(q_raw: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Chow's rule: defer iff max q_raw < 1 - alpha (needs only the drafter)."""
+    return q_raw.amax(-1) < 1 - alpha
+
+
+def _chow(q, p, alpha, q_raw, p_raw):
+    return cascade_mix(q, p, chow_defer(q_raw, alpha))
+
+
+def _diff(q, p, alpha, q_raw, p_raw):
+    return cascade_mix(q, p, q_raw.amax(-1) < p_raw.amax(-1) - alpha)
+
+
+def _opt(q, p, alpha, q_raw, p_raw):
+    tv = tv_distance(p, q)
+    # alpha may be +-inf: where TV = 0 the two choices coincide, so the product is taken as 0
+    margin = torch.where(tv > 0, alpha * tv, torch.zeros_like(tv))
+    return cascade_mix(q, p, q_raw.amax(-1) < p_raw.amax(-1) - margin)
+
+
+# ---- token-specific form: pi(v) = q(v) 1[v in A] + p(v) * sum_{u not in A} q(u) ------------
+
+def token_mix(q: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Token-specific target for a boolean keep set A (..., V)."""
+    kept_q = torch.where(keep, q, torch.zeros_like(q))
+    eta = (q - kept_q).sum(-1, keepdim=True)  # drafter mass outside A goes to the verifier
+    return kept_q + p * eta
+
+
+def _token_v1(q, p, alpha, q_raw, p_raw):
+    return token_mix(q, p, q_raw >= p_raw.amax(-1, keepdim=True) - alpha)
+
+
+def _token_v2(q, p, alpha, q_raw, p_raw):
+    return token_mix(q, p, p_raw >= p_raw.amax(-1, keepdim=True) - alpha)
+
+
+def _token_v3(q, p, alpha, q_raw, p_raw):
+    return token_mix(q, p, p_raw >= (1 - alpha) * p_raw.amax(-1, keepdim=True))
+
+
+# ---- lossy speculative decoding and the two fixed targets ------------------------------------
+
+def _lossy(q, p, alpha, q_raw, p_raw):
+    accept = (p / ((1 - alpha) * q).clamp_min(DENOM_FLOOR)).clamp_max(1)
+    kept = q * accept
+    rejected_mass = (1 - kept.sum(-1, keepdim=True)).clamp_min(0)
+    return kept + rejected_mass * safe_normalize((p - q).clamp_min(0), p)
+
+
+def _lossless(q, p, alpha, q_raw, p_raw):
+    return p.clone()
+
+
+def _drafter(q, p, alpha, q_raw, p_raw):
+    return q.clone()
+
+
+INF = math.inf
+_RULE_LIST = (
+    Rule("chow", "cascade", (0.0, 1.0), "defer iff max q_raw < 1 - alpha"),
+    Rule("diff", "cascade", (-1.0, 1.0), "defer iff max q_raw < max p_raw - alpha"),
+    Rule("opt", "cascade", (-INF, INF), "defer iff max q_raw < max p_raw - alpha * TV(p, q)"),
+    Rule("token_v1", "token", (-1.0, 1.0), "keep v iff q_raw(v) >= max p_raw - alpha"),
+    Rule("token_v2", "token", (-1.0, 1.0), "keep v iff p_raw(v) >= max p_raw - alpha"),
+    Rule("token_v3", "token", (0.0, 1.0), "keep v iff p_raw(v) >= (1 - alpha) max p_raw"),
+    Rule("lossy", "lossy", (0.0, 1.0), "lossy speculative decoding, accept min(1, p / ((1-alpha) q))"),
+    Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)"),
+    Rule("drafter", "fixed", None, "pi = q (drafter only)"),
+)
+_TARGETS = {
+    "chow": _chow, "diff": _diff, "opt": _opt, "token_v1": _token_v1, "token_v2": _token_v2,
+    "token_v3": _token_v3, "lossy": _lossy, "lossless": _lossless, "drafter": _drafter,
+}
+_REGISTRY = {rule.name: rule for rule in _RULE_LIST}
+RULES: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def get_rule(name: str) -> Rule:
+    """The rule called `name`; an unknown name raises KeyError listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(RULES)}") from None
+
+
+def resolve_rule(rule) -> object:
+    """A rule name or any object with a `target(q, p, alpha, q_raw, p_raw)` method."""
+    if isinstance(rule, str):
+        return get_rule(rule)
+    if not callable(getattr(rule, "target", None)):
+        raise TypeError(f"rule must be a name ({', '.join(RULES)}) or an object with a "
+                        f"target(q, p, alpha, q_raw, p_raw) method, got {type(rule).__name__}")
+    return rule

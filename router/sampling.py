@@ -1,0 +1,82 @@
+"""Generic speculative sampling towards a target `pi` (paper.md section 1).
+
+Draft tokens are accepted with probability min(1, pi/q); at the first rejection the replacement
+comes from normalize(max(0, pi - q)); if every draft passes, a bonus token comes from
+pi[gamma]. Every emitted token is then distributed exactly as `pi` at its position.
+Also: temperature / top-p processing of logits into the (raw, scaled) pair the rules need.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from router.rules import DENOM_FLOOR, safe_normalize
+
+
+def speculative_block(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
+                      generator: torch.Generator | None) -> tuple[int, int]:
+    """One block for one sequence: (n_accepted in 0..gamma, next token).
+
+    draft_tokens (gamma,), q and pi (gamma+1, V). `next_token` is the resampled token at the
+    first rejection, or the bonus token from pi[gamma] when all drafts pass.
+    """
+    gamma = draft_tokens.shape[0]
+    if q.shape != pi.shape or q.dim() != 2 or q.shape[0] != gamma + 1:
+        raise ValueError(f"speculative_block needs draft_tokens (gamma,), q and pi (gamma+1, V); "
+                         f"got draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, "
+                         f"pi {tuple(pi.shape)}")
+    n, nxt = speculative_block_batched(draft_tokens[None], q[None], pi[None], generator)
+    return int(n[0]), int(nxt[0])
+
+
+def speculative_block_batched(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
+                              generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched block: draft_tokens (B, gamma), q and pi (B, gamma+1, V) -> n_accepted (B,), next (B,)."""
+    batch, gamma = draft_tokens.shape
+    q_x = q[:, :gamma].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
+    pi_x = pi[:, :gamma].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
+    accept_prob = (pi_x / q_x.clamp_min(DENOM_FLOOR)).clamp_max(1)
+    u = torch.rand((batch, gamma), generator=generator, device=q.device)
+    accepted = u < accept_prob  # u in [0, 1): probability 1 always passes, 0 never does
+    n_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
+    rows = torch.arange(batch, device=q.device)
+    pi_n, q_n = pi[rows, n_accepted], q[rows, n_accepted]  # (B, V) at the first rejection / bonus
+    residual = safe_normalize((pi_n - q_n).clamp_min(0), pi_n)
+    dist = torch.where((n_accepted < gamma)[:, None], residual, pi_n)  # (B, V)
+    next_token = sample(dist, generator)
+    return n_accepted, next_token
+
+
+def sample(dist: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of dist (B, V); a one-hot row returns its argmax without drawing."""
+    top, arg = dist.max(-1)
+    if bool((top >= 1.0).all()):
+        return arg
+    drawn = torch.multinomial(dist.float(), 1, generator=generator).squeeze(-1)
+    return torch.where(top >= 1.0, arg, drawn)
+
+
+def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of tokens whose mass reaches top_p, renormalised; probs (..., V)."""
+    if top_p >= 1.0:
+        return probs
+    sorted_p, order = probs.sort(-1, descending=True)
+    mass_before = sorted_p.cumsum(-1) - sorted_p
+    sorted_p = torch.where(mass_before < top_p, sorted_p, torch.zeros_like(sorted_p))  # top-1 always kept
+    filtered = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return filtered / filtered.sum(-1, keepdim=True)
+
+
+def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(raw, scaled) probabilities from logits (..., V).
+
+    raw is the temperature-1 softmax used for deferral decisions; scaled applies temperature
+    (0 = one-hot at the argmax) and then top-p, and is what drafts, targets and acceptance use.
+    """
+    logits = logits.float()
+    raw = logits.softmax(-1)
+    if temperature <= 0:
+        scaled = torch.zeros_like(raw).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return raw, scaled
+    scaled = raw if temperature == 1.0 else (logits / temperature).softmax(-1)
+    return raw, top_p_filter(scaled, top_p)

@@ -1,0 +1,191 @@
+"""The cascade decoding loop: exactness against HF greedy, batching, seeds, stub acceptance counts."""
+
+import copy
+
+import pytest
+import torch
+
+from conftest import StubLM, left_padded, tiny_qwen
+from router.decoding import (FROM_DRAFTER, FROM_VERIFIER, PADDING, generate, generate_autoregressive,
+                             generate_sequence_cascade, generate_token_cascade)
+
+PROMPTS = [[5, 17, 33, 41, 8], [9, 3], [11, 12, 13, 14, 15, 16, 17, 18]]
+NEW = 40
+
+
+@pytest.fixture(scope="module")
+def near_pair():
+    """A verifier and a drafter that is a slightly perturbed copy: they agree often, not always."""
+    verifier = tiny_qwen(seed=2)
+    drafter = copy.deepcopy(verifier)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for w in drafter.parameters():
+            w.add_(torch.randn(w.shape, generator=gen) * 0.002)
+    return drafter, verifier
+
+
+def hf_greedy(model, prompt, new=NEW):
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new)
+    return out[0, len(prompt):].tolist()
+
+
+def new_tokens(out, row, width):
+    keep = out.sources[row] != PADDING
+    return out.sequences[row, width:][keep].tolist()
+
+
+@pytest.mark.parametrize("rule,reference", [("lossless", "verifier"), ("drafter", "drafter")])
+@pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch3"])
+def test_greedy_matches_hf_generate(near_pair, rule, reference, prompts):
+    drafter, verifier = near_pair
+    ids, mask = left_padded(prompts)
+    out = generate(drafter, verifier, ids, rule=rule, gamma=4, temperature=0.0, max_new_tokens=NEW,
+                   attention_mask=mask)
+    model = verifier if reference == "verifier" else drafter
+    for b, prompt in enumerate(prompts):
+        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(model, prompt)
+    assert torch.equal(out.sequences[:, : ids.shape[1]], ids)
+
+
+def test_batch_rows_really_accept_different_lengths(near_pair):
+    """The batch-3 case above must exercise ragged acceptance, or it proves nothing."""
+    ids, mask = left_padded(PROMPTS)
+    out = generate(*near_pair, ids, rule="lossless", gamma=4, max_new_tokens=NEW, attention_mask=mask)
+    hist = out.stats["accepted_hist"]
+    assert sum(1 for c in hist if c > 0) >= 3, hist
+    assert out.stats["verifier_forwards"] == out.stats["blocks"]  # one verifier forward per block
+
+
+@pytest.mark.parametrize("rule,alpha", [("opt", 0.5), ("token_v3", 0.4), ("lossy", 0.5), ("chow", 0.6)])
+def test_sampling_is_reproducible_by_seed(near_pair, rule, alpha):
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(rule=rule, alpha=alpha, gamma=3, temperature=1.0, top_p=0.9, max_new_tokens=NEW, attention_mask=mask)
+    a = generate(*near_pair, ids, seed=7, **kw)
+    b = generate(*near_pair, ids, seed=7, **kw)
+    c = generate(*near_pair, ids, seed=8, **kw)
+    assert torch.equal(a.sequences, b.sequences)
+    assert not torch.equal(a.sequences, c.sequences)
+
+
+def test_stats_are_consistent(near_pair):
+    ids, mask = left_padded(PROMPTS)
+    out = generate(*near_pair, ids, rule="opt", alpha=0.0, gamma=4, temperature=1.0, max_new_tokens=NEW,
+                   attention_mask=mask)
+    s = out.stats
+    assert s["new_tokens"] == int((out.sources != PADDING).sum())
+    assert 0 <= s["rejection_rate"] <= 1 and s["tokens_per_second"] > 0
+    assert s["drafter_forwards"] <= s["blocks"] * 5
+    assert s["rejections"] <= s["drafts_evaluated"]
+
+
+def test_eos_stops_each_row_and_pads(near_pair):
+    drafter, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    out = generate(drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=NEW, attention_mask=mask)
+    for b in range(len(PROMPTS)):
+        toks = new_tokens(out, b, ids.shape[1])
+        assert 2 not in toks[:-1]  # nothing generated after an EOS
+        assert len(toks) <= NEW
+
+
+def test_autoregressive_baseline_matches_hf(near_pair):
+    _, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    out = generate_autoregressive(verifier, ids, max_new_tokens=NEW, attention_mask=mask)
+    for b, prompt in enumerate(PROMPTS):
+        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+    assert out.stats["verifier_forwards"] >= NEW // 2
+
+
+def test_token_cascade_endpoints_and_sparse_verifier_calls(near_pair):
+    drafter, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    never = generate_token_cascade(drafter, verifier, ids, alpha=1.0, max_new_tokens=NEW, attention_mask=mask)
+    always = generate_token_cascade(drafter, verifier, ids, alpha=0.0, max_new_tokens=NEW, attention_mask=mask)
+    mid = generate_token_cascade(drafter, verifier, ids, alpha=0.5, max_new_tokens=NEW, attention_mask=mask)
+    for b, prompt in enumerate(PROMPTS):
+        assert new_tokens(never, b, ids.shape[1]) == hf_greedy(drafter, prompt)
+        assert new_tokens(always, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+    assert never.stats["verifier_forwards"] == 0
+    assert 0 < mid.stats["verifier_forwards"] < always.stats["verifier_forwards"]
+
+
+def test_sequence_cascade_endpoints(near_pair):
+    drafter, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    keep = generate_sequence_cascade(drafter, verifier, ids, alpha=1.0, max_new_tokens=NEW, attention_mask=mask)
+    redo = generate_sequence_cascade(drafter, verifier, ids, alpha=0.0, max_new_tokens=NEW, attention_mask=mask)
+    for b, prompt in enumerate(PROMPTS):
+        assert new_tokens(keep, b, ids.shape[1]) == hf_greedy(drafter, prompt)
+        assert new_tokens(redo, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+    assert keep.stats["verifier_forwards"] == 0 and redo.stats["deferrals"] == len(PROMPTS)
+
+
+def test_vocab_padding_difference_is_handled():
+    """A verifier whose output matrix has extra padding rows pairs up: they are never emitted."""
+    drafter = tiny_qwen(seed=1, layers=1, hidden=32)
+    verifier = tiny_qwen(seed=2, vocab=128)
+    ids = torch.tensor([PROMPTS[0]])
+    out = generate(drafter, verifier, ids, rule="lossless", max_new_tokens=20)
+    ref = verifier.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
+                            suppress_tokens=list(range(96, 128)))
+    assert new_tokens(out, 0, ids.shape[1]) == ref[0, ids.shape[1]:].tolist()
+
+
+# ---- stub models with fixed logits: exact acceptance counts ------------------------------------
+
+def _stub_pair(drafter_choice, verifier_choice):
+    return StubLM(drafter_choice), StubLM(verifier_choice)
+
+
+def _simulate_greedy(d_choice, v_choice, start, gamma, new):
+    """Reference greedy speculative decoding over positions, in plain Python."""
+    hist, pos, emitted = [0] * (gamma + 1), start, 0
+    while emitted < new:
+        g = max(1, min(gamma, new - emitted - 1))
+        n = 0
+        while n < g and d_choice(pos + n) == v_choice(pos + n):
+            n += 1
+        hist[n] += 1
+        pos += n + 1
+        emitted += n + 1
+    return hist
+
+
+@pytest.mark.parametrize("case,v_choice,expected_acc", [
+    ("always", lambda t: 5, 4),
+    ("never", lambda t: 6, 0),
+    ("sometimes", lambda t: 6 if t % 3 == 0 else 5, None),
+])
+def test_stub_exact_accept_counts(case, v_choice, expected_acc):
+    d_choice = lambda t: 5
+    drafter, verifier = _stub_pair(d_choice, v_choice)
+    ids = torch.tensor([[7, 8, 9, 10]])
+    out = generate(drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=21)
+    hist = _simulate_greedy(d_choice, v_choice, start=4, gamma=4, new=21)
+    assert out.stats["accepted_hist"] == hist
+    if expected_acc is not None:
+        assert sum(hist[:-1] if expected_acc == 4 else hist[1:]) <= 1  # only the shortened last block differs
+    assert out.stats["verifier_forwards"] == verifier.calls == sum(hist)
+    toks = new_tokens(out, 0, 4)
+    assert toks == [v_choice(t) for t in range(4, 4 + 21)]  # lossless greedy = the verifier's choices
+    assert out.sources[0].tolist().count(FROM_DRAFTER) == sum(n * c for n, c in enumerate(hist))
+
+
+@pytest.mark.parametrize("same,expected", [(True, "all"), (False, "none")])
+def test_stub_sampling_always_or_never_accepts(same, expected):
+    """temperature 1: q == p accepts every draft; disjoint supports accept none."""
+    q = torch.tensor([0.0, 0.0, 0.0, 0.5, 0.5, 0, 0, 0]) + 1e-12
+    p = q if same else torch.tensor([0.0, 0, 0, 0, 0, 0.5, 0.5, 0]) + 1e-12
+    drafter = StubLM(probs=lambda t: q / q.sum(), vocab=8)
+    verifier = StubLM(probs=lambda t: p / p.sum(), vocab=8)
+    out = generate(drafter, verifier, torch.tensor([[3, 4]]), rule="lossless", gamma=3, temperature=1.0,
+                   max_new_tokens=16, seed=1)
+    hist = out.stats["accepted_hist"]
+    if expected == "all":
+        assert hist[0] == hist[1] == 0 and out.stats["rejections"] == 0
+    else:
+        assert hist[1:] == [0, 0, 0] and out.stats["rejection_rate"] == 1.0
+        assert set(new_tokens(out, 0, 2)) <= {5, 6}

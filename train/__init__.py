@@ -1,0 +1,1 @@
+"""specroute train stage (see design.md); filled in by its own issue."""
