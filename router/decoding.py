@@ -102,6 +102,8 @@ def _check_inputs(input_ids, attention_mask, max_new_tokens, gamma, temperature,
         shape = tuple(input_ids.shape) if torch.is_tensor(input_ids) else type(input_ids).__name__
         raise ValueError(f"input_ids must be a LongTensor of shape (B, T), got {shape}; "
                          f"for one prompt use ids[None] or tokenizer(..., return_tensors='pt')")
+    if input_ids.shape[1] == 0:
+        raise ValueError("input_ids is empty: every prompt needs at least one token")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     if attention_mask.shape != input_ids.shape:
@@ -110,6 +112,8 @@ def _check_inputs(input_ids, attention_mask, max_new_tokens, gamma, temperature,
     if (attention_mask[:, -1] == 0).any():
         raise ValueError("prompts must be left-padded (the last column is padding in some row): "
                          "set tokenizer.padding_side = 'left'")
+    if (attention_mask.sum(-1) == 0).any():
+        raise ValueError("a prompt is empty (its attention_mask is all zero): every prompt needs a token")
     if max_new_tokens < 1 or gamma < 1:
         raise ValueError(f"max_new_tokens ({max_new_tokens}) and gamma ({gamma}) must be >= 1")
     if temperature < 0 or not 0 < top_p <= 1:

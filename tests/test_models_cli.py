@@ -1,0 +1,86 @@
+"""Model loading (local folders, tokenizer checks, embedded pair errors) and the CLI, on tiny models."""
+
+import json
+
+import pytest
+from tokenizers import ByteLevelBPETokenizer
+from transformers import PreTrainedTokenizerFast
+
+from conftest import tiny_qwen
+from router import cli, models as rmodels
+
+TOK_VOCAB = 300  # byte-level BPE: 256 bytes + specials + a few merges
+
+
+def tiny_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained on a tiny corpus (Qwen2's tokenizer class can load it)."""
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([corpus] * 20, vocab_size=TOK_VOCAB, special_tokens=["<pad>", "<s>", "</s>"])
+    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, pad_token="<pad>", bos_token="<s>",
+                                   eos_token="</s>")
+
+
+@pytest.fixture(scope="module")
+def saved_pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    text, other = "the cat sat on the mat with the hat", "a dog ran in a fog to a log"
+    for name, model, tok in (("drafter", tiny_qwen(1, 1, 32, vocab=TOK_VOCAB), tiny_tokenizer(text)),
+                             ("verifier", tiny_qwen(2, vocab=TOK_VOCAB), tiny_tokenizer(text)),
+                             ("other", tiny_qwen(3, vocab=TOK_VOCAB), tiny_tokenizer(other))):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return root
+
+
+def test_load_pair_from_local_folders(saved_pair):
+    drafter, verifier, tok = rmodels.load_pair(str(saved_pair / "drafter"), str(saved_pair / "verifier"))
+    assert len(tok("the cat").input_ids) > 0 and drafter.config.num_hidden_layers == 1
+
+
+def test_tokenizer_mismatch_is_refused(saved_pair):
+    with pytest.raises(ValueError, match="tokenizers differ"):
+        rmodels.load_pair(str(saved_pair / "drafter"), str(saved_pair / "other"))
+
+
+def test_missing_embedded_parts_give_install_hint(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path))
+    fake = rmodels.EmbeddedModel("nothing", "specroute_no_such_pkg_part", 2, 1, "0")
+    monkeypatch.setitem(rmodels.EMBEDDED, "drafter", fake)
+    with pytest.raises(FileNotFoundError, match=r"specroute\[models\]"):
+        rmodels.embedded_path("drafter")
+    assert not rmodels.embedded_installed()
+
+
+def test_missing_gguf_file_is_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        rmodels.resolve_model_path(str(tmp_path / "model.gguf"))
+
+
+def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys):
+    out = tmp_path / "gen.json"
+    rc = cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
+                   "--verifier", str(saved_pair / "verifier"), "--rule", "token_v3", "--alpha", "0.5",
+                   "--max-new-tokens", "12", "--dtype", "float32", "--compare", "--output", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert len(result["tokens"]) == result["stats"]["new_tokens"] > 0
+    assert set(result["sources"]) <= {0, 1}
+    assert "speed-up vs verifier" in printed and "rejection rate" in printed
+    if 1 in result["sources"]:
+        assert "[[" in printed  # verifier-step tokens are marked when not on a terminal
+
+
+def test_cli_errors_are_messages_not_tracebacks(saved_pair, capsys):
+    rc = cli.main(["generate", "--prompt", "the", "--drafter", str(saved_pair / "drafter"),
+                   "--verifier", str(saved_pair / "other"), "--dtype", "float32"])
+    assert rc == 2 and "tokenizers differ" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="outside chow's range"):
+        cli.main(["generate", "--prompt", "the", "--rule", "chow", "--alpha", "2"])
+
+
+def test_cli_rules_lists_every_rule(capsys):
+    assert cli.main(["rules"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("chow", "opt", "token_v3", "lossy", "lossless", "drafter"):
+        assert name in printed
