@@ -17,7 +17,7 @@ import torch
 
 from router.layout import CachedModel, Layout, drop_trailing_holes, keep_rows
 from router.rules import chow_defer, resolve_rule, tv_distance
-from router.sampling import process_logits, sample, speculative_block_batched
+from router.sampling import accept_drafts, next_after, process_logits, sample
 
 FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
@@ -145,20 +145,32 @@ def _drop_finished(rows: _Rows, active: list[int], layout: Layout, *models: Cach
 # ---- speculative cascade -------------------------------------------------------------------------
 
 def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float, top_p: float, gen):
-    """gamma drafts and gamma+1 drafter distributions: tokens (B, gamma), q_raw and q (B, gamma+1, V)."""
+    """gamma drafts (B, gamma) with their drafter distributions q_raw, q (B, gamma, V).
+
+    Takes gamma drafter forwards; the last draft is left pending (not yet fed), because its
+    forward only pays off when some row accepts every draft (see `_bonus_q`).
+    """
     raws, scaled, tokens = [], [], []
-    logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
-    for j in range(gamma + 1):
+    for j in range(gamma):
+        logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
         raw, q = process_logits(logits[:, -1], temperature, top_p)  # (B, V) each
+        x = sample(q, gen)  # (B,)
         raws.append(raw)
         scaled.append(q)
-        if j == gamma:
-            break  # q at the bonus position is needed for pi; no draft is taken there
-        x = sample(q, gen)  # (B,)
         tokens.append(x)
         layout.append(x[:, None])
-        logits = drafter.feed(layout, layout.length, keep=1)
     return torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1)
+
+
+def _bonus_q(rule, drafter: CachedModel, layout: Layout, p_raw, p, temperature, top_p):
+    """(q_raw, q) at the bonus position (B, 1, V), needed only when a row accepted every draft.
+
+    `lossless` ignores the drafter there, so it skips the extra drafter forward; the pending last
+    draft is then fed together with the next token in the next block, at no extra cost.
+    """
+    if getattr(rule, "name", None) == "lossless":
+        return p_raw, p
+    return process_logits(drafter.feed(layout, layout.length, keep=1), temperature, top_p)
 
 
 def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int = 4,
@@ -187,27 +199,44 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             g = max(1, min(gamma, remaining - 1))  # no drafts past the length limit
             start = layout.length
-            drafts, q_raw, q = _draft(d, layout, g, temperature, top_p, gen)
+            drafts, q_raw, q = _draft(d, layout, g, temperature, top_p, gen)  # (B, g), (B, g, V) x2
             p_raw, p = process_logits(v.feed(layout, layout.length, keep=g + 1), temperature, top_p)
-            pi = rule.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw)  # (B, g+1, V)
-            n_acc, nxt = speculative_block_batched(drafts, q, pi, gen)
+            pi = rule.target(q, p[:, :g], alpha, q_raw=q_raw, p_raw=p_raw[:, :g])  # (B, g, V)
+            n_acc = accept_drafts(drafts, q, pi, gen)  # (B,)
+            rows_idx = torch.arange(len(active))
+            stop = n_acc.clamp_max(g - 1)  # where a rejected row resamples
+            q_n, pi_n = q[rows_idx, stop], pi[rows_idx, stop]  # (B, V)
+            if bool((n_acc == g).any()):
+                bq_raw, bq = _bonus_q(rule, d, layout, p_raw[:, g:], p[:, g:], temperature, top_p)
+                bonus_pi = rule.target(bq, p[:, g:], alpha, q_raw=bq_raw, p_raw=p_raw[:, g:])[:, 0]
+                full = (n_acc == g)[:, None]
+                q_n, pi_n = torch.where(full, bq[:, 0], q_n), torch.where(full, bonus_pi, pi_n)
+            nxt = next_after(q_n, pi_n, n_acc < g, gen)
             _record_block(stats, rows, active, drafts, n_acc, nxt, tv_distance(q, pi), g)
             layout.keep_first(start, n_acc)
             drop_trailing_holes(layout, d, v)
             layout.append(nxt[:, None])
             active = _drop_finished(rows, active, layout, d, v)
-    stats.update(drafter_forwards=d.forwards, verifier_forwards=v.forwards,
-                 verifier_row_forwards=v.row_forwards, drafter_row_forwards=d.row_forwards)
+    stats.update(_forward_stats(d, "drafter"), **_forward_stats(v, "verifier"))
     out = _finish(input_ids, rows, _pad_id(verifier, eos), stats, started)
     _summarise(out.stats)
     return out
 
 
+def _forward_stats(model: CachedModel, role: str) -> dict:
+    return {f"{role}_forwards": model.forwards, f"{role}_row_forwards": model.row_forwards,
+            f"{role}_seconds": model.seconds}
+
+
 def _record_block(stats, rows: _Rows, active, drafts, n_acc, nxt, rejection_prob, g: int) -> None:
-    """Emit each row's accepted drafts + next token and count acceptances, rejections, deferrals."""
+    """Emit each row's accepted drafts + next token and count acceptances, rejections, deferrals.
+
+    rejection_prob (B, g) is TV(q, pi) at each drafted position; a position "defers" when pi
+    differs from q there. Both are counted over the drafts the sampler evaluated.
+    """
     stats["blocks"] += 1
     n_acc_l, nxt_l, drafts_l = n_acc.tolist(), nxt.tolist(), drafts.tolist()
-    defers = (rejection_prob > PI_EQUALS_Q_TOL).tolist()  # (B, g+1)
+    defers = (rejection_prob > PI_EQUALS_Q_TOL).tolist()  # (B, g)
     rej = rejection_prob.tolist()
     for i, b in enumerate(active):
         n = n_acc_l[i]
@@ -216,8 +245,8 @@ def _record_block(stats, rows: _Rows, active, drafts, n_acc, nxt, rejection_prob
         stats["drafts_evaluated"] += evaluated
         stats["rejections"] += int(n < g)
         stats["expected_rejections"] += sum(rej[i][:evaluated])
-        kept = rows.emit(b, drafts_l[i][:n] + [nxt_l[i]], [FROM_DRAFTER] * n + [FROM_VERIFIER])
-        stats["deferrals"] += sum(defers[i][:kept])
+        stats["deferrals"] += sum(defers[i][:evaluated])
+        rows.emit(b, drafts_l[i][:n] + [nxt_l[i]], [FROM_DRAFTER] * n + [FROM_VERIFIER])
 
 
 def _summarise(stats: dict) -> None:
@@ -229,9 +258,11 @@ def _summarise(stats: dict) -> None:
         stats["expected_rejection_rate"] = stats["expected_rejections"] / evaluated
         row_blocks = max(sum(stats["accepted_hist"]), 1)
         stats["mean_accepted"] = sum(n * c for n, c in enumerate(stats["accepted_hist"])) / row_blocks
-    if "deferrals" in stats:
-        stats["deferral_rate"] = stats["deferrals"] / n_new
+    if "deferrals" in stats:  # per evaluated draft in the speculative loop, per token in the baselines
+        stats["deferral_rate"] = stats["deferrals"] / (evaluated if "rejections" in stats else n_new)
     stats["verifier_calls_per_token"] = stats.get("verifier_row_forwards", 0) / n_new
+    model_s = stats.get("drafter_seconds", 0.0) + stats.get("verifier_seconds", 0.0)
+    stats["overhead_fraction"] = max(0.0, 1 - model_s / stats["wall_seconds"]) if stats["wall_seconds"] else 0.0
     stats["drafter_calls_per_token"] = stats.get("drafter_row_forwards", 0) / n_new
 
 
@@ -267,8 +298,7 @@ def _autoregressive(model, input_ids, attention_mask, temperature, top_p, max_ne
                     confidence[b].append(x_prob[i])
             layout.append(x[:, None])
             active = _drop_finished(rows, active, layout, m)
-    stats = dict(method=f"{role}_only", blocks=0, **{f"{role}_forwards": m.forwards,
-                                                       f"{role}_row_forwards": m.row_forwards})
+    stats = dict(method=f"{role}_only", blocks=0, **_forward_stats(m, role))
     out = _finish(input_ids, rows, _pad_id(model, eos), stats, started)
     _summarise(out.stats)
     mean_conf = [sum(c) / len(c) if c else 0.0 for c in confidence]
@@ -306,8 +336,7 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
             layout.append(x[:, None])
             active = _drop_finished(rows, active, layout, d, v)
     stats = dict(method="token_cascade", rule="chow", alpha=alpha, deferrals=deferrals,
-                 drafter_forwards=d.forwards, verifier_forwards=v.forwards,
-                 drafter_row_forwards=d.row_forwards, verifier_row_forwards=v.row_forwards)
+                 **_forward_stats(d, "drafter"), **_forward_stats(v, "verifier"))
     out = _finish(input_ids, rows, _pad_id(verifier, eos), stats, started)
     _summarise(out.stats)
     return out
@@ -328,9 +357,8 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
                                         max_new_tokens, seed, "drafter")
     redo = [b for b, c in enumerate(confidence) if c < 1 - alpha]
     stats = dict(method="sequence_cascade", alpha=alpha, deferrals=len(redo), deferred_rows=redo,
-                 drafter_forwards=draft.stats["drafter_forwards"],
-                 drafter_row_forwards=draft.stats["drafter_row_forwards"],
-                 verifier_forwards=0, verifier_row_forwards=0)
+                 **{k: draft.stats[k] for k in ("drafter_forwards", "drafter_row_forwards", "drafter_seconds")},
+                 verifier_forwards=0, verifier_row_forwards=0, verifier_seconds=0.0)
     rows = _Rows.start(input_ids.shape[0], _eos_ids(verifier), max_new_tokens)
     width = input_ids.shape[1]
     for b in range(input_ids.shape[0]):
@@ -340,7 +368,7 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
         idx = torch.tensor(redo, device=input_ids.device)
         redone = generate_autoregressive(verifier, input_ids[idx], temperature, top_p, max_new_tokens, seed,
                                          attention_mask[idx])
-        for k in ("verifier_forwards", "verifier_row_forwards"):
+        for k in ("verifier_forwards", "verifier_row_forwards", "verifier_seconds"):
             stats[k] = redone.stats[k]
         for i, b in enumerate(redo):
             keep = redone.sources[i] != PADDING

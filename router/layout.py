@@ -10,6 +10,7 @@ from the layout and from both caches. With batch 1 there are never any holes.
 from __future__ import annotations
 
 import inspect
+import time
 
 import torch
 
@@ -70,9 +71,11 @@ class CachedModel:
         self.n_cached = 0  # columns of the layout the cache covers
         self.forwards = 0  # forward calls
         self.row_forwards = 0  # forward calls weighted by the rows they served
+        self.seconds = 0.0  # wall time inside forward calls
 
     def feed(self, layout: Layout, upto: int, keep: int) -> torch.Tensor:
         """Run the columns [n_cached, upto) and return logits (B, keep, V) of the last `keep`."""
+        started = time.perf_counter()
         out = self.model(
             input_ids=layout.tokens[:, self.n_cached:upto],
             attention_mask=layout.mask[:, :upto],
@@ -85,7 +88,9 @@ class CachedModel:
         self.n_cached = upto
         self.forwards += 1
         self.row_forwards += layout.tokens.shape[0]
-        return out.logits[:, -keep:, : self.vocab].float()
+        logits = out.logits[:, -keep:, : self.vocab].float()
+        self.seconds += time.perf_counter() - started
+        return logits
 
     def crop_to(self, length: int) -> None:
         """Roll the cache back to its first `length` columns (never recomputes what is kept)."""

@@ -33,18 +33,30 @@ def speculative_block_batched(draft_tokens: torch.Tensor, q: torch.Tensor, pi: t
                               generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched block: draft_tokens (B, gamma), q and pi (B, gamma+1, V) -> n_accepted (B,), next (B,)."""
     batch, gamma = draft_tokens.shape
-    q_x = q[:, :gamma].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
-    pi_x = pi[:, :gamma].gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
+    n_accepted = accept_drafts(draft_tokens, q[:, :gamma], pi[:, :gamma], generator)
+    rows = torch.arange(batch, device=q.device)
+    next_token = next_after(q[rows, n_accepted], pi[rows, n_accepted], n_accepted < gamma, generator)
+    return n_accepted, next_token
+
+
+def accept_drafts(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
+                  generator: torch.Generator | None) -> torch.Tensor:
+    """Length of the accepted prefix (B,) for drafts (B, gamma) with q, pi (B, gamma, V)."""
+    batch, gamma = draft_tokens.shape
+    q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
+    pi_x = pi.gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
     accept_prob = (pi_x / q_x.clamp_min(DENOM_FLOOR)).clamp_max(1)
     u = torch.rand((batch, gamma), generator=generator, device=q.device)
     accepted = u < accept_prob  # u in [0, 1): probability 1 always passes, 0 never does
-    n_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) length of the accepted prefix
-    rows = torch.arange(batch, device=q.device)
-    pi_n, q_n = pi[rows, n_accepted], q[rows, n_accepted]  # (B, V) at the first rejection / bonus
+    return accepted.long().cumprod(-1).sum(-1)
+
+
+def next_after(q_n: torch.Tensor, pi_n: torch.Tensor, rejected: torch.Tensor,
+               generator: torch.Generator | None) -> torch.Tensor:
+    """The token that ends a block (B,): from normalize(max(0, pi - q)) where a draft was
+    rejected, else the bonus token from pi. q_n, pi_n (B, V) at that position; rejected (B,)."""
     residual = safe_normalize((pi_n - q_n).clamp_min(0), pi_n)
-    dist = torch.where((n_accepted < gamma)[:, None], residual, pi_n)  # (B, V)
-    next_token = sample(dist, generator)
-    return n_accepted, next_token
+    return sample(torch.where(rejected[:, None], residual, pi_n), generator)
 
 
 def sample(dist: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -189,3 +189,38 @@ def test_stub_sampling_always_or_never_accepts(same, expected):
     else:
         assert hist[1:] == [0, 0, 0] and out.stats["rejection_rate"] == 1.0
         assert set(new_tokens(out, 0, 2)) <= {5, 6}
+
+
+class HalfwayRule:
+    """A user-defined rule object: plugs into generate through the same target() interface."""
+
+    name = "halfway"
+
+    def __init__(self):
+        self.calls = 0
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None):
+        self.calls += 1
+        return 0.5 * q + 0.5 * p
+
+
+def test_any_object_with_target_plugs_in(near_pair):
+    ids, mask = left_padded(PROMPTS)
+    rule = HalfwayRule()
+    out = generate(*near_pair, ids, rule=rule, gamma=3, temperature=1.0, max_new_tokens=12, attention_mask=mask)
+    assert rule.calls >= out.stats["blocks"] and out.stats["rule"] == "halfway"
+    with pytest.raises(TypeError, match="target"):
+        generate(*near_pair, ids, rule=object(), max_new_tokens=4, attention_mask=mask)
+    with pytest.raises(KeyError, match="known rules"):
+        generate(*near_pair, ids, rule="fastest", max_new_tokens=4, attention_mask=mask)
+
+
+def test_bad_inputs_are_clear_errors(near_pair):
+    with pytest.raises(ValueError, match="left-padded"):
+        generate(*near_pair, torch.tensor([[5, 6, 0]]), attention_mask=torch.tensor([[1, 1, 0]]))
+    with pytest.raises(ValueError, match=r"shape \(B, T\)"):
+        generate(*near_pair, torch.tensor([5, 6, 7]))
+    with pytest.raises(ValueError, match="top_p"):
+        generate(*near_pair, torch.tensor([[5, 6]]), top_p=0.0)
+    with pytest.raises(ValueError, match="outside opt"):
+        generate(*near_pair, torch.tensor([[5, 6]]), alpha=float("nan"))
