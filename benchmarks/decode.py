@@ -82,19 +82,27 @@ def prompts_for(args, tokenizer) -> list[torch.Tensor]:
     return out
 
 
-def run_method(name, fn, prompts) -> dict:
-    """Run fn on every prompt; return totals and the new tokens per prompt."""
-    tokens, outputs, wall, verifier_calls = 0, [], 0.0, 0
-    for ids in tqdm(prompts, desc=name, leave=False):
-        t0 = time.perf_counter()
-        new, calls = fn(ids)
-        wall += time.perf_counter() - t0
-        tokens += len(new)
-        verifier_calls += calls
-        outputs.append(new)
-    return {"method": name, "new_tokens": tokens, "wall_seconds": wall, "tokens_per_second": tokens / wall,
-            "seconds_per_token": wall / tokens, "verifier_calls_per_token": verifier_calls / tokens,
-            "outputs": outputs}
+def run_interleaved(methods, prompts) -> list[dict]:
+    """Run every method on each prompt in turn (round robin), so that slow drifts of the machine
+    hit all methods alike; return per-method totals and new tokens per prompt."""
+    results = [{"method": name, "new_tokens": 0, "wall_seconds": 0.0, "verifier_calls": 0, "outputs": []}
+               for name, _ in methods]
+    with tqdm(total=len(prompts) * len(methods), desc="prompt x method") as bar:
+        for ids in prompts:
+            for (name, fn), r in zip(methods, results):
+                bar.set_postfix_str(name)
+                t0 = time.perf_counter()
+                new, calls = fn(ids)
+                r["wall_seconds"] += time.perf_counter() - t0
+                r["new_tokens"] += len(new)
+                r["verifier_calls"] += calls
+                r["outputs"].append(new)
+                bar.update()
+    for r in results:
+        r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
+        r["seconds_per_token"] = r["wall_seconds"] / r["new_tokens"]
+        r["verifier_calls_per_token"] = r["verifier_calls"] / r["new_tokens"]
+    return results
 
 
 def _ours(drafter, verifier, args, **kw):
@@ -122,7 +130,7 @@ def _hf(verifier, drafter, args):
         pad = verifier.generation_config.pad_token_id
         while new and new[-1] == pad and pad not in _eos(verifier):
             new.pop()
-        return new, 0  # HF does not report its verifier calls
+        return new, 0  # HF does not report its verifier calls (shown as 0)
     return fn
 
 
@@ -159,7 +167,7 @@ def main() -> None:
     methods += [(f"token_v3 a={a}", _ours(drafter, verifier, args, rule="token_v3", alpha=a)) for a in args.alphas]
     with torch.inference_mode():
         _ours(drafter, verifier, args, rule="lossless")(prompts[0][:, :8])  # warm-up (first-call allocations)
-        results = [run_method(name, fn, prompts) for name, fn in methods]
+        results = run_interleaved(methods, prompts)
     base = results[0]
     for r in results:
         r["speedup_vs_verifier"] = r["tokens_per_second"] / base["tokens_per_second"]
