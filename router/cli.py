@@ -1,6 +1,7 @@
 """The `specroute` command. Subcommands reach the stages lazily, so `router` never imports them.
 
   specroute generate --prompt "..."   decode with a speculative cascade, marking who wrote what
+  specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
   specroute rules                     list the deferral rules and their alpha ranges
 """
 
@@ -43,7 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_parser(sub)
     sub.add_parser("rules", help="list the deferral rules and their alpha ranges")
+    gen = sub.add_parser("gen", help="record drafter/verifier distributions on task data (data_gen)")
+    gen.add_argument("--config", help="YAML config, e.g. configs/gen/gsm8k.yaml")
+    gen.add_argument("--overwrite", action="store_true", help="redo a complete or partial output folder")
+    gen.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_examples=50 batch_size=8")
     return parser
+
+
+def cmd_gen(args) -> int:
+    from data_gen.recorder import GenConfig, run_gen
+    from router.config import load_config
+
+    overrides = list(args.overrides) + (["overwrite=true"] if args.overwrite else [])
+    cfg = load_config(GenConfig, args.config, overrides)
+    manifest = run_gen(cfg)
+    print(f"  records written to {cfg.output} ({len(manifest['shards'])} shards + manifest.json)")
+    return 0
 
 
 def _encode(tokenizer, prompt: str, chat: bool):
@@ -147,7 +163,7 @@ def cmd_rules(_args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "rules": cmd_rules}
+    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen}
     try:
         return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:

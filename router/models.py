@@ -210,7 +210,16 @@ def check_same_tokenizer(drafter_tok, verifier_tok) -> None:
 
 def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
               dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
-    """Load (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ."""
+    """Load (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
+
+    `tiny:drafter` + `tiny:verifier` give the tiny random pair of `router.tiny` (tests, CI).
+    """
+    if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
+        if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
+            raise ValueError("the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models")
+        from router.tiny import tiny_pair
+
+        return tiny_pair()
     d_model, d_tok = load_model(drafter, dtype, device)
     v_model, v_tok = load_model(verifier, dtype, device)
     check_same_tokenizer(d_tok, v_tok)

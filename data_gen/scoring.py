@@ -1,0 +1,95 @@
+"""Teacher-forced scoring of (prompt, continuation) pairs by both models, into record rows.
+
+One forward pass per model over a left-padded batch gives q_t and p_t at every continuation
+position; per-position statistics come from the *full* distributions (only the top-k and the
+tail mass are stored), and the feature vector from `router.features.token_features`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+from router.features import kl_divergence, entropy, token_features
+from router.layout import Layout
+
+
+def example_seed(seed: int, example_id: str, mode: str) -> int:
+    """A per-example seed, so records do not depend on batch or shard boundaries."""
+    digest = hashlib.sha256(f"{seed}:{mode}:{example_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for b, seq in enumerate(sequences):
+        if seq:
+            ids[b, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[b, width - len(seq):] = 1
+    return ids, mask
+
+
+def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool):
+    """Logits (B, keep, V) of the last `keep` columns, and their last hidden states if asked."""
+    out = model(input_ids=layout.tokens, attention_mask=layout.mask, position_ids=layout.pos,
+                use_cache=False, logits_to_keep=keep, output_hidden_states=hidden)
+    states = out.hidden_states[-1][:, -keep:] if hidden else None  # (B, keep, H)
+    return out.logits[:, -keep:, :vocab], states
+
+
+def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list[list[int]], vocab: int,
+                pad_id: int, top_k: int, hidden: str, draft_seeds: list[int]) -> list[dict]:
+    """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode)."""
+    seqs = [p + c for p, c in zip(prompts, continuations)]
+    ids, mask = left_pad(seqs, pad_id)
+    layout = Layout(ids, mask)
+    keep = max(len(c) for c in continuations) + 1  # the logit before the first continuation token too
+    with torch.inference_mode():
+        q_logits, q_hidden = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"))
+        p_logits, p_hidden = forward_tail(verifier, layout, keep, vocab, hidden in ("verifier", "both"))
+        rows = []
+        for b, cont in enumerate(continuations):
+            n = len(cont)
+            sel = slice(keep - n - 1, keep - 1)  # logits predicting each continuation token, (n, V)
+            row = _position_stats(q_logits[b, sel].float(), p_logits[b, sel].float(),
+                                  torch.tensor(cont), top_k, draft_seeds[b])
+            if q_hidden is not None:
+                row["drafter_hidden"] = q_hidden[b, sel].to(torch.float16).numpy()
+            if p_hidden is not None:
+                row["verifier_hidden"] = p_hidden[b, sel].to(torch.float16).numpy()
+            rows.append(row)
+    return rows
+
+
+def _topk(probs: torch.Tensor, k: int):
+    top_p, top_i = probs.topk(k, dim=-1)  # (n, k)
+    tail = (1 - top_p.sum(-1)).clamp_min(0)
+    return top_i.int().numpy(), top_p.clamp_min(1e-30).log().numpy(), tail.numpy()
+
+
+def _position_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int,
+                    seed: int) -> dict:
+    """Record columns for n positions from full logits (n, V) and the trajectory tokens (n,)."""
+    q, p = q_logits.softmax(-1), p_logits.softmax(-1)  # raw (temperature 1) distributions
+    gen = torch.Generator().manual_seed(seed)
+    q_ids, q_lp, q_tail = _topk(q, top_k)
+    p_ids, p_lp, p_tail = _topk(p, top_k)
+    at = tokens[:, None]
+    return {
+        "position": np.arange(len(tokens), dtype=np.int32),
+        "token": tokens.int().numpy(),
+        "draft_token": torch.multinomial(q, 1, generator=gen).squeeze(-1).int().numpy(),
+        "q_topk_ids": q_ids, "q_topk_logprobs": q_lp, "q_tail": q_tail,
+        "p_topk_ids": p_ids, "p_topk_logprobs": p_lp, "p_tail": p_tail,
+        "q_max": q.amax(-1).numpy(), "p_max": p.amax(-1).numpy(),
+        "q_entropy": entropy(q).numpy(), "p_entropy": entropy(p).numpy(),
+        "tv": (p - q).clamp_min(0).sum(-1).numpy(), "kl": kl_divergence(p, q).numpy(),
+        "q_token": q.gather(-1, at).squeeze(-1).numpy(), "p_token": p.gather(-1, at).squeeze(-1).numpy(),
+        "q_argmax": q.argmax(-1).int().numpy(), "p_argmax": p.argmax(-1).int().numpy(),
+        "features": token_features(q, p).numpy(),
+    }

@@ -1,0 +1,136 @@
+"""The one record schema every stage reads: one row per (example, position).
+
+A record folder holds Arrow shards (`<split>-NNNNN.arrow`, memory-mapped on load, never copied
+into RAM whole) and `manifest.json`, written last: a folder without a manifest is incomplete.
+Shards and the manifest are written atomically (temporary file + rename), so a half-written
+shard is never taken for a finished one. Read a folder back with `load_records`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+SPLITS = ("train", "validation", "test")
+
+# scalar columns and their Arrow types; list columns are built from (N, k) arrays
+SCALAR_COLUMNS: dict[str, pa.DataType] = {
+    "example_id": pa.string(), "task": pa.string(), "split": pa.string(), "mode": pa.string(),
+    "position": pa.int32(), "token": pa.int32(), "draft_token": pa.int32(),
+    "q_tail": pa.float32(), "p_tail": pa.float32(),
+    "q_max": pa.float32(), "p_max": pa.float32(), "q_entropy": pa.float32(), "p_entropy": pa.float32(),
+    "tv": pa.float32(), "kl": pa.float32(), "q_token": pa.float32(), "p_token": pa.float32(),
+    "q_argmax": pa.int32(), "p_argmax": pa.int32(),
+}
+LIST_COLUMNS: dict[str, pa.DataType] = {
+    "q_topk_ids": pa.int32(), "q_topk_logprobs": pa.float32(),
+    "p_topk_ids": pa.int32(), "p_topk_logprobs": pa.float32(),
+    "features": pa.float32(),
+}
+OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {"drafter_hidden": pa.float16(), "verifier_hidden": pa.float16()}
+REQUIRED_COLUMNS = tuple(SCALAR_COLUMNS) + tuple(LIST_COLUMNS)
+
+
+class RecordsError(ValueError):
+    """A record folder that cannot be used, with what is wrong and how to fix it."""
+
+
+def _fixed_list(array: np.ndarray, dtype: pa.DataType) -> pa.FixedSizeListArray:
+    """(N, k) array -> Arrow fixed-size list column."""
+    array = np.ascontiguousarray(array)
+    flat = pa.array(array.reshape(-1), type=dtype)
+    return pa.FixedSizeListArray.from_arrays(flat, array.shape[1])
+
+
+def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
+    """Build an Arrow table in the record schema; missing required columns are an error."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+    if missing:
+        raise RecordsError(f"record rows lack columns {missing}")
+    arrays, names = [], []
+    for name, dtype in SCALAR_COLUMNS.items():
+        arrays.append(pa.array(columns[name], type=dtype))
+        names.append(name)
+    for name, dtype in {**LIST_COLUMNS, **OPTIONAL_LIST_COLUMNS}.items():
+        if name in columns:
+            arrays.append(_fixed_list(np.asarray(columns[name]), dtype))
+            names.append(name)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def atomic_write_bytes(path: Path, write) -> None:
+    """Call write(file) on a temporary file next to `path`, fsync, then rename into place."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk or an interrupt leaves no partial shard behind
+        raise
+
+
+def write_shard(folder: Path, name: str, table: pa.Table) -> Path:
+    """Write one Arrow stream shard atomically; return its path."""
+    path = Path(folder) / name
+
+    def write(f):
+        with pa.ipc.new_stream(f, table.schema) as writer:
+            writer.write_table(table)
+
+    atomic_write_bytes(path, write)
+    return path
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    manifest = {"schema_version": SCHEMA_VERSION, **manifest}
+    data = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
+    atomic_write_bytes(Path(folder) / MANIFEST, lambda f: f.write(data))
+
+
+def read_manifest(folder: str | Path) -> dict:
+    """The manifest of a complete record folder, or a RecordsError saying why it is unusable."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RecordsError(f"record folder {folder} does not exist: run `specroute gen` first")
+    path = folder / MANIFEST
+    if not path.exists():
+        raise RecordsError(f"{folder} has no {MANIFEST}: the recording is incomplete or was interrupted; "
+                           f"rerun `specroute gen` with the same config to resume it")
+    manifest = json.loads(path.read_text())
+    version = manifest.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RecordsError(f"{folder} holds records of schema version {version}, this specroute reads version "
+                           f"{SCHEMA_VERSION}: re-record them with this version (`specroute gen --overwrite`)")
+    return manifest
+
+
+def manifest_id(manifest: dict) -> str:
+    """A short content id of a record folder (its manifest), for tracing outputs to their data."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def load_records(folder: str | Path, split: str | None = None, mode: str | None = None):
+    """A `datasets.Dataset` over a record folder's shards (memory-mapped), optionally one split/mode."""
+    import datasets
+
+    manifest = read_manifest(folder)
+    if split is not None and split not in SPLITS:
+        raise RecordsError(f"unknown split {split!r}; use one of {SPLITS}")
+    shards = [s for s in manifest["shards"] if split is None or s["split"] == split]
+    if not shards:
+        raise RecordsError(f"{folder} has no shards for split={split!r}")
+    parts = [datasets.Dataset.from_file(str(Path(folder) / s["file"])) for s in shards]
+    ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+    if mode is not None:
+        ds = ds.filter(lambda m: m == mode, input_columns="mode")
+    return ds

@@ -1,0 +1,83 @@
+"""Tiny random model pair + byte tokenizer, built from configs: no downloads, seconds to run.
+
+Used by the `tiny` configs, the tests and the benchmarks' fallback. The verifier is a small random
+Qwen2; the drafter is a copy with slightly perturbed weights, so the two agree often but not
+always, like a real pair. Model specs `tiny:drafter` / `tiny:verifier` load them.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+BYTE_OFFSET = 3  # ids 0, 1, 2 are <pad>, <s>, </s>; byte b is id b + 3
+TINY_VOCAB = 256 + BYTE_OFFSET
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens: the smallest tokenizer that round-trips any text."""
+
+    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+    pad_token, bos_token, eos_token = "<pad>", "<s>", "</s>"
+    chat_template = "byte-chat"
+    name_or_path = "specroute/byte-tokenizer"
+
+    def __len__(self) -> int:
+        return TINY_VOCAB
+
+    def get_vocab(self) -> dict[str, int]:
+        specials = {self.pad_token: 0, self.bos_token: 1, self.eos_token: 2}
+        return {**specials, **{f"<0x{b:02X}>": b + BYTE_OFFSET for b in range(256)}}
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [b + BYTE_OFFSET for b in text.encode("utf-8")]
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
+        data = bytes(i - BYTE_OFFSET for i in ids if i >= BYTE_OFFSET)
+        return data.decode("utf-8", errors="replace")
+
+    def __call__(self, text, return_tensors=None, **_):
+        ids = self.encode(text)
+        if return_tensors == "pt":
+            ids_t = torch.tensor([ids], dtype=torch.long)
+            return type("Enc", (), {"input_ids": ids_t, "attention_mask": torch.ones_like(ids_t)})()
+        return {"input_ids": ids, "attention_mask": [1] * len(ids)}
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True, **_):
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        text += "<assistant>" if add_generation_prompt else ""
+        return self.encode(text) if tokenize else text
+
+
+def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64):
+    """A random Qwen2 causal LM over the byte vocabulary, float32, eval mode."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=TINY_VOCAB, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, eos_token_id=2, bos_token_id=1, pad_token_id=0,
+                         tie_word_embeddings=False)
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).eval()
+    torch.random.set_rng_state(gen_state)
+    with torch.no_grad():  # sharper next-token distributions than the default init
+        model.lm_head.weight.mul_(25.0)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = 2, 0
+    model.name_or_path = f"tiny:seed{seed}"
+    return model
+
+
+def tiny_pair(seed: int = 0, noise: float = 0.002):
+    """(drafter, verifier, tokenizer): the drafter is the verifier with N(0, noise) added."""
+    verifier = tiny_model(seed)
+    drafter = copy.deepcopy(verifier)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for w in drafter.parameters():
+            w.add_(torch.randn(w.shape, generator=gen) * noise)
+    drafter.name_or_path = f"tiny:drafter-seed{seed}"
+    verifier.name_or_path = f"tiny:verifier-seed{seed}"
+    return drafter, verifier, ByteTokenizer()

