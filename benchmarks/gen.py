@@ -60,7 +60,7 @@ def main() -> None:
     prepared = [pc for pc in (recorder.prepare(ex, "gold") for ex in examples) if pc is not None]
     batches = [([p for p, _ in prepared[i: i + cfg.batch_size]], [c for _, c in prepared[i: i + cfg.batch_size]])
                for i in range(0, len(prepared), cfg.batch_size)]
-    bare_pass(recorder, batches[:1])  # warm-up
+    bare_pass(recorder, batches)  # warm-up over every batch shape (oneDNN builds kernels per shape)
     bare_tokens, bare_s = bare_pass(recorder, batches)
     manifest = run_gen(cfg, recorder)
     rec_tokens, rec_s = manifest["tokens"], manifest["seconds"]
