@@ -145,7 +145,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=4)
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5])
+    parser.add_argument("--opt-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="any real number")
+    parser.add_argument("--token-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
+    parser.add_argument("--bonus-verifier", action="store_true",
+                        help="also run each cascade with bonus_from='verifier' (no extra drafter forward)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default="runs/bench/decode")
     args = parser.parse_args()
@@ -163,8 +166,13 @@ def main() -> None:
                ("drafter-only", _alone(drafter, args, "drafter")),
                ("hf-assisted", _hf(verifier, drafter, args)),
                ("lossless", _ours(drafter, verifier, args, rule="lossless"))]
-    methods += [(f"opt a={a}", _ours(drafter, verifier, args, rule="opt", alpha=a)) for a in args.alphas]
-    methods += [(f"token_v3 a={a}", _ours(drafter, verifier, args, rule="token_v3", alpha=a)) for a in args.alphas]
+    methods += [(f"opt a={a}", _ours(drafter, verifier, args, rule="opt", alpha=a)) for a in args.opt_alphas]
+    methods += [(f"token_v3 a={a}", _ours(drafter, verifier, args, rule="token_v3", alpha=a))
+                for a in args.token_alphas]
+    if args.bonus_verifier:
+        cascades = [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
+        methods += [(f"{r} a={a} bonus=p", _ours(drafter, verifier, args, rule=r, alpha=a, bonus_from="verifier"))
+                    for r, a in cascades]
     with torch.inference_mode():
         _ours(drafter, verifier, args, rule="lossless")(prompts[0][:, :8])  # warm-up (first-call allocations)
         results = run_interleaved(methods, prompts)
@@ -190,9 +198,9 @@ def _report(results, pair, args) -> None:
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"\n{pair}; {args.prompts} {'random' if 'tiny' in pair else 'GSM8K'} prompts x {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
           f"{torch.get_num_threads()} threads")
-    print(f"{'method':<16}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
+    print(f"{'method':<24}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
     for r in results:
-        print(f"{r['method']:<16}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
+        print(f"{r['method']:<24}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
               f"{r['time_per_token_vs_verifier']:>11.2f}x{r['verifier_calls_per_token']:>11.3f}"
               f"{r['identical_to_verifier']:>14}/{args.prompts}")
     print(f"results: {out.with_suffix('.csv')} and {out.with_suffix('.json')}")

@@ -162,26 +162,32 @@ def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float,
     return torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1)
 
 
-def _bonus_q(rule, drafter: CachedModel, layout: Layout, p_raw, p, temperature, top_p):
+def _bonus_q(rule, drafter: CachedModel, layout: Layout, p_raw, p, temperature, top_p, bonus_from: str):
     """(q_raw, q) at the bonus position (B, 1, V), needed only when a row accepted every draft.
 
-    `lossless` ignores the drafter there, so it skips the extra drafter forward; the pending last
+    `lossless` ignores the drafter there, and bonus_from="verifier" takes the bonus token from p
+    (pi = p at that one position), so both skip the extra drafter forward; the pending last
     draft is then fed together with the next token in the next block, at no extra cost.
     """
-    if getattr(rule, "name", None) == "lossless":
+    if getattr(rule, "name", None) == "lossless" or bonus_from == "verifier":
         return p_raw, p
     return process_logits(drafter.feed(layout, layout.length, keep=1), temperature, top_p)
 
 
 def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int = 4,
              temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-             attention_mask: torch.Tensor | None = None) -> GenerateOutput:
+             attention_mask: torch.Tensor | None = None, bonus_from: str = "target") -> GenerateOutput:
     """Speculative cascade decoding of a batch of left-padded prompts (see module docstring).
 
     `rule` is a rule name from `router.rules.RULES` or any object with the same `target` method
-    (e.g. a learned router from `router.model.load_router`).
+    (e.g. a learned router from `router.model.load_router`). When every draft of a block passes,
+    the bonus token comes from pi (bonus_from="target", exact, as in the paper: costs one more
+    drafter forward to get q there) or from the verifier's p (bonus_from="verifier": that one
+    position defers, and the drafter forward is saved).
     """
     attention_mask = _check_inputs(input_ids, attention_mask, max_new_tokens, gamma, temperature, top_p)
+    if bonus_from not in ("target", "verifier"):
+        raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     rule = resolve_rule(rule)
     vocab = check_pair(drafter, verifier)
     eos = _eos_ids(verifier)
@@ -189,7 +195,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     started = time.perf_counter()
     rows = _Rows.start(input_ids.shape[0], eos, max_new_tokens)
     stats = dict(method="speculative", rule=getattr(rule, "name", type(rule).__name__), alpha=alpha,
-                 gamma=gamma, blocks=0, accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0,
+                 gamma=gamma, bonus_from=bonus_from, blocks=0, accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0,
                  deferrals=0, expected_rejections=0.0)
     layout = Layout(input_ids, attention_mask)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
@@ -207,7 +213,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             stop = n_acc.clamp_max(g - 1)  # where a rejected row resamples
             q_n, pi_n = q[rows_idx, stop], pi[rows_idx, stop]  # (B, V)
             if bool((n_acc == g).any()):
-                bq_raw, bq = _bonus_q(rule, d, layout, p_raw[:, g:], p[:, g:], temperature, top_p)
+                bq_raw, bq = _bonus_q(rule, d, layout, p_raw[:, g:], p[:, g:], temperature, top_p, bonus_from)
                 bonus_pi = rule.target(bq, p[:, g:], alpha, q_raw=bq_raw, p_raw=p_raw[:, g:])[:, 0]
                 full = (n_acc == g)[:, None]
                 q_n, pi_n = torch.where(full, bq[:, 0], q_n), torch.where(full, bonus_pi, pi_n)

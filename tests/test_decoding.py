@@ -224,3 +224,18 @@ def test_bad_inputs_are_clear_errors(near_pair):
         generate(*near_pair, torch.tensor([[5, 6]]), top_p=0.0)
     with pytest.raises(ValueError, match="outside opt"):
         generate(*near_pair, torch.tensor([[5, 6]]), alpha=float("nan"))
+
+
+def test_bonus_from_verifier_saves_drafter_forwards(near_pair):
+    """bonus_from='verifier' draws full-block bonus tokens from p: fewer drafter forwards, and with
+    the drafter rule every full block's last token is then the verifier's greedy choice."""
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(rule="drafter", gamma=4, max_new_tokens=NEW, attention_mask=mask)
+    exact = generate(*near_pair, ids, **kw)
+    cheap = generate(*near_pair, ids, bonus_from="verifier", **kw)
+    full_blocks = exact.stats["accepted_hist"][-1]
+    assert full_blocks > 0
+    assert cheap.stats["drafter_forwards"] < exact.stats["drafter_forwards"]
+    assert cheap.stats["bonus_from"] == "verifier"
+    with pytest.raises(ValueError, match="bonus_from"):
+        generate(*near_pair, ids, bonus_from="drafter", **kw)
