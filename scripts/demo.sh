@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh models
 py="${VIRTUAL_ENV:-.venv}/bin"
-"$py/specroute" generate --chat --compare --rule opt --alpha 0.3 --gamma 4 --max-new-tokens 128 \
+"$py/specroute" generate --chat --compare --rule token_v3 --alpha 0.3 --gamma 4 --max-new-tokens 128 \
   --prompt "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?" "$@"
