@@ -24,8 +24,9 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.decoding import generate, generate_autoregressive  # noqa: E402
+from router.decoding import eos_ids, generate, generate_autoregressive  # noqa: E402
 from router.models import embedded_installed, load_pair  # noqa: E402
+from router.tiny import tiny_pair  # noqa: E402
 
 FALLBACK_QUESTIONS = [
     "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
@@ -49,31 +50,10 @@ def gsm8k_questions(n: int) -> list[str]:
         return [json.loads(line)["doc"]["question"] for _, line in zip(range(n), f)]
 
 
-def tiny_pair():
-    """A tiny Qwen2 verifier and a slightly perturbed copy as drafter (they agree often)."""
-    import copy
-
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    def config(layers):
-        return Qwen2Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
-                           num_attention_heads=4, num_key_value_heads=2, eos_token_id=2, pad_token_id=0)
-
-    torch.manual_seed(0)
-    verifier = Qwen2ForCausalLM(config(4)).eval()
-    with torch.no_grad():
-        verifier.lm_head.weight.mul_(25.0)
-    drafter = Qwen2ForCausalLM(config(1)).eval()
-    drafter.load_state_dict(copy.deepcopy(verifier.state_dict()), strict=False)
-    for m in (drafter, verifier):
-        m.generation_config.eos_token_id, m.generation_config.pad_token_id = 2, 0
-    return drafter, verifier
-
-
 def prompts_for(args, tokenizer) -> list[torch.Tensor]:
     if tokenizer is None:
         gen = torch.Generator().manual_seed(0)
-        return [torch.randint(3, 512, (1, 40), generator=gen) for _ in range(args.prompts)]
+        return [torch.randint(3, 259, (1, 40), generator=gen) for _ in range(args.prompts)]
     out = []
     for question in gsm8k_questions(args.prompts):
         text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
@@ -128,15 +108,10 @@ def _hf(verifier, drafter, args):
                                 pad_token_id=verifier.generation_config.pad_token_id)
         new = out[0, ids.shape[1]:].tolist()
         pad = verifier.generation_config.pad_token_id
-        while new and new[-1] == pad and pad not in _eos(verifier):
+        while new and new[-1] == pad and pad not in eos_ids(verifier):
             new.pop()
         return new, 0  # HF does not report its verifier calls (shown as 0)
     return fn
-
-
-def _eos(model) -> set:
-    e = model.generation_config.eos_token_id
-    return set(e if isinstance(e, (list, tuple)) else [e])
 
 
 def main() -> None:
@@ -150,7 +125,7 @@ def main() -> None:
     parser.add_argument("--bonus-verifier", action="store_true",
                         help="also run each cascade with bonus_from='verifier' (no extra drafter forward)")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", default="runs/bench/decode")
+    parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/decode_<pair>)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -159,9 +134,10 @@ def main() -> None:
         drafter, verifier, tokenizer = load_pair()
         pair = "Qwen2.5-Coder 0.5B -> 1.5B Instruct (bf16)"
     else:
-        (drafter, verifier), tokenizer = tiny_pair(), None
-        pair = "tiny random Qwen2 (1 -> 4 layers)"
+        drafter, verifier, _ = tiny_pair()
+        tokenizer, pair = None, "tiny random Qwen2 (verifier + perturbed copy as drafter)"
     prompts = prompts_for(args, tokenizer)
+    args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}"
     methods = [("verifier-only", _alone(verifier, args, "verifier")),
                ("drafter-only", _alone(drafter, args, "drafter")),
                ("hf-assisted", _hf(verifier, drafter, args)),

@@ -22,8 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.recorder import GenConfig, Recorder, _load_examples, run_gen  # noqa: E402
-from data_gen.scoring import forward_tail, left_pad  # noqa: E402
-from router.layout import Layout  # noqa: E402
+from data_gen.scoring import forward_tail  # noqa: E402
+from router.layout import Layout, left_pad  # noqa: E402
 from router.models import embedded_installed  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--task", default="gsm8k")
     parser.add_argument("--examples", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--out", default="runs/bench/gen")
+    parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/gen_<pair>)")
     args = parser.parse_args()
     real = embedded_installed() and not args.tiny
     workdir = Path(tempfile.mkdtemp(prefix="specroute-bench-gen-"))
@@ -69,7 +69,7 @@ def main() -> None:
               "batch_size": args.batch_size, "bare_tokens_per_second": bare_tps,
               "recording_tokens_per_second": rec_tps, "ratio": rec_tps / bare_tps,
               "bytes_per_token": manifest["bytes_per_token"], "top_k": cfg.top_k, "tokens": rec_tokens}
-    out = Path(args.out)
+    out = Path(args.out or f"runs/bench/gen_{result['pair']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     shutil.rmtree(workdir, ignore_errors=True)

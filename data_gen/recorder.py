@@ -21,12 +21,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from data_gen.scoring import example_seed, left_pad, score_batch
+from data_gen.scoring import example_seed, score_batch
+from router.layout import left_pad
 from data_gen.tasks import Example, load_task
 from router.config import ConfigError, config_to_dict
 from router.decoding import check_pair, generate_autoregressive
 from router.features import FEATURE_NAMES
 from router.models import load_pair, tokenizer_fingerprint
+from router.report import summary_table
 from router.records import (MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, manifest_id, rows_to_table,
                             write_manifest, write_shard)
 
@@ -327,5 +329,4 @@ def print_summary(manifest: dict) -> None:
             ("gold top-1 accuracy", f"drafter {manifest['gold_top1_accuracy']['drafter']:.3f}, "
                                     f"verifier {manifest['gold_top1_accuracy']['verifier']:.3f}"),
             ("seconds", f"{manifest['seconds']:.1f}")]
-    width = max(len(k) for k, _ in rows)
-    print("\nsummary\n" + "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows))
+    print("\n" + summary_table(rows))

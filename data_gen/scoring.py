@@ -13,25 +13,13 @@ import numpy as np
 import torch
 
 from router.features import FEATURE_NAMES, token_features
-from router.layout import Layout
+from router.layout import Layout, left_pad
 
 
 def example_seed(seed: int, example_id: str, mode: str) -> int:
     """A per-example seed, so records do not depend on batch or shard boundaries."""
     digest = hashlib.sha256(f"{seed}:{mode}:{example_id}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
-    width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for b, seq in enumerate(sequences):
-        if seq:
-            ids[b, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[b, width - len(seq):] = 1
-    return ids, mask
 
 
 def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool):

@@ -8,11 +8,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from router.rules import RULES, get_rule
 
@@ -90,16 +88,12 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
     return "".join(f"{open_mark}{text}{close_mark}" if src == 1 else text for src, text in pieces)
 
 
-def _summary_table(rows: list[tuple[str, str]]) -> str:
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
-
-
 def cmd_generate(args) -> int:
     import torch
 
     from router.decoding import generate, generate_autoregressive
     from router.models import load_pair
+    from router.report import summary_table, write_json
 
     rule = get_rule(args.rule)
     if rule.alpha_range is not None:
@@ -139,17 +133,9 @@ def cmd_generate(args) -> int:
                  ("speed-up vs verifier", f"{speedup:.2f}x")]
         result["verifier_only"] = {"stats": base.stats, "text": tokenizer.decode(
             base.sequences[0, enc.input_ids.shape[1]:], skip_special_tokens=True)}
-    _write_json(Path(args.output), result)
-    print("\nsummary\n" + _summary_table(rows) + f"\n  results written to {args.output}")
+    write_json(args.output, result)
+    print("\n" + summary_table(rows) + f"\n  results written to {args.output}")
     return 0
-
-
-def _write_json(path: Path, obj) -> None:
-    """Write atomically: a crash never leaves half a file behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
-    os.replace(tmp, path)
 
 
 def cmd_rules(_args) -> int:

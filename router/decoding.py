@@ -67,7 +67,8 @@ class _Rows:
 
 # ---- input checks ------------------------------------------------------------------------------
 
-def _eos_ids(model) -> set:
+def eos_ids(model) -> set:
+    """The model's end-of-sequence token ids (generation config first, then model config)."""
     ids = getattr(model.generation_config, "eos_token_id", None)
     if ids is None:
         ids = model.config.eos_token_id
@@ -86,7 +87,7 @@ def _vocab(model) -> int:
 def check_pair(drafter, verifier) -> int:
     """Vocabulary size the two models share; a clear error when they cannot form a cascade."""
     v_d, v_v = _vocab(drafter), _vocab(verifier)
-    e_d, e_v = _eos_ids(drafter), _eos_ids(verifier)
+    e_d, e_v = eos_ids(drafter), eos_ids(verifier)
     if e_d and e_v and not e_d & e_v:
         raise ValueError(f"drafter and verifier disagree on the end-of-sequence token ({sorted(e_d)} vs "
                          f"{sorted(e_v)}): they do not share one tokenizer; use a pair from one family")
@@ -190,7 +191,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
         raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     rule = resolve_rule(rule)
     vocab = check_pair(drafter, verifier)
-    eos = _eos_ids(verifier)
+    eos = eos_ids(verifier)
     gen = torch.Generator(device=input_ids.device).manual_seed(seed)
     started = time.perf_counter()
     rows = _Rows.start(input_ids.shape[0], eos, max_new_tokens)
@@ -285,7 +286,7 @@ def generate_autoregressive(model, input_ids: torch.Tensor, temperature: float =
 
 def _autoregressive(model, input_ids, attention_mask, temperature, top_p, max_new_tokens, seed, role):
     """Autoregressive loop; also returns each row's mean raw probability of its chosen tokens."""
-    eos = _eos_ids(model)
+    eos = eos_ids(model)
     gen = torch.Generator(device=input_ids.device).manual_seed(seed)
     started = time.perf_counter()
     batch = input_ids.shape[0]
@@ -321,7 +322,7 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha={alpha} is outside chow's range [0, 1]")
     vocab = check_pair(drafter, verifier)
-    eos = _eos_ids(verifier)
+    eos = eos_ids(verifier)
     gen = torch.Generator(device=input_ids.device).manual_seed(seed)
     started = time.perf_counter()
     rows = _Rows.start(input_ids.shape[0], eos, max_new_tokens)
@@ -365,7 +366,7 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
     stats = dict(method="sequence_cascade", alpha=alpha, deferrals=len(redo), deferred_rows=redo,
                  **{k: draft.stats[k] for k in ("drafter_forwards", "drafter_row_forwards", "drafter_seconds")},
                  verifier_forwards=0, verifier_row_forwards=0, verifier_seconds=0.0)
-    rows = _Rows.start(input_ids.shape[0], _eos_ids(verifier), max_new_tokens)
+    rows = _Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens)
     width = input_ids.shape[1]
     for b in range(input_ids.shape[0]):
         toks = [t for t, s in zip(draft.sequences[b, width:].tolist(), draft.sources[b].tolist()) if s != PADDING]
@@ -380,6 +381,6 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
             keep = redone.sources[i] != PADDING
             rows.tokens[b] = redone.sequences[i, width:][keep].tolist()
             rows.sources[b] = [FROM_VERIFIER] * len(rows.tokens[b])
-    out = _finish(input_ids, rows, _pad_id(verifier, _eos_ids(verifier)), stats, started)
+    out = _finish(input_ids, rows, _pad_id(verifier, eos_ids(verifier)), stats, started)
     _summarise(out.stats)
     return out

@@ -14,6 +14,18 @@ import time
 
 import torch
 
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for b, seq in enumerate(sequences):
+        if seq:
+            ids[b, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[b, width - len(seq):] = 1
+    return ids, mask
+
+
 class Layout:
     """Physical token columns of a batch: tokens, validity mask and position ids, all (B, L)."""
 

@@ -51,11 +51,11 @@ class ByteTokenizer:
         return self.encode(text) if tokenize else text
 
 
-def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64):
-    """A random Qwen2 causal LM over the byte vocabulary, float32, eval mode."""
+def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab: int = TINY_VOCAB):
+    """A random Qwen2 causal LM (by default over the byte vocabulary), float32, eval mode."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=TINY_VOCAB, hidden_size=hidden, intermediate_size=2 * hidden,
+    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
                          max_position_embeddings=4096, eos_token_id=2, bos_token_id=1, pad_token_id=0,
                          tie_word_embeddings=False)

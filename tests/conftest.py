@@ -4,42 +4,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from router.layout import left_pad
+from router.tiny import tiny_model
 
 VOCAB = 96
 EOS = 2
 
 
-def tiny_qwen(seed: int, layers: int = 2, hidden: int = 64, vocab: int = VOCAB) -> Qwen2ForCausalLM:
-    """A random 2-layer Qwen2 causal LM, float32, eval mode, EOS id 2."""
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, eos_token_id=EOS, bos_token_id=1, pad_token_id=0,
-                         tie_word_embeddings=False)
-    model = Qwen2ForCausalLM(config).eval()
-    with torch.no_grad():  # sharper logits than the default init, so greedy paths are not near-ties
-        model.lm_head.weight.mul_(25.0)
-    model.generation_config.eos_token_id = EOS
-    model.generation_config.pad_token_id = 0
-    return model
-
-
-@pytest.fixture(scope="session")
-def tiny_pair():
-    """(drafter, verifier): two different random tiny models sharing one vocabulary."""
-    return tiny_qwen(seed=1, layers=1, hidden=32), tiny_qwen(seed=2, layers=2, hidden=64)
+def tiny_qwen(seed: int, layers: int = 2, hidden: int = 64, vocab: int = VOCAB):
+    """A random Qwen2 causal LM (float32, eval mode, EOS id 2) over a small vocabulary."""
+    return tiny_model(seed, layers, hidden, vocab)
 
 
 def left_padded(prompts: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, width - len(p):] = torch.tensor(p)
-        mask[b, width - len(p):] = 1
-    return ids, mask
+    return left_pad(prompts, pad)
 
 
 class _StubCache:
