@@ -124,6 +124,7 @@ def main() -> None:
     parser.add_argument("--token-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
     parser.add_argument("--bonus-verifier", action="store_true",
                         help="also run each cascade with bonus_from='verifier' (no extra drafter forward)")
+    parser.add_argument("--skip-drafter-only", action="store_true", help="leave out drafter-only (saves time)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/decode_<pair>)")
     args = parser.parse_args()
@@ -138,9 +139,9 @@ def main() -> None:
         tokenizer, pair = None, "tiny random Qwen2 (verifier + perturbed copy as drafter)"
     prompts = prompts_for(args, tokenizer)
     args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}"
-    methods = [("verifier-only", _alone(verifier, args, "verifier")),
-               ("drafter-only", _alone(drafter, args, "drafter")),
-               ("hf-assisted", _hf(verifier, drafter, args)),
+    methods = [("verifier-only", _alone(verifier, args, "verifier"))]
+    methods += [] if args.skip_drafter_only else [("drafter-only", _alone(drafter, args, "drafter"))]
+    methods += [("hf-assisted", _hf(verifier, drafter, args)),
                ("lossless", _ours(drafter, verifier, args, rule="lossless"))]
     methods += [(f"opt a={a}", _ours(drafter, verifier, args, rule="opt", alpha=a)) for a in args.opt_alphas]
     methods += [(f"token_v3 a={a}", _ours(drafter, verifier, args, rule="token_v3", alpha=a))

@@ -149,7 +149,7 @@ def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float,
     """gamma drafts (B, gamma) with their drafter distributions q_raw, q (B, gamma, V).
 
     Takes gamma drafter forwards; the last draft is left pending (not yet fed), because its
-    forward only pays off when some row accepts every draft (see `_bonus_q`).
+    forward only pays off when some row accepts every draft (see `_block_end`).
     """
     raws, scaled, tokens = [], [], []
     for j in range(gamma):
@@ -163,16 +163,29 @@ def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float,
     return torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1)
 
 
-def _bonus_q(rule, drafter: CachedModel, layout: Layout, p_raw, p, temperature, top_p, bonus_from: str):
-    """(q_raw, q) at the bonus position (B, 1, V), needed only when a row accepted every draft.
+def _block_end(rule, alpha, drafter: CachedModel, layout: Layout, q, pi, p_raw, p, n_acc, temperature, top_p,
+               bonus_from: str):
+    """(q, pi) (B, V) where each row's block ends: its first rejected draft, or the bonus position.
 
-    `lossless` ignores the drafter there, and bonus_from="verifier" takes the bonus token from p
-    (pi = p at that one position), so both skip the extra drafter forward; the pending last
-    draft is then fed together with the next token in the next block, at no extra cost.
+    The bonus position needs q there (one more drafter forward) only when some row accepted every
+    draft; `lossless` ignores the drafter there, and bonus_from="verifier" sets pi = p at that one
+    position, so both skip the forward (the last draft is then fed with the next token, at no extra
+    cost). q at a bonus position only matters for rejected rows, so p stands in for it there.
     """
+    g = q.shape[1]
+    rows = torch.arange(q.shape[0])
+    stop = n_acc.clamp_max(g - 1)
+    q_n, pi_n = q[rows, stop], pi[rows, stop]  # (B, V)
+    full = n_acc == g
+    if not bool(full.any()):
+        return q_n, pi_n
     if getattr(rule, "name", None) == "lossless" or bonus_from == "verifier":
-        return p_raw, p
-    return process_logits(drafter.feed(layout, layout.length, keep=1), temperature, top_p)
+        bonus_q, bonus_pi = p[:, g], p[:, g]
+    else:
+        bq_raw, bq = process_logits(drafter.feed(layout, layout.length, keep=1), temperature, top_p)  # (B, 1, V)
+        bonus_q = bq[:, 0]
+        bonus_pi = rule.target(bq, p[:, g:], alpha, q_raw=bq_raw, p_raw=p_raw[:, g:])[:, 0]
+    return torch.where(full[:, None], bonus_q, q_n), torch.where(full[:, None], bonus_pi, pi_n)
 
 
 def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int = 4,
@@ -196,8 +209,8 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     started = time.perf_counter()
     rows = _Rows.start(input_ids.shape[0], eos, max_new_tokens)
     stats = dict(method="speculative", rule=getattr(rule, "name", type(rule).__name__), alpha=alpha,
-                 gamma=gamma, bonus_from=bonus_from, blocks=0, accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0,
-                 deferrals=0, expected_rejections=0.0)
+                 gamma=gamma, bonus_from=bonus_from, blocks=0, accepted_hist=[0] * (gamma + 1),
+                 drafts_evaluated=0, rejections=0, deferrals=0, expected_rejections=0.0)
     layout = Layout(input_ids, attention_mask)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
     active = list(range(input_ids.shape[0]))
@@ -210,14 +223,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             p_raw, p = process_logits(v.feed(layout, layout.length, keep=g + 1), temperature, top_p)
             pi = rule.target(q, p[:, :g], alpha, q_raw=q_raw, p_raw=p_raw[:, :g])  # (B, g, V)
             n_acc = accept_drafts(drafts, q, pi, gen)  # (B,)
-            rows_idx = torch.arange(len(active))
-            stop = n_acc.clamp_max(g - 1)  # where a rejected row resamples
-            q_n, pi_n = q[rows_idx, stop], pi[rows_idx, stop]  # (B, V)
-            if bool((n_acc == g).any()):
-                bq_raw, bq = _bonus_q(rule, d, layout, p_raw[:, g:], p[:, g:], temperature, top_p, bonus_from)
-                bonus_pi = rule.target(bq, p[:, g:], alpha, q_raw=bq_raw, p_raw=p_raw[:, g:])[:, 0]
-                full = (n_acc == g)[:, None]
-                q_n, pi_n = torch.where(full, bq[:, 0], q_n), torch.where(full, bonus_pi, pi_n)
+            q_n, pi_n = _block_end(rule, alpha, d, layout, q, pi, p_raw, p, n_acc, temperature, top_p, bonus_from)
             nxt = next_after(q_n, pi_n, n_acc < g, gen)
             _record_block(stats, rows, active, drafts, n_acc, nxt, tv_distance(q, pi), g)
             layout.keep_first(start, n_acc)

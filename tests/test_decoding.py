@@ -233,3 +233,14 @@ def test_bonus_from_verifier_saves_drafter_forwards(near_pair):
     assert cheap.stats["bonus_from"] == "verifier"
     with pytest.raises(ValueError, match="bonus_from"):
         generate(*near_pair, ids, bonus_from="drafter", **kw)
+
+
+@pytest.mark.parametrize("bonus_from,bonus_token", [("target", 5), ("verifier", 6)])
+def test_bonus_token_source_is_exact(bonus_from, bonus_token):
+    """token_v3 at alpha 1 keeps every draft (pi = q); only the bonus token can differ."""
+    drafter, verifier = StubLM(lambda t: 5), StubLM(lambda t: 6)
+    out = generate(drafter, verifier, torch.tensor([[7, 8]]), rule="token_v3", alpha=1.0, gamma=4,
+                   max_new_tokens=10, bonus_from=bonus_from)
+    assert new_tokens(out, 0, 2) == [5, 5, 5, 5, bonus_token, 5, 5, 5, 5, bonus_token]
+    expected_drafter_calls = 2 * (4 if bonus_from == "verifier" else 5)
+    assert drafter.calls == expected_drafter_calls

@@ -1,0 +1,196 @@
+"""Learned deferral routers: small torch networks over `router/features.py` features.
+
+A router predicts, per position, the quality gap of keeping the drafter (paper.md section 3). It
+plugs into `router.decoding.generate` through the same `target(q, p, alpha, q_raw, p_raw)`
+interface as the plug-in rules:
+- cascade head: defer where the predicted gap exceeds `alpha * TV(p, q)`; `pi = (1 - r) q + r p`;
+- token head: score each candidate drafter token v (the position's features plus v's own
+  probabilities) and keep v where the predicted gap is at most `alpha`;
+  `pi = q 1[A] + p * q(outside A)`. Candidates are the drafter's top `token_candidates` tokens;
+  the rest of its mass (tiny at any usable temperature) defers.
+Export: `save_router(router, dir)` writes `model.safetensors` + `config.json`; `load_router(dir)`
+rebuilds it with torch alone. Importable without lightning or wandb.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from router.features import FEATURE_NAMES, token_features
+from router.records import SCHEMA_VERSION
+from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
+
+ARCHS = ("linear", "mlp", "gru")
+HEADS = ("cascade", "token")
+ROUTER_FORMAT = 1
+TOKEN_FEATURES = ("cand_q", "cand_p", "cand_log_ratio", "cand_is_p_argmax", "cand_is_q_argmax")
+
+
+class RouterError(ValueError):
+    """A router folder or router/data combination that cannot be used, with the fix."""
+
+
+@dataclass
+class RouterConfig:
+    """Architecture and provenance of a router; saved as config.json next to the weights."""
+
+    arch: str = "mlp"                  # linear | mlp | gru (over the last `window` positions)
+    head: str = "cascade"              # cascade | token
+    feature_names: list = field(default_factory=lambda: list(FEATURE_NAMES))
+    width: int = 64
+    depth: int = 2
+    window: int = 4                    # gru: positions of context, the current one included
+    token_candidates: int = 32         # token head: drafter tokens scored per position
+    schema_version: int = SCHEMA_VERSION
+    records_id: str = ""               # manifest id of the training records
+    alpha_grid: list = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    format: int = ROUTER_FORMAT
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise RouterError(f"unknown router arch {self.arch!r}; use one of {ARCHS}")
+        if self.head not in HEADS:
+            raise RouterError(f"unknown router head {self.head!r}; use one of {HEADS}")
+        if self.head == "token" and self.arch == "gru":
+            raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
+
+    @property
+    def input_dim(self) -> int:
+        return len(self.feature_names) + (len(TOKEN_FEATURES) if self.head == "token" else 0)
+
+
+class RouterNet(nn.Module):
+    """Features (N, D) -> predicted gap (N,); the gru arch takes (N, window, D)."""
+
+    def __init__(self, cfg: RouterConfig):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.input_dim
+        self.register_buffer("mean", torch.zeros(d))  # input standardisation, set from training data
+        self.register_buffer("std", torch.ones(d))
+        if cfg.arch == "linear":
+            self.body = nn.Linear(d, 1)
+        elif cfg.arch == "mlp":
+            layers, width_in = [], d
+            for _ in range(cfg.depth):
+                layers += [nn.Linear(width_in, cfg.width), nn.GELU()]
+                width_in = cfg.width
+            self.body = nn.Sequential(*layers, nn.Linear(width_in, 1))
+        else:
+            self.gru = nn.GRU(d, cfg.width, batch_first=True)
+            self.body = nn.Linear(cfg.width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = (x - self.mean) / self.std
+        if self.cfg.arch == "gru":
+            out, _ = self.gru(x)  # (N, window, width)
+            x = out[:, -1]
+        return self.body(x).squeeze(-1)
+
+
+def windows(feats: torch.Tensor, window: int) -> torch.Tensor:
+    """(..., T, D) -> (..., T, window, D): each position with its window-1 predecessors, zero-padded."""
+    pad = torch.zeros(*feats.shape[:-2], window - 1, feats.shape[-1], dtype=feats.dtype)
+    padded = torch.cat([pad, feats], -2)  # (..., T + window - 1, D)
+    return padded.unfold(-2, window, 1).transpose(-1, -2)
+
+
+def candidate_features(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """Token-level features (..., K, 5) of candidate ids cand (..., K)."""
+    qc, pc = q_raw.gather(-1, cand), p_raw.gather(-1, cand)
+    ratio = qc.clamp_min(1e-12).log() - pc.clamp_min(1e-12).log()
+    is_p = (cand == p_raw.argmax(-1, keepdim=True)).float()
+    is_q = (cand == q_raw.argmax(-1, keepdim=True)).float()
+    return torch.stack([qc, pc, ratio, is_p, is_q], -1)
+
+
+def check_feature_names(names, who: str) -> None:
+    """Refuse a router whose features are not the ones `router/features.py` computes."""
+    if list(names) != list(FEATURE_NAMES):
+        raise RouterError(f"router {who} was trained on features {list(names)}, this specroute computes "
+                          f"{list(FEATURE_NAMES)}: retrain it on records from this version")
+
+
+class LearnedRouter:
+    """A trained RouterNet behind the plug-in rules' `target` interface."""
+
+    def __init__(self, net: RouterNet, name: str = "router"):
+        self.net = net.eval()
+        self.cfg = net.cfg
+        self.name = name
+        check_feature_names(self.cfg.feature_names, name)
+
+    @torch.no_grad()
+    def score_positions(self, feats: torch.Tensor) -> torch.Tensor:
+        """Predicted gap (..., T) from position features (..., T, F), cascade head.
+
+        The gru arch sees each position with its predecessors inside the same call (the current
+        block while decoding), zero-padded before the first.
+        """
+        if self.cfg.arch == "gru":
+            flat = windows(feats, self.cfg.window).reshape(-1, self.cfg.window, feats.shape[-1])
+        else:
+            flat = feats.reshape(-1, feats.shape[-1])
+        return self.net(flat).reshape(feats.shape[:-1])
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None) -> torch.Tensor:
+        """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1."""
+        q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
+        if isinstance(alpha, float) and math.isnan(alpha):
+            raise ValueError("alpha is NaN")
+        feats = token_features(q_raw, p_raw)  # (..., F)
+        if self.cfg.head == "cascade":
+            gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
+            return cascade_mix(q, p, gap > alpha * tv_distance(p, q))
+        return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha))
+
+    @torch.no_grad()
+    def _keep_set(self, q, q_raw, p_raw, feats, alpha) -> torch.Tensor:
+        """Boolean keep set A (..., V): candidates whose predicted gap is at most alpha."""
+        k = min(self.cfg.token_candidates, q.shape[-1])
+        cand = q.topk(k, dim=-1).indices  # (..., K) the drafter tokens that can be drafted
+        x = torch.cat([feats[..., None, :].expand(*cand.shape, feats.shape[-1]),
+                       candidate_features(q_raw, p_raw, cand)], -1)  # (..., K, D)
+        gap = self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
+        keep = torch.zeros_like(q, dtype=torch.bool)
+        return keep.scatter(-1, cand, gap <= alpha)
+
+
+def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
+    """Write model.safetensors + config.json into folder; returns the folder."""
+    net = router.net if isinstance(router, LearnedRouter) else router
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(asdict(net.cfg), indent=2, default=str))
+    return folder
+
+
+def load_router(folder: str | Path) -> LearnedRouter:
+    """Rebuild a router saved by save_router (torch + safetensors only)."""
+    folder = Path(folder)
+    cfg_path, weights = folder / "config.json", folder / "model.safetensors"
+    if not cfg_path.exists() or not weights.exists():
+        raise RouterError(f"{folder} is not a router folder (needs config.json and model.safetensors): "
+                          f"train one with `specroute train`")
+    raw = json.loads(cfg_path.read_text())
+    if raw.get("format") != ROUTER_FORMAT or raw.get("schema_version") != SCHEMA_VERSION:
+        raise RouterError(f"{folder} holds a router of format {raw.get('format')} / record schema "
+                          f"{raw.get('schema_version')}; this specroute reads format {ROUTER_FORMAT} / schema "
+                          f"{SCHEMA_VERSION}: retrain it")
+    try:
+        cfg = RouterConfig(**raw)
+    except TypeError as err:
+        raise RouterError(f"{cfg_path} is not a router config this version understands: {err}") from None
+    check_feature_names(cfg.feature_names, folder.name)
+    net = RouterNet(cfg)
+    net.load_state_dict(load_file(str(weights)))
+    return LearnedRouter(net, name=folder.name)

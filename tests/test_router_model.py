@@ -1,0 +1,99 @@
+"""Learned routers: target() semantics, export/load round trip, plugging into generate, bad folders."""
+
+import json
+
+import pytest
+import torch
+
+from router.decoding import generate
+from router.model import (ARCHS, HEADS, LearnedRouter, RouterConfig, RouterError, RouterNet, load_router,
+                          save_router, windows)
+from router.tiny import tiny_pair
+
+
+def constant_router(head: str, value: float, arch: str = "linear") -> LearnedRouter:
+    """A router whose predicted gap is `value` everywhere."""
+    net = RouterNet(RouterConfig(arch=arch, head=head))
+    with torch.no_grad():
+        for prm in net.parameters():
+            prm.zero_()
+        last = net.body if arch != "mlp" else net.body[-1]
+        last.bias.fill_(value)
+    return LearnedRouter(net, "const")
+
+
+def dists(seed, shape=(2, 3, 40)):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 2).softmax(-1)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cascade_head_defers_where_gap_exceeds_alpha_tv(arch):
+    q, p = dists(1), dists(2)
+    assert torch.allclose(constant_router("cascade", 0.1, arch).target(q, p, 1.0), q)  # 0.1 <= 1.0 * TV
+    assert torch.allclose(constant_router("cascade", 5.0, arch).target(q, p, 1.0), p)  # 5 > TV always
+    pi = constant_router("cascade", 0.3, arch).target(q, p, 0.6)  # defer exactly where TV < 0.5
+    tv = (p - q).clamp_min(0).sum(-1)
+    assert torch.allclose(pi, torch.where((0.3 > 0.6 * tv)[..., None], p, q))
+
+
+def test_token_head_keeps_candidates_with_small_gap():
+    q, p = dists(3), dists(4)
+    keep_all = constant_router("token", -1.0).target(q, p, 0.0)
+    top = q.topk(32, -1).indices
+    kept_q = torch.zeros_like(q).scatter(-1, top, q.gather(-1, top))
+    assert torch.allclose(keep_all, kept_q + p * (1 - kept_q.sum(-1, keepdim=True)), atol=1e-6)
+    assert torch.allclose(constant_router("token", 1.0).target(q, p, 0.0), p, atol=1e-6)  # keeps nothing
+    assert torch.allclose(keep_all.sum(-1), torch.ones(2, 3))
+
+
+def test_windows_pad_and_order():
+    x = torch.arange(1, 4.0)[None, :, None]  # (1, T=3, D=1)
+    w = windows(x, 2)  # (1, 3, 2, 1)
+    assert w[0, :, :, 0].tolist() == [[0, 1], [1, 2], [2, 3]]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("head", HEADS)
+def test_export_load_round_trip_is_identical(tmp_path, arch, head):
+    if (arch, head) == ("gru", "token"):
+        with pytest.raises(RouterError, match="token head"):
+            RouterConfig(arch=arch, head=head)
+        return
+    torch.manual_seed(0)
+    net = RouterNet(RouterConfig(arch=arch, head=head, records_id="abc", alpha_grid=[0.1, 0.2]))
+    with torch.no_grad():
+        net.mean.uniform_(-1, 1)
+        net.std.uniform_(0.5, 2)
+    router = LearnedRouter(net)
+    loaded = load_router(save_router(router, tmp_path / "r"))
+    q, p = dists(5), dists(6)
+    assert torch.equal(router.target(q, p, 0.2), loaded.target(q, p, 0.2))
+    assert loaded.cfg.records_id == "abc" and loaded.cfg.alpha_grid == [0.1, 0.2]
+
+
+def test_loaded_router_drives_generate(tmp_path):
+    drafter, verifier, _ = tiny_pair(seed=2)
+    torch.manual_seed(1)
+    router = load_router(save_router(LearnedRouter(RouterNet(RouterConfig(arch="gru"))), tmp_path / "gru"))
+    ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
+    out = generate(drafter, verifier, ids, rule=router, alpha=0.5, gamma=4, temperature=1.0, max_new_tokens=16)
+    assert out.stats["rule"] == "gru" and out.stats["new_tokens"] > 0
+    never = generate(drafter, verifier, ids, rule=constant_router("cascade", -1.0), alpha=0.0, gamma=4,
+                     max_new_tokens=16)
+    assert never.stats["deferrals"] == 0  # a router that never defers is the drafter
+
+
+def test_bad_router_folders(tmp_path):
+    with pytest.raises(RouterError, match="not a router folder"):
+        load_router(tmp_path)
+    folder = save_router(RouterNet(RouterConfig()), tmp_path / "r")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "schema_version": 0}))
+    with pytest.raises(RouterError, match="schema 0"):
+        load_router(folder)
+    (folder / "config.json").write_text(json.dumps({**cfg, "feature_names": ["q_max"]}))
+    with pytest.raises(RouterError, match="trained on features"):
+        load_router(folder)
+    with pytest.raises(RouterError, match="unknown router arch"):
+        RouterConfig(arch="transformer")
