@@ -173,7 +173,8 @@ def _report(results, pair, args) -> None:
     meta = {"pair": pair, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
             "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count()}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"\n{pair}; {args.prompts} {'random' if 'tiny' in pair else 'GSM8K'} prompts x {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
+    kind = "random" if "tiny" in pair else "GSM8K"
+    print(f"\n{pair}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
           f"{torch.get_num_threads()} threads")
     print(f"{'method':<24}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
     for r in results:

@@ -5,7 +5,7 @@ import torch
 
 from conftest import StubLM, left_padded, tiny_qwen
 from router.tiny import tiny_pair
-from router.decoding import (FROM_DRAFTER, FROM_VERIFIER, PADDING, generate, generate_autoregressive,
+from router.decoding import (FROM_DRAFTER, PADDING, generate, generate_autoregressive,
                              generate_sequence_cascade, generate_token_cascade)
 
 PROMPTS = [[5, 17, 33, 41, 8], [9, 3], [11, 12, 13, 14, 15, 16, 17, 18]]
