@@ -151,7 +151,7 @@ def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float,
     Takes gamma drafter forwards; the last draft is left pending (not yet fed), because its
     forward only pays off when some row accepts every draft (see `_block_end`).
     """
-    raws, scaled, tokens = [], [], []
+    raws, scaled, tokens, hidden = [], [], [], []
     for j in range(gamma):
         logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
         raw, q = process_logits(logits[:, -1], temperature, top_p)  # (B, V) each
@@ -159,12 +159,23 @@ def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float,
         raws.append(raw)
         scaled.append(q)
         tokens.append(x)
+        if drafter.want_hidden:
+            hidden.append(drafter.last_hidden[:, -1])  # (B, H) where q was computed
         layout.append(x[:, None])
-    return torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1)
+    drafter_hidden = torch.stack(hidden, 1) if hidden else None  # (B, gamma, H)
+    return torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1), drafter_hidden
+
+
+def _hidden_kwargs(rule, drafter_hidden, verifier_hidden) -> dict:
+    """Extra target() arguments for routers that read hidden states (plug-in rules get none)."""
+    wanted = tuple(getattr(rule, "hidden_inputs", ()) or ())
+    if not wanted:
+        return {}
+    return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden}}
 
 
 def _block_end(rule, alpha, drafter: CachedModel, layout: Layout, q, pi, p_raw, p, n_acc, temperature, top_p,
-               bonus_from: str):
+               bonus_from: str, verifier_hidden=None):
     """(q, pi) (B, V) where each row's block ends: its first rejected draft, or the bonus position.
 
     The bonus position needs q there (one more drafter forward) only when some row accepted every
@@ -184,7 +195,8 @@ def _block_end(rule, alpha, drafter: CachedModel, layout: Layout, q, pi, p_raw, 
     else:
         bq_raw, bq = process_logits(drafter.feed(layout, layout.length, keep=1), temperature, top_p)  # (B, 1, V)
         bonus_q = bq[:, 0]
-        bonus_pi = rule.target(bq, p[:, g:], alpha, q_raw=bq_raw, p_raw=p_raw[:, g:])[:, 0]
+        hidden = _hidden_kwargs(rule, drafter.last_hidden, None if verifier_hidden is None else verifier_hidden[:, g:])
+        bonus_pi = rule.target(bq, p[:, g:], alpha, q_raw=bq_raw, p_raw=p_raw[:, g:], **hidden)[:, 0]
     return torch.where(full[:, None], bonus_q, q_n), torch.where(full[:, None], bonus_pi, pi_n)
 
 
@@ -213,17 +225,22 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
                  drafts_evaluated=0, rejections=0, deferrals=0, expected_rejections=0.0)
     layout = Layout(input_ids, attention_mask)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
+    wanted = tuple(getattr(rule, "hidden_inputs", ()) or ())  # learned routers may read hidden states
+    d.want_hidden, v.want_hidden = "drafter" in wanted, "verifier" in wanted
     active = list(range(input_ids.shape[0]))
     with torch.inference_mode():
         while active:
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             g = max(1, min(gamma, remaining - 1))  # no drafts past the length limit
             start = layout.length
-            drafts, q_raw, q = _draft(d, layout, g, temperature, top_p, gen)  # (B, g), (B, g, V) x2
+            drafts, q_raw, q, d_hidden = _draft(d, layout, g, temperature, top_p, gen)  # (B, g), (B, g, V) x2
             p_raw, p = process_logits(v.feed(layout, layout.length, keep=g + 1), temperature, top_p)
-            pi = rule.target(q, p[:, :g], alpha, q_raw=q_raw, p_raw=p_raw[:, :g])  # (B, g, V)
+            v_hidden = v.last_hidden if v.want_hidden else None  # (B, g+1, H)
+            hidden = _hidden_kwargs(rule, d_hidden, None if v_hidden is None else v_hidden[:, :g])
+            pi = rule.target(q, p[:, :g], alpha, q_raw=q_raw, p_raw=p_raw[:, :g], **hidden)  # (B, g, V)
             n_acc = accept_drafts(drafts, q, pi, gen)  # (B,)
-            q_n, pi_n = _block_end(rule, alpha, d, layout, q, pi, p_raw, p, n_acc, temperature, top_p, bonus_from)
+            q_n, pi_n = _block_end(rule, alpha, d, layout, q, pi, p_raw, p, n_acc, temperature, top_p, bonus_from,
+                                   v_hidden)
             nxt = next_after(q_n, pi_n, n_acc < g, gen)
             _record_block(stats, rows, active, drafts, n_acc, nxt, tv_distance(q, pi), g)
             layout.keep_first(start, n_acc)

@@ -84,6 +84,8 @@ class CachedModel:
         self.forwards = 0  # forward calls
         self.row_forwards = 0  # forward calls weighted by the rows they served
         self.seconds = 0.0  # wall time inside forward calls
+        self.want_hidden = False  # keep the last layer's hidden states of each feed (learned routers)
+        self.last_hidden = None  # (B, keep, H) of the latest feed when want_hidden
 
     def feed(self, layout: Layout, upto: int, keep: int) -> torch.Tensor:
         """Run the columns [n_cached, upto) and return logits (B, keep, V) of the last `keep`."""
@@ -95,7 +97,10 @@ class CachedModel:
             use_cache=True,
             logits_to_keep=keep,
             **{self._cache_arg: self.cache},
+            **({"output_hidden_states": True} if self.want_hidden else {}),
         )
+        if self.want_hidden:  # the final (normed) layer, as data_gen records it
+            self.last_hidden = out.hidden_states[-1][:, -keep:].float()
         self.cache = getattr(out, "cache", None) or out.past_key_values
         self.n_cached = upto
         self.forwards += 1

@@ -9,7 +9,9 @@ interface as the plug-in rules:
   `pi = q 1[A] + p * q(outside A)`. Candidates are the drafter's top `token_candidates` tokens;
   the rest of its mass (tiny at any usable temperature) defers.
 Export: `save_router(router, dir)` writes `model.safetensors` + `config.json`; `load_router(dir)`
-rebuilds it with torch alone. Importable without lightning or wandb.
+rebuilds it with torch alone. Importable without lightning or wandb. A router may also read the
+drafter's and/or verifier's last hidden state (`hidden_inputs`); `generate` then asks the models
+for them and passes them to `target(..., hidden=...)`.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class RouterConfig:
     depth: int = 2
     window: int = 4                    # gru: positions of context, the current one included
     token_candidates: int = 32         # token head: drafter tokens scored per position
+    hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier": append that model's last hidden state
+    hidden_sizes: dict = field(default_factory=dict)   # their widths, e.g. {"verifier": 1536}
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""               # manifest id of the training records
     alpha_grid: list = field(default_factory=list)
@@ -59,12 +63,21 @@ class RouterConfig:
             raise RouterError(f"unknown router arch {self.arch!r}; use one of {ARCHS}")
         if self.head not in HEADS:
             raise RouterError(f"unknown router head {self.head!r}; use one of {HEADS}")
+        for role in self.hidden_inputs:
+            if role not in ("drafter", "verifier") or not self.hidden_sizes.get(role):
+                raise RouterError(f"hidden_inputs must name 'drafter'/'verifier' with a size in hidden_sizes; "
+                                  f"got {self.hidden_inputs} with sizes {self.hidden_sizes}")
         if self.head == "token" and self.arch == "gru":
             raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
 
     @property
+    def position_dim(self) -> int:
+        """Width of the per-position input: features, then hidden states in hidden_inputs order."""
+        return len(self.feature_names) + sum(self.hidden_sizes[r] for r in self.hidden_inputs)
+
+    @property
     def input_dim(self) -> int:
-        return len(self.feature_names) + (len(TOKEN_FEATURES) if self.head == "token" else 0)
+        return self.position_dim + (len(TOKEN_FEATURES) if self.head == "token" else 0)
 
 
 class RouterNet(nn.Module):
@@ -126,11 +139,26 @@ class LearnedRouter:
         self.net = net.eval()
         self.cfg = net.cfg
         self.name = name
+        self.hidden_inputs = tuple(self.cfg.hidden_inputs)  # generate() supplies these hidden states
         check_feature_names(self.cfg.feature_names, name)
+
+    def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None) -> torch.Tensor:
+        """Per-position router input (..., D): token_features, then the requested hidden states."""
+        parts = [token_features(q_raw, p_raw)]
+        for role in self.hidden_inputs:
+            h = (hidden or {}).get(role)
+            if h is None:
+                raise RouterError(f"router {self.name} reads the {role}'s hidden state: pass hidden={{'{role}': "
+                                  f"tensor (..., {self.cfg.hidden_sizes[role]})}} (generate() does this itself)")
+            if h.shape[-1] != self.cfg.hidden_sizes[role]:
+                raise RouterError(f"router {self.name} expects {role} hidden size {self.cfg.hidden_sizes[role]}, "
+                                  f"got {h.shape[-1]}: it was trained for another model pair")
+            parts.append(h.float())
+        return torch.cat(parts, -1)
 
     @torch.no_grad()
     def score_positions(self, feats: torch.Tensor) -> torch.Tensor:
-        """Predicted gap (..., T) from position features (..., T, F), cascade head.
+        """Predicted gap (..., T) from position inputs (..., T, D), cascade head.
 
         The gru arch sees each position with its predecessors inside the same call (the current
         block while decoding), zero-padded before the first.
@@ -141,12 +169,13 @@ class LearnedRouter:
             flat = feats.reshape(-1, feats.shape[-1])
         return self.net(flat).reshape(feats.shape[:-1])
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None) -> torch.Tensor:
-        """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1."""
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden: dict | None = None) -> torch.Tensor:
+        """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
+        hidden maps 'drafter'/'verifier' to last hidden states (..., H) when the router reads them."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         if isinstance(alpha, float) and math.isnan(alpha):
             raise ValueError("alpha is NaN")
-        feats = token_features(q_raw, p_raw)  # (..., F)
+        feats = self.position_inputs(q_raw, p_raw, hidden)  # (..., D)
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
             return cascade_mix(q, p, gap > alpha * tv_distance(p, q))

@@ -97,3 +97,33 @@ def test_bad_router_folders(tmp_path):
         load_router(folder)
     with pytest.raises(RouterError, match="unknown router arch"):
         RouterConfig(arch="transformer")
+
+
+class SpyRouter(LearnedRouter):
+    """Records the hidden-state shapes generate() hands over."""
+
+    def __init__(self, net):
+        super().__init__(net, "spy")
+        self.seen = []
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden=None):
+        self.seen.append({k: tuple(v.shape) for k, v in (hidden or {}).items() if v is not None})
+        return super().target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, hidden=hidden)
+
+
+def test_hidden_state_routers_get_hidden_states_from_generate(tmp_path):
+    drafter, verifier, _ = tiny_pair(seed=2)
+    size = verifier.config.hidden_size
+    cfg = RouterConfig(arch="mlp", hidden_inputs=["drafter", "verifier"], hidden_sizes={"drafter": size,
+                                                                                      "verifier": size})
+    router = SpyRouter(load_router(save_router(RouterNet(cfg), tmp_path / "h")).net)
+    ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
+    out = generate(drafter, verifier, ids, rule=router, alpha=0.2, gamma=3, max_new_tokens=12)
+    assert out.stats["new_tokens"] > 0 and router.seen
+    for shapes in router.seen:
+        assert shapes["verifier"][-1] == size and shapes["drafter"][-1] == size
+        assert shapes["verifier"][:-1] == shapes["drafter"][:-1]  # aligned with the positions of q and p
+    with pytest.raises(RouterError, match="reads the drafter's hidden state"):
+        router.target(dists(1, (2, 259)), dists(2, (2, 259)), 0.2)
+    with pytest.raises(RouterError, match="hidden_inputs"):
+        RouterConfig(hidden_inputs=["verifier"])
