@@ -45,6 +45,7 @@ class GenConfig:
     drafter: str = "embedded:drafter"      # model spec (hub id, folder, .gguf, embedded:*, tiny:*)
     verifier: str = "embedded:verifier"
     dtype: str = "bfloat16"
+    device: str = "cpu"                    # cpu, cuda, cuda:1, ...
     chat: bool = False                     # prompt = chat template around the bare question
     max_examples: int | None = None        # first N examples of the task (None = all)
     split_fractions: list = field(default_factory=lambda: [0.7, 0.15, 0.15])  # train/validation/test
@@ -120,7 +121,7 @@ class Recorder:
     def __init__(self, cfg: GenConfig, drafter=None, verifier=None, tokenizer=None):
         self.cfg = cfg
         if drafter is None:
-            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, getattr(torch, cfg.dtype))
+            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, getattr(torch, cfg.dtype), cfg.device)
         self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
         self.vocab = check_pair(drafter, verifier)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -169,6 +170,8 @@ class Recorder:
     def rollouts(self, batch: list[Example], prompts: list[list[int]]) -> list[list[int]]:
         """Drafter samples for a batch of prompts (seeded by the batch's first example)."""
         ids, mask = left_pad(prompts, self.pad_id)
+        device = next(self.drafter.parameters()).device
+        ids, mask = ids.to(device), mask.to(device)
         out = generate_autoregressive(self.drafter, ids, temperature=self.cfg.rollout_temperature,
                                       max_new_tokens=self.cfg.rollout_max_new_tokens, attention_mask=mask,
                                       seed=example_seed(self.cfg.seed, batch[0].example_id, "rollout"),

@@ -35,6 +35,8 @@ def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list
     """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode)."""
     seqs = [p + c for p, c in zip(prompts, continuations)]
     ids, mask = left_pad(seqs, pad_id)
+    device = next(drafter.parameters()).device
+    ids, mask = ids.to(device), mask.to(device)
     layout = Layout(ids, mask)
     keep = max(len(c) for c in continuations) + 1  # the logit before the first continuation token too
     with torch.inference_mode():
@@ -46,9 +48,9 @@ def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list
             sel = slice(keep - n - 1, keep - 1)  # logits predicting each continuation token, (n, V)
             row = position_stats(q_logits[b, sel], p_logits[b, sel], torch.tensor(cont), top_k, draft_seeds[b])
             if q_hidden is not None:
-                row["drafter_hidden"] = q_hidden[b, sel].to(torch.float16).numpy()
+                row["drafter_hidden"] = q_hidden[b, sel].to(torch.float16).cpu().numpy()
             if p_hidden is not None:
-                row["verifier_hidden"] = p_hidden[b, sel].to(torch.float16).numpy()
+                row["verifier_hidden"] = p_hidden[b, sel].to(torch.float16).cpu().numpy()
             rows.append(row)
     return rows
 
@@ -74,8 +76,8 @@ def position_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch
                    seed: int) -> dict:
     """Record columns for n positions from full logits (n, V) and the trajectory tokens (n,)."""
     gen = torch.Generator().manual_seed(seed)
-    parts = [_chunk_stats(q_logits[i: i + CHUNK].float(), p_logits[i: i + CHUNK].float(), tokens[i: i + CHUNK],
-                          top_k, gen) for i in range(0, len(tokens), CHUNK)]
+    parts = [_chunk_stats(q_logits[i: i + CHUNK].float().cpu(), p_logits[i: i + CHUNK].float().cpu(),
+                          tokens[i: i + CHUNK], top_k, gen) for i in range(0, len(tokens), CHUNK)]
     out = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
     out["position"] = np.arange(len(tokens), dtype=np.int32)
     return out

@@ -33,6 +33,7 @@ def _generate_parser(sub) -> None:
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     g.add_argument("--compare", action="store_true", help="also decode with the verifier alone and report the speed-up")
     g.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     g.add_argument("--output", default="runs/generate/latest.json", help="where to write the JSON result")
 
 
@@ -101,9 +102,10 @@ def cmd_generate(args) -> int:
         if not lo <= args.alpha <= hi:
             raise SystemExit(f"error: --alpha {args.alpha} is outside {rule.name}'s range [{lo}, {hi}]")
     t0 = time.perf_counter()
-    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, getattr(torch, args.dtype))
+    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, getattr(torch, args.dtype), args.device)
     load_s = time.perf_counter() - t0
     enc = _encode(tokenizer, args.prompt, args.chat)
+    enc.input_ids, enc.attention_mask = enc.input_ids.to(args.device), enc.attention_mask.to(args.device)
     out = generate(drafter, verifier, enc.input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                    seed=args.seed, attention_mask=enc.attention_mask)

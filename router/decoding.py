@@ -184,7 +184,7 @@ def _block_end(rule, alpha, drafter: CachedModel, layout: Layout, q, pi, p_raw, 
     cost). q at a bonus position only matters for rejected rows, so p stands in for it there.
     """
     g = q.shape[1]
-    rows = torch.arange(q.shape[0])
+    rows = torch.arange(q.shape[0], device=q.device)
     stop = n_acc.clamp_max(g - 1)
     q_n, pi_n = q[rows, stop], pi[rows, stop]  # (B, V)
     full = n_acc == g

@@ -111,7 +111,7 @@ class RouterNet(nn.Module):
 
 def windows(feats: torch.Tensor, window: int) -> torch.Tensor:
     """(..., T, D) -> (..., T, window, D): each position with its window-1 predecessors, zero-padded."""
-    pad = torch.zeros(*feats.shape[:-2], window - 1, feats.shape[-1], dtype=feats.dtype)
+    pad = torch.zeros(*feats.shape[:-2], window - 1, feats.shape[-1], dtype=feats.dtype, device=feats.device)
     padded = torch.cat([pad, feats], -2)  # (..., T + window - 1, D)
     return padded.unfold(-2, window, 1).transpose(-1, -2)
 

@@ -219,7 +219,8 @@ def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
             raise ValueError("the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models")
         from router.tiny import tiny_pair
 
-        return tiny_pair()
+        d_model, v_model, tok = tiny_pair()
+        return d_model.to(device), v_model.to(device), tok
     d_model, d_tok = load_model(drafter, dtype, device)
     v_model, v_tok = load_model(verifier, dtype, device)
     check_same_tokenizer(d_tok, v_tok)
