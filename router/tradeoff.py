@@ -1,0 +1,110 @@
+"""Offline quality-vs-rejection trade-off of cascade-form deferral, exact from recorded scalars.
+
+For a cascade decision r at a position with gold token y (temperature 1), pi = (1 - r) q + r p, so
+  expected quality   pi(y)     = q(y) + r (p(y) - q(y))        (probability of the gold token)
+  greedy top-1       [argmax pi = y] = r ? [argmax p = y] : [argmax q = y]
+  rejection rate     TV(q, pi) = r TV(p, q)                    (paper.md, Lemma 3)
+Every cascade method defers where a per-position *defer score* exceeds a threshold (chow:
+1 - max q; diff: max p - max q; opt: (max p - max q) / TV; a learned router: predicted gap / TV;
+the oracle, which knows y: (p(y) - q(y)) / TV), so its whole alpha sweep is one sort. Shared by
+train (validation areas) and eval (offline curves); needs only numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+TV_FLOOR = 1e-12  # positions where p == q cost nothing to defer; their ratio scores become +inf/-inf
+
+
+@dataclass
+class Curve:
+    """Points of a trade-off curve, rejection rate ascending (drafter end first)."""
+
+    rejection: np.ndarray  # (P,) mean r * TV over positions
+    quality: np.ndarray    # (P,) mean quality over positions
+    deferral: np.ndarray   # (P,) fraction of positions deferred
+
+
+def _ratio(numerator: np.ndarray, tv: np.ndarray) -> np.ndarray:
+    """numerator / TV, with TV = 0 mapped to +-inf by the numerator's sign (defer for free or never)."""
+    out = np.where(tv > TV_FLOOR, numerator / np.maximum(tv, TV_FLOOR), np.sign(numerator) * np.inf)
+    return np.nan_to_num(out, nan=-np.inf)
+
+
+def defer_scores(method: str, q_max, p_max, tv, q_gold=None, p_gold=None, learned=None) -> np.ndarray:
+    """Per-position defer score of a cascade method: larger defers first."""
+    if method == "chow":
+        return 1.0 - np.asarray(q_max)
+    if method == "diff":
+        return np.asarray(p_max) - np.asarray(q_max)
+    if method == "opt":
+        return _ratio(np.asarray(p_max) - np.asarray(q_max), np.asarray(tv))
+    if method == "oracle":
+        return _ratio(np.asarray(p_gold) - np.asarray(q_gold), np.asarray(tv))
+    if method == "learned":
+        return _ratio(np.asarray(learned), np.asarray(tv))
+    raise KeyError(f"unknown cascade method {method!r}; use chow, diff, opt, oracle or learned")
+
+
+def curve(scores: np.ndarray, tv: np.ndarray, q_quality: np.ndarray, p_quality: np.ndarray) -> Curve:
+    """The full threshold sweep of 'defer iff score > t': one point per distinct score, plus none."""
+    scores, tv = np.asarray(scores, dtype=np.float64), np.asarray(tv, dtype=np.float64)
+    q_quality, p_quality = np.asarray(q_quality, dtype=np.float64), np.asarray(p_quality, dtype=np.float64)
+    n = len(scores)
+    order = np.argsort(-scores, kind="stable")
+    s = scores[order]
+    cost = np.cumsum(tv[order]) / n
+    gain = np.cumsum((p_quality - q_quality)[order]) / n
+    last_of_group = np.r_[s[1:] != s[:-1], True]  # ties defer together (decisions are strict)
+    base = q_quality.mean()
+    rejection = np.r_[0.0, cost[last_of_group]]
+    quality = np.r_[base, base + gain[last_of_group]]
+    deferral = np.r_[0.0, (np.nonzero(last_of_group)[0] + 1) / n]
+    return Curve(rejection, quality, deferral)
+
+
+def random_curve(tv, q_quality, p_quality, points: int = 11) -> Curve:
+    """Deferring a random fraction rho of positions: the straight line from drafter to verifier."""
+    rho = np.linspace(0, 1, points)
+    return Curve(rho * np.mean(tv), np.mean(q_quality) + rho * (np.mean(p_quality) - np.mean(q_quality)), rho)
+
+
+def area(c: Curve, up_to: float) -> float:
+    """Area between the curve and the drafter's quality line over rejection rates [0, up_to].
+
+    Beyond its last point a curve stays at its last quality (that method cannot spend more).
+    """
+    x = np.r_[c.rejection[c.rejection <= up_to], up_to]
+    y = np.interp(x, c.rejection, c.quality)
+    return float(np.trapezoid(y - c.quality[0], x))
+
+
+def normalised_area(c: Curve, oracle: Curve) -> float:
+    """Area relative to the oracle's over the oracle's rejection range: 0 = drafter, 1 = oracle."""
+    span = float(oracle.rejection[-1])
+    best = area(oracle, span)
+    return area(c, span) / best if best > 0 else 0.0
+
+
+def quality_at(c: Curve, rejection: float) -> float:
+    """Best quality the curve reaches at no more than this rejection rate."""
+    reachable = c.quality[c.rejection <= rejection + 1e-12]
+    return float(reachable.max()) if len(reachable) else float(c.quality[0])
+
+
+def at_threshold(scores, threshold: float, tv, q_quality, p_quality) -> tuple[float, float]:
+    """(rejection rate, quality) of 'defer iff score > threshold', e.g. one alpha of a rule."""
+    r = np.asarray(scores) > threshold
+    gain = np.where(r, np.asarray(p_quality) - np.asarray(q_quality), 0.0)
+    return float(np.mean(np.where(r, tv, 0.0))), float(np.mean(q_quality) + np.mean(gain))
+
+
+def oracle_bound(oracle: Curve, rejection: float) -> float:
+    """Upper bound on the quality of any deferral set within this rejection rate: the oracle's
+    curve interpolated up to its best point (the fractional-knapsack frontier), flat after it."""
+    best = int(np.argmax(oracle.quality))
+    x, y = oracle.rejection[: best + 1], oracle.quality[: best + 1]
+    return float(np.interp(min(rejection, x[-1]), x, y))

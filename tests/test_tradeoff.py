@@ -1,0 +1,61 @@
+"""Offline trade-off curves: agreement with the rules' own targets, endpoints, the oracle bound."""
+
+import numpy as np
+import pytest
+import torch
+
+from router.rules import get_rule, tv_distance
+from router.tradeoff import (at_threshold, curve, defer_scores, normalised_area, oracle_bound, quality_at,
+                             random_curve)
+
+
+@pytest.fixture(scope="module")
+def positions():
+    """Full distributions at 3000 positions (V = 12) with a sampled gold token, and their scalars."""
+    g = torch.Generator().manual_seed(0)
+    q = (torch.randn(3000, 12, generator=g) * 2).softmax(-1)
+    p = (torch.randn(3000, 12, generator=g) * 2.5).softmax(-1)
+    y = torch.multinomial(p, 1, generator=g).squeeze(-1)  # the verifier is the better model
+    rows = torch.arange(3000)
+    s = dict(q=q, p=p, y=y, q_max=q.amax(-1).numpy(), p_max=p.amax(-1).numpy(),
+             tv=tv_distance(p, q).numpy(), q_gold=q[rows, y].numpy(), p_gold=p[rows, y].numpy())
+    return s
+
+
+@pytest.mark.parametrize("name,alphas", [("chow", [0.2, 0.5, 0.8]), ("diff", [-0.2, 0.0, 0.3]),
+                                         ("opt", [-1.0, 0.0, 0.5, 2.0])])
+def test_threshold_points_equal_the_rules_targets(positions, name, alphas):
+    s = positions
+    scores = defer_scores(name, s["q_max"], s["p_max"], s["tv"])
+    for alpha in alphas:
+        pi = get_rule(name).target(s["q"], s["p"], alpha)
+        quality = pi[torch.arange(3000), s["y"]].mean().item()
+        rejection = tv_distance(s["q"], pi).mean().item()
+        rej, qual = at_threshold(scores, alpha, s["tv"], s["q_gold"], s["p_gold"])
+        assert rej == pytest.approx(rejection, abs=1e-6) and qual == pytest.approx(quality, abs=1e-6)
+
+
+def test_curve_endpoints_are_drafter_and_lossless(positions):
+    s = positions
+    c = curve(defer_scores("opt", s["q_max"], s["p_max"], s["tv"]), s["tv"], s["q_gold"], s["p_gold"])
+    assert c.rejection[0] == 0 and c.quality[0] == pytest.approx(s["q_gold"].mean())
+    assert c.rejection[-1] == pytest.approx(s["tv"].mean()) and c.quality[-1] == pytest.approx(s["p_gold"].mean())
+    assert np.all(np.diff(c.rejection) >= -1e-12)
+
+
+def test_oracle_is_never_beaten_and_areas_are_normalised(positions):
+    s = positions
+    args = (s["tv"], s["q_gold"], s["p_gold"])
+    oracle = curve(defer_scores("oracle", s["q_max"], s["p_max"], s["tv"], s["q_gold"], s["p_gold"]), *args)
+    g = np.random.default_rng(1)
+    methods = {name: curve(defer_scores(name, s["q_max"], s["p_max"], s["tv"]), *args) for name in ("chow", "diff", "opt")}
+    methods["noise"] = curve(defer_scores("learned", s["q_max"], s["p_max"], s["tv"], learned=g.normal(size=3000)), *args)
+    for name, c in methods.items():
+        for rej, qual in zip(c.rejection, c.quality):
+            assert qual <= oracle_bound(oracle, rej) + 1e-9, name
+        assert normalised_area(c, oracle) <= 1 + 1e-9
+    assert normalised_area(oracle, oracle) == pytest.approx(1.0)
+    assert normalised_area(methods["opt"], oracle) > normalised_area(random_curve(*args), oracle)
+    assert quality_at(oracle, 0.0) == pytest.approx(s["q_gold"].mean())
+    with pytest.raises(KeyError, match="unknown cascade method"):
+        defer_scores("token_v3", s["q_max"], s["p_max"], s["tv"])
