@@ -2,6 +2,7 @@
 
   specroute generate --prompt "..."   decode with a speculative cascade, marking who wrote what
   specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
+  specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
   specroute rules                     list the deferral rules and their alpha ranges
 """
 
@@ -47,7 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--config", help="YAML config, e.g. configs/gen/gsm8k.yaml")
     gen.add_argument("--overwrite", action="store_true", help="redo a complete or partial output folder")
     gen.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_examples=50 batch_size=8")
+    train = sub.add_parser("train", help="fit a deferral router on record folders (train)")
+    train.add_argument("--config", help="YAML config, e.g. configs/train/mlp.yaml")
+    train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
     return parser
+
+
+def cmd_train(args) -> int:
+    from router.config import load_config
+    from train.run import TrainConfig, run_train
+
+    run_train(load_config(TrainConfig, args.config, list(args.overrides)))
+    return 0
 
 
 def cmd_gen(args) -> int:
@@ -151,7 +163,7 @@ def cmd_rules(_args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen}
+    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train}
     try:
         return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:

@@ -1,0 +1,113 @@
+"""train: a synthetic separable rule is recovered; export/load; W&B offline; bad input."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from router import cli
+from router.features import FEATURE_NAMES
+from router.model import load_router
+from router.records import RecordsError, rows_to_table, write_manifest, write_shard
+from train.run import TrainConfig, run_train
+from train.targets import labels
+
+
+def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all_positive=False):
+    """Records whose gap is set by feature 0: deferring pays exactly where it exceeds 0.5."""
+    g = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for split, lo, hi in (("train", 0, 40), ("validation", 40, 50), ("test", 50, n_examples)):
+        n = (hi - lo) * positions
+        feats = g.uniform(0, 1, (n, len(FEATURE_NAMES))).astype(np.float32)
+        helps = (feats[:, 0] > 0.5) | all_positive
+        q_tok = np.where(helps, 0.2, 0.6).astype(np.float32) + g.uniform(0, 0.05, n).astype(np.float32)
+        p_tok = np.where(helps, 0.7, 0.4).astype(np.float32)
+        cols = {"example_id": [f"ex{lo + i // positions}" for i in range(n)], "task": ["syn"] * n,
+                "split": [split] * n, "mode": ["gold"] * n, "position": np.tile(np.arange(positions), hi - lo),
+                "token": np.zeros(n, np.int32), "draft_token": np.zeros(n, np.int32),
+                "q_tail": np.zeros(n), "p_tail": np.zeros(n), "q_max": np.full(n, 0.6), "p_max": np.full(n, 0.7),
+                "q_entropy": np.ones(n), "p_entropy": np.ones(n), "tv": np.full(n, 0.3), "kl": np.ones(n),
+                "q_token": q_tok, "p_token": p_tok, "q_argmax": np.zeros(n, np.int32), "p_argmax": np.zeros(n, np.int32),
+                "q_topk_ids": np.zeros((n, 2), np.int32), "q_topk_logprobs": np.zeros((n, 2)),
+                "p_topk_ids": np.zeros((n, 2), np.int32), "p_topk_logprobs": np.zeros((n, 2)), "features": feats}
+        if hidden:
+            cols["verifier_hidden"] = g.normal(size=(n, hidden)).astype(np.float16)
+        name = f"{split}-00000.arrow"
+        write_shard(folder, name, rows_to_table(cols))
+        shards.append({"file": name, "split": split, "rows": n})
+    write_manifest(folder, {"shards": shards, "feature_names": list(FEATURE_NAMES),
+                            "hidden_states": "verifier" if hidden else "none"})
+    return folder
+
+
+def test_labels_match_paper_definitions():
+    cols = {"q_token": [0.2, 0.5], "p_token": [0.6, 0.5], "token": [3, 4], "q_argmax": [3, 1], "p_argmax": [2, 4]}
+    assert np.allclose(labels(cols, "expected_01_gap"), [0.4, 0.0])
+    assert np.allclose(labels(cols, "logloss_gap"), [np.log(3), 0.0])
+    assert np.allclose(labels(cols, "greedy_01_gap"), [-1.0, 1.0])
+    with pytest.raises(KeyError, match="unknown target"):
+        labels(cols, "bleu")
+
+
+@pytest.mark.parametrize("arch", ["linear", "mlp", "gru"])
+def test_router_recovers_a_separable_rule(tmp_path, arch):
+    rec = synthetic_records(tmp_path / "rec")
+    cfg = TrainConfig(records=[str(rec)], arch=arch, max_epochs=8, batch_size=128, lr=3e-3, baselines=arch == "mlp",
+                      output=str(tmp_path / arch))
+    metrics = run_train(cfg)
+    assert metrics["router"]["auc"] > 0.95
+    assert metrics["router"]["area"] > 0.9  # near the oracle on this rule
+    router = load_router(tmp_path / arch)
+    assert router.cfg.metrics["router"]["auc"] == pytest.approx(metrics["router"]["auc"])
+    assert (tmp_path / arch / "tradeoff.csv").exists() and (tmp_path / arch / "metrics.json").exists()
+    if arch == "mlp":
+        assert metrics["baselines"]["gradient_boosting"]["auc"] > 0.95
+    q = torch.full((1, 2, 6), 1 / 6)
+    p = torch.tensor([0.5, 0.1, 0.1, 0.1, 0.1, 0.1]).expand(1, 2, 6)
+    assert torch.allclose(router.target(q, p, 0.0).sum(-1), torch.ones(1, 2))
+
+
+def test_hidden_state_router_and_wandb_offline(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rec = synthetic_records(tmp_path / "rec", hidden=8)
+    cfg = TrainConfig(records=[str(rec)], hidden_inputs=["verifier"], max_epochs=2, batch_size=256,
+                      logger="wandb", output=str(tmp_path / "h"))
+    run_train(cfg)
+    router = load_router(tmp_path / "h")
+    assert router.cfg.hidden_sizes == {"verifier": 8}
+    runs = list((tmp_path / "h" / "wandb").glob("offline-run-*"))
+    assert runs, "W&B offline run directory missing"
+    log = next(runs[0].glob("*.wandb")).read_bytes()  # the offline run's record stream
+    for logged in (b"hidden_inputs", b"val_area", b"val_auc", b"train_loss", b"tradeoff"):
+        assert logged in log, logged  # the config keys, the metrics and the trade-off table
+    assert list(runs[0].glob("files/media/table/*.json"))
+    assert (tmp_path / "h" / "logs").exists()  # CSV logs are always written
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(RecordsError, match="no manifest.json|does not exist"):
+        run_train(TrainConfig(records=[str(tmp_path / "none")], output=str(tmp_path / "x")))
+    rec = synthetic_records(tmp_path / "rec")
+    with pytest.raises(RecordsError, match="no verifier hidden states"):
+        run_train(TrainConfig(records=[str(rec)], hidden_inputs=["verifier"], output=str(tmp_path / "x")))
+    manifest = json.loads((rec / "manifest.json").read_text())
+    (rec / "manifest.json").write_text(json.dumps({**manifest, "feature_names": ["q_max"]}))
+    with pytest.raises(RecordsError, match="recorded with features"):
+        run_train(TrainConfig(records=[str(rec)], output=str(tmp_path / "x")))
+
+
+def test_degenerate_labels_warn_and_still_export(tmp_path):
+    rec = synthetic_records(tmp_path / "rec", all_positive=True)
+    with pytest.warns(UserWarning, match="one side of 0"):
+        run_train(TrainConfig(records=[str(rec)], max_epochs=1, baselines=True, output=str(tmp_path / "d")))
+    assert load_router(tmp_path / "d").cfg.arch == "mlp"
+
+
+def test_cli_train(tmp_path, capsys):
+    rec = synthetic_records(tmp_path / "rec")
+    assert cli.main(["train", f"records=[{rec}]", "max_epochs=1", f"output={tmp_path / 'c'}"]) == 0
+    assert "best plug-in area" in capsys.readouterr().out

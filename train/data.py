@@ -1,0 +1,104 @@
+"""Router training data over record folders: small columns in RAM, hidden states memory-mapped.
+
+Per row the router input is the feature vector (plus, when asked, the drafter's/verifier's hidden
+state, read batch by batch from the memory-mapped Arrow shards, never copied whole into RAM);
+the GRU arch gets each row with its window-1 predecessors of the same trajectory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from router.records import RecordsError, load_records, read_manifest
+from router.features import FEATURE_NAMES
+from train.targets import labels
+
+AUX = ("q_token", "p_token", "tv", "q_max", "p_max")  # what the validation metrics need
+
+
+class RecordSplit:
+    """One split of one or more record folders, concatenated."""
+
+    def __init__(self, folders: list[str], split: str, mode: str, target: str, hidden_inputs: list[str],
+                 window: int = 1, max_rows: int | None = None):
+        import datasets
+
+        parts = []
+        for folder in folders:
+            manifest = read_manifest(folder)
+            if manifest["feature_names"] != list(FEATURE_NAMES):
+                raise RecordsError(f"{folder} was recorded with features {manifest['feature_names']}, this "
+                                   f"specroute uses {list(FEATURE_NAMES)}: re-record it")
+            for role in hidden_inputs:
+                if manifest["hidden_states"] not in (role, "both"):
+                    raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
+                                       f"{manifest['hidden_states']}): re-record with hidden_states={role} or both")
+            try:
+                parts.append(load_records(folder, split=split, mode=mode))
+            except RecordsError:
+                continue  # this folder has no rows of that split
+        if not parts:
+            raise RecordsError(f"no {split} rows in mode {mode} in {folders}")
+        ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+        if max_rows is not None and len(ds) > max_rows:
+            ds = ds.select(range(max_rows))
+        self.ds = ds.with_format("numpy")
+        small = self.ds.select_columns(["features", "example_id", "mode", "position", "token", "q_argmax",
+                                        "p_argmax", *AUX])[:]
+        self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
+        self.y = labels(small, target)  # (N,)
+        self.aux = {k: np.asarray(small[k], dtype=np.float64) for k in AUX}
+        self.hidden_inputs = list(hidden_inputs)
+        self.window = window
+        # rows of one trajectory (example + mode) are stored consecutively, in position order
+        self.traj_key = np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str))
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def hidden(self, idx: np.ndarray) -> np.ndarray | None:
+        """(len(idx), H) concatenated hidden states of the given rows, read from the shards."""
+        if not self.hidden_inputs:
+            return None
+        order = np.argsort(idx)  # sorted reads are sequential on the memory map
+        got = self.ds[idx[order].tolist()]
+        parts = [np.asarray(got[f"{role}_hidden"], dtype=np.float32) for role in self.hidden_inputs]
+        out = np.concatenate(parts, -1)
+        return out[np.argsort(order)]
+
+    def inputs(self, idx: np.ndarray) -> np.ndarray:
+        """Position inputs (len(idx), D): features then hidden states."""
+        h = self.hidden(idx)
+        return self.features[idx] if h is None else np.concatenate([self.features[idx], h], -1)
+
+
+class BatchIterable(torch.utils.data.IterableDataset):
+    """Shuffled (or ordered) batches of (x, y, idx) over a RecordSplit."""
+
+    def __init__(self, data: RecordSplit, batch_size: int, shuffle: bool, seed: int, windowed: bool):
+        super().__init__()
+        self.data, self.batch_size, self.shuffle, self.seed, self.windowed = data, batch_size, shuffle, seed, windowed
+        self.epoch = 0
+
+    def __iter__(self):
+        n = len(self.data)
+        order = np.random.default_rng(self.seed + self.epoch).permutation(n) if self.shuffle else np.arange(n)
+        self.epoch += 1
+        for start in range(0, n, self.batch_size):
+            idx = order[start: start + self.batch_size]
+            x = window_inputs(self.data, idx) if self.windowed else self.data.inputs(idx)
+            yield torch.from_numpy(x), torch.from_numpy(self.data.y[idx]), torch.from_numpy(idx)
+
+
+def window_inputs(data: RecordSplit, idx: np.ndarray) -> np.ndarray:
+    """(len(idx), window, D): each row with its predecessors in the same trajectory, zero-padded."""
+    key, w = data.traj_key, data.window
+    cand = idx[:, None] - np.arange(w - 1, -1, -1)[None]  # (n, w) oldest first
+    valid = cand >= 0
+    safe = np.where(valid, cand, 0)
+    valid &= key[safe] == key[idx][:, None]
+    flat = data.inputs(np.unique(safe))
+    lookup = {r: i for i, r in enumerate(np.unique(safe))}
+    out = flat[[lookup[r] for r in safe.reshape(-1)]].reshape(len(idx), w, -1)
+    return np.where(valid[..., None], out, 0.0).astype(np.float32)

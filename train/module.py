@@ -1,0 +1,63 @@
+"""LightningModule wrapping a RouterNet: losses, optimiser, and per-epoch validation metrics."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from router.model import RouterConfig, RouterNet
+from train.metrics import router_metrics
+
+LOSSES = ("mse", "cost_sensitive")
+
+
+class RouterModule(L.LightningModule):
+    """Fits RouterNet to per-token gaps: squared error on the gap, or cost-sensitive classification
+    (defer iff gap > 0, each row weighted by |gap|: mistakes cost what they lose)."""
+
+    def __init__(self, router: dict, loss: str = "mse", lr: float = 1e-3, weight_decay: float = 0.0,
+                 val_aux: dict | None = None, val_gap: np.ndarray | None = None):
+        super().__init__()
+        if loss not in LOSSES:
+            raise ValueError(f"unknown loss {loss!r}; use one of {LOSSES}")
+        self.save_hyperparameters(ignore=["val_aux", "val_gap"])
+        self.net = RouterNet(RouterConfig(**router))
+        self.loss_name, self.lr, self.weight_decay = loss, lr, weight_decay
+        self.val_aux, self.val_gap = val_aux, val_gap
+        self._val_preds: list[torch.Tensor] = []
+        self._val_idx: list[torch.Tensor] = []
+
+    def _loss(self, pred: torch.Tensor, gap: torch.Tensor) -> torch.Tensor:
+        if self.loss_name == "mse":
+            return F.mse_loss(pred, gap)
+        weight = gap.abs()
+        return (F.binary_cross_entropy_with_logits(pred, (gap > 0).float(), reduction="none") * weight).sum() / \
+            weight.sum().clamp_min(1e-8)
+
+    def training_step(self, batch, _):
+        x, gap, _idx = batch
+        loss = self._loss(self.net(x), gap)
+        self.log("train_loss", loss, prog_bar=True, batch_size=len(gap))
+        return loss
+
+    def validation_step(self, batch, _):
+        x, gap, idx = batch
+        pred = self.net(x)
+        self.log("val_loss", self._loss(pred, gap), prog_bar=True, batch_size=len(gap))
+        self._val_preds.append(pred.detach().cpu())
+        self._val_idx.append(idx.cpu())
+
+    def on_validation_epoch_end(self):
+        if not self._val_preds or self.val_aux is None:
+            return
+        idx = torch.cat(self._val_idx).numpy()
+        pred = np.zeros(len(self.val_gap), dtype=np.float64)
+        pred[idx] = torch.cat(self._val_preds).double().numpy()
+        self._val_preds, self._val_idx = [], []
+        metrics = router_metrics(pred, self.val_gap, self.val_aux, regression=self.loss_name == "mse")
+        self.log_dict({f"val_{k}": float(v) for k, v in metrics.items()}, prog_bar=True)
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)

@@ -1,0 +1,183 @@
+"""`specroute train`: fit a router on record folders, log to CSV (and W&B), export it.
+
+Writes into `output`: model.safetensors + config.json (the router, loadable with torch alone),
+metrics.json (router, sklearn baselines, plug-in rules), tradeoff.csv, train_config.json, and
+Lightning's CSV logs and checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from router.config import config_to_dict
+from router.features import FEATURE_NAMES
+from router.model import LearnedRouter, RouterConfig, save_router
+from router.records import manifest_id, read_manifest
+from router.report import summary_table, write_json
+from train.data import BatchIterable, RecordSplit
+from train.metrics import plugin_areas, router_metrics, tradeoff_table
+from train.module import RouterModule
+
+
+@dataclass
+class TrainConfig:
+    """What to train. Every field can be set in YAML or as a `key=value` override."""
+
+    records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # record folders
+    mode: str = "gold"                 # which recorded trajectories to learn from
+    arch: str = "mlp"                  # linear | mlp | gru
+    width: int = 64
+    depth: int = 2
+    window: int = 4                    # gru context
+    hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]
+    target: str = "expected_01_gap"    # logloss_gap | expected_01_gap | greedy_01_gap
+    loss: str = "mse"                  # mse | cost_sensitive
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 1024
+    max_epochs: int = 20
+    patience: int = 4                  # early stopping on val_area
+    seed: int = 0
+    max_train_rows: int | None = None
+    logger: str = "csv"                # csv | wandb (CSV logs are always written)
+    wandb_project: str = "specroute"
+    accelerator: str = "cpu"           # cpu | gpu | auto
+    devices: int = 1
+    strategy: str = "auto"
+    baselines: bool = True             # sklearn logistic regression + gradient boosting
+    alpha_grid: list = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
+    output: str = "runs/routers/mlp"
+
+
+def _hidden_sizes(cfg: TrainConfig) -> dict:
+    sizes = {}
+    for role in cfg.hidden_inputs:
+        split = RecordSplit(cfg.records[:1], "train", cfg.mode, cfg.target, [role], max_rows=1)
+        sizes[role] = int(split.hidden(np.array([0])).shape[-1])
+    return sizes
+
+
+def _loggers(cfg: TrainConfig, out: Path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    loggers = [CSVLogger(str(out), name="logs")]
+    if cfg.logger == "wandb":
+        from lightning.pytorch.loggers import WandbLogger
+
+        offline = not os.environ.get("WANDB_API_KEY")
+        if offline:
+            print("[specroute] no WANDB_API_KEY: W&B runs offline into wandb/ (upload later with `wandb sync`)")
+        loggers.append(WandbLogger(project=cfg.wandb_project, save_dir=str(out), offline=offline,
+                                   config=config_to_dict(cfg), log_model=False))
+    elif cfg.logger != "csv":
+        raise ValueError(f"logger must be csv or wandb, got {cfg.logger!r}")
+    return loggers
+
+
+def run_train(cfg: TrainConfig) -> dict:
+    import lightning as L
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    L.seed_everything(cfg.seed, verbose=False)
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "train_config.json", config_to_dict(cfg))
+    window = cfg.window if cfg.arch == "gru" else 1
+    train = RecordSplit(cfg.records, "train", cfg.mode, cfg.target, cfg.hidden_inputs, window, cfg.max_train_rows)
+    val = RecordSplit(cfg.records, "validation", cfg.mode, cfg.target, cfg.hidden_inputs, window)
+    if len(np.unique(train.y > 0)) < 2:
+        warnings.warn("every training label falls on one side of 0 (no position where deferring pays, or all do): "
+                      "the router will be trivial; record more or other data")
+    router_cfg = RouterConfig(arch=cfg.arch, width=cfg.width, depth=cfg.depth, window=cfg.window,
+                              hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
+                              records_id=",".join(manifest_id(read_manifest(f)) for f in cfg.records),
+                              alpha_grid=list(cfg.alpha_grid))
+    module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val.aux, val.y)
+    _standardise(module, train, window > 1)
+    windowed = window > 1
+    loaders = [torch.utils.data.DataLoader(BatchIterable(d, cfg.batch_size, shuffle, cfg.seed, windowed),
+                                           batch_size=None) for d, shuffle in ((train, True), (val, False))]
+    ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
+    trainer = L.Trainer(max_epochs=cfg.max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
+                        strategy=cfg.strategy, logger=_loggers(cfg, out), num_sanity_val_steps=0,
+                        callbacks=[ckpt, EarlyStopping(monitor="val_area", mode="max", patience=cfg.patience)],
+                        enable_model_summary=False, log_every_n_steps=10)
+    trainer.fit(module, *loaders)
+    if ckpt.best_model_path:
+        module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
+    return _finish(cfg, module, train, val, trainer, out)
+
+
+def _standardise(module: RouterModule, train: RecordSplit, windowed: bool) -> None:
+    """Set the network's input mean/std from (a sample of) the training rows."""
+    idx = np.random.default_rng(0).permutation(len(train))[:20000]
+    x = train.inputs(np.sort(idx))
+    module.net.mean.copy_(torch.from_numpy(x.mean(0)))
+    module.net.std.copy_(torch.from_numpy(x.std(0) + 1e-6))
+
+
+def _predict(net, data: RecordSplit, windowed: bool, batch: int = 4096) -> np.ndarray:
+    it = BatchIterable(data, batch, shuffle=False, seed=0, windowed=windowed)
+    with torch.no_grad():
+        return np.concatenate([net.eval()(x).double().numpy() for x, _, _ in it])
+
+
+def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
+    windowed = cfg.arch == "gru"
+    pred = _predict(module.net, val, windowed)
+    metrics = {"router": router_metrics(pred, val.y, val.aux, regression=cfg.loss == "mse"),
+               "plugins": plugin_areas(val.aux), "epochs": trainer.current_epoch,
+               "train_rows": len(train), "val_rows": len(val)}
+    if cfg.baselines and not cfg.hidden_inputs and not windowed:
+        from train.baselines import sklearn_baselines
+
+        metrics["baselines"] = sklearn_baselines(train, val, cfg.seed)
+    module.net.cfg.metrics = metrics
+    save_router(LearnedRouter(module.net, name=out.name), out)
+    write_json(out / "metrics.json", metrics)
+    table = tradeoff_table(pred, val.aux)
+    with open(out / "tradeoff.csv", "w") as f:
+        f.write("method,rejection,quality\n" + "".join(f"{r['method']},{r['rejection']},{r['quality']}\n" for r in table))
+    _log_wandb(trainer, table, out)
+    print_train_summary(cfg, metrics)
+    return metrics
+
+
+def _log_wandb(trainer, table: list[dict], out: Path) -> None:
+    """Curve as a W&B table + plot and the exported router as an artifact (when W&B is on)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger):
+            import wandb
+
+            run = logger.experiment
+            wb_table = wandb.Table(columns=["method", "rejection", "quality"],
+                                   data=[[r["method"], r["rejection"], r["quality"]] for r in table])
+            run.log({"tradeoff": wb_table,
+                     "tradeoff_plot": wandb.plot.scatter(wb_table, "rejection", "quality", title="quality vs rejection")})
+            artifact = wandb.Artifact(f"router-{out.name}", type="router")
+            artifact.add_file(str(out / "model.safetensors"))
+            artifact.add_file(str(out / "config.json"))
+            run.log_artifact(artifact)
+            run.finish()
+
+
+def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
+    r, pl = metrics["router"], metrics["plugins"]
+    rows = [("router", f"{cfg.arch} on {len(FEATURE_NAMES)} features" + (f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else "")),
+            ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
+            ("val area (0 drafter, 1 oracle)", f"{r['area']:.4f}"),
+            ("best plug-in area", f"{pl['best_plugin']:.4f} (chow {pl['chow']:.4f}, diff {pl['diff']:.4f}, opt {pl['opt']:.4f})"),
+            ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),
+            ("val calibration error", f"{r['calibration']:.4f}")]
+    for name, b in metrics.get("baselines", {}).items():
+        rows.append((f"sklearn {name} area", f"{b['area']:.4f}"))
+    print("\n" + summary_table(rows) + f"\n  router written to {cfg.output}")

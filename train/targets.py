@@ -1,0 +1,26 @@
+"""Per-token router labels from records (paper.md section 3): the quality gap of keeping the drafter.
+
+gap > 0 means the verifier is better at that position (deferring pays). `y` is the trajectory's
+next token (the gold token in gold mode).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap")
+EPS = 1e-12
+
+
+def labels(cols: dict, target: str) -> np.ndarray:
+    """Gap per row from record columns q_token, p_token, q_argmax, p_argmax, token."""
+    q_y, p_y = np.asarray(cols["q_token"], np.float64), np.asarray(cols["p_token"], np.float64)
+    if target == "logloss_gap":  # E[-log q] - E[-log p] with one sample of y
+        return (np.log(np.maximum(p_y, EPS)) - np.log(np.maximum(q_y, EPS))).astype(np.float32)
+    if target == "expected_01_gap":  # (1 - q(y)) - (1 - p(y))
+        return (p_y - q_y).astype(np.float32)
+    if target == "greedy_01_gap":
+        y = np.asarray(cols["token"])
+        return ((np.asarray(cols["q_argmax"]) != y).astype(np.float32)
+                - (np.asarray(cols["p_argmax"]) != y).astype(np.float32))
+    raise KeyError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
