@@ -7,7 +7,6 @@ Lightning's CSV logs and checkpoints.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -100,7 +99,7 @@ def run_train(cfg: TrainConfig) -> dict:
                               records_id=",".join(manifest_id(read_manifest(f)) for f in cfg.records),
                               alpha_grid=list(cfg.alpha_grid))
     module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val.aux, val.y)
-    _standardise(module, train, window > 1)
+    _standardise(module, train)
     windowed = window > 1
     loaders = [torch.utils.data.DataLoader(BatchIterable(d, cfg.batch_size, shuffle, cfg.seed, windowed),
                                            batch_size=None) for d, shuffle in ((train, True), (val, False))]
@@ -115,7 +114,7 @@ def run_train(cfg: TrainConfig) -> dict:
     return _finish(cfg, module, train, val, trainer, out)
 
 
-def _standardise(module: RouterModule, train: RecordSplit, windowed: bool) -> None:
+def _standardise(module: RouterModule, train: RecordSplit) -> None:
     """Set the network's input mean/std from (a sample of) the training rows."""
     idx = np.random.default_rng(0).permutation(len(train))[:20000]
     x = train.inputs(np.sort(idx))
