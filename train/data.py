@@ -98,7 +98,6 @@ def window_inputs(data: RecordSplit, idx: np.ndarray) -> np.ndarray:
     valid = cand >= 0
     safe = np.where(valid, cand, 0)
     valid &= key[safe] == key[idx][:, None]
-    flat = data.inputs(np.unique(safe))
-    lookup = {r: i for i, r in enumerate(np.unique(safe))}
-    out = flat[[lookup[r] for r in safe.reshape(-1)]].reshape(len(idx), w, -1)
+    rows, where = np.unique(safe, return_inverse=True)  # read each needed row once
+    out = data.inputs(rows)[where.reshape(-1)].reshape(len(idx), w, -1)
     return np.where(valid[..., None], out, 0.0).astype(np.float32)
