@@ -166,10 +166,14 @@ def _draft(drafter: CachedModel, layout: Layout, gamma: int, temperature: float,
     return torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1), drafter_hidden
 
 
+def _wanted_hidden(rule) -> tuple:
+    """Which models' hidden states a rule reads (learned routers may; plug-in rules never do)."""
+    return tuple(getattr(rule, "hidden_inputs", ()) or ())
+
+
 def _hidden_kwargs(rule, drafter_hidden, verifier_hidden) -> dict:
     """Extra target() arguments for routers that read hidden states (plug-in rules get none)."""
-    wanted = tuple(getattr(rule, "hidden_inputs", ()) or ())
-    if not wanted:
+    if not _wanted_hidden(rule):
         return {}
     return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden}}
 
@@ -225,7 +229,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
                  drafts_evaluated=0, rejections=0, deferrals=0, expected_rejections=0.0)
     layout = Layout(input_ids, attention_mask)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
-    wanted = tuple(getattr(rule, "hidden_inputs", ()) or ())  # learned routers may read hidden states
+    wanted = _wanted_hidden(rule)
     d.want_hidden, v.want_hidden = "drafter" in wanted, "verifier" in wanted
     active = list(range(input_ids.shape[0]))
     with torch.inference_mode():
