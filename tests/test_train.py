@@ -1,6 +1,7 @@
 """train: a synthetic separable rule is recovered; export/load; W&B offline; bad input."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -70,6 +71,16 @@ def test_router_recovers_a_separable_rule(tmp_path, arch):
     assert torch.allclose(router.target(q, p, 0.0).sum(-1), torch.ones(1, 2))
 
 
+def _wandb_stream(run_dir, wanted, timeout_s: float = 60.0) -> bytes:
+    """The offline run's record stream; wandb-core flushes it from its own process shortly after finish()."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        log = b"".join(f.read_bytes() for f in run_dir.glob("*.wandb"))
+        if all(w in log for w in wanted) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.2)
+
+
 def test_hidden_state_router_and_wandb_offline(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -81,8 +92,9 @@ def test_hidden_state_router_and_wandb_offline(tmp_path, monkeypatch):
     assert router.cfg.hidden_sizes == {"verifier": 8}
     runs = list((tmp_path / "h" / "wandb").glob("offline-run-*"))
     assert runs, "W&B offline run directory missing"
-    log = next(runs[0].glob("*.wandb")).read_bytes()  # the offline run's record stream
-    for logged in (b"hidden_inputs", b"val_area", b"val_auc", b"train_loss", b"tradeoff"):
+    wanted = (b"hidden_inputs", b"val_area", b"val_auc", b"train_loss", b"tradeoff")
+    log = _wandb_stream(runs[0], wanted)
+    for logged in wanted:
         assert logged in log, logged  # the config keys, the metrics and the trade-off table
     assert list(runs[0].glob("files/media/table/*.json"))
     assert (tmp_path / "h" / "logs").exists()  # CSV logs are always written
