@@ -96,6 +96,7 @@ def _chunk_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.T
         "draft_token": sample_rows(q, gen).int().numpy(),
         "q_topk_ids": q_ids, "q_topk_logprobs": q_lp, "q_tail": q_tail,
         "p_topk_ids": p_ids, "p_topk_logprobs": p_lp, "p_tail": p_tail,
+        "p_at_q_topk_logprobs": p.gather(-1, torch.from_numpy(q_ids).long()).clamp_min(1e-30).log().numpy(),
         "q_max": col["q_max"], "p_max": col["p_max"], "q_entropy": col["q_entropy"], "p_entropy": col["p_entropy"],
         "tv": col["tv"], "kl": col["kl_pq"],
         "q_token": q.gather(-1, at).squeeze(-1).numpy(), "p_token": p.gather(-1, at).squeeze(-1).numpy(),

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's candidates, for token routers)
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation", "test")
 
@@ -32,6 +32,7 @@ SCALAR_COLUMNS: dict[str, pa.DataType] = {
 LIST_COLUMNS: dict[str, pa.DataType] = {
     "q_topk_ids": pa.int32(), "q_topk_logprobs": pa.float32(),
     "p_topk_ids": pa.int32(), "p_topk_logprobs": pa.float32(),
+    "p_at_q_topk_logprobs": pa.float32(),  # log p of each q_topk_ids token: token-form rules and routers
     "features": pa.float32(),
 }
 OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {"drafter_hidden": pa.float16(), "verifier_hidden": pa.float16()}
@@ -132,5 +133,7 @@ def load_records(folder: str | Path, split: str | None = None, mode: str | None 
     parts = [datasets.Dataset.from_file(str(Path(folder) / s["file"])) for s in shards]
     ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
     if mode is not None:
-        ds = ds.filter(lambda m: m == mode, input_columns="mode")
+        # an index selection, not ds.filter: filter would write cache files into the record folder
+        modes = np.asarray(ds.data.column("mode").to_numpy(zero_copy_only=False))
+        ds = ds.select(np.nonzero(modes == mode)[0])
     return ds

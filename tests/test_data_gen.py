@@ -128,6 +128,9 @@ def test_scalars_match_unbatched_full_logits(qa_file, tmp_path):
     np.testing.assert_allclose(rows["p_entropy"], -(p * p.log()).sum(-1).numpy(), rtol=1e-4)
     assert rows["q_argmax"] == q.argmax(-1).tolist() and rows["p_argmax"] == p.argmax(-1).tolist()
     np.testing.assert_allclose(np.asarray(rows["features"]), token_features(q, p).numpy(), rtol=1e-4, atol=1e-5)
+    q_ids = torch.as_tensor(np.asarray(rows["q_topk_ids"])).long()  # (n, k) the drafter's candidates
+    np.testing.assert_allclose(np.exp(np.asarray(rows["p_at_q_topk_logprobs"])), p.gather(-1, q_ids).numpy(),
+                               rtol=1e-4, atol=1e-6)
 
 
 def test_complete_folder_is_a_noop_and_changed_config_is_refused(qa_file, tmp_path, capsys):

@@ -33,7 +33,8 @@ def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all
                 "q_entropy": np.ones(n), "p_entropy": np.ones(n), "tv": np.full(n, 0.3), "kl": np.ones(n),
                 "q_token": q_tok, "p_token": p_tok, "q_argmax": np.zeros(n, np.int32), "p_argmax": np.zeros(n, np.int32),
                 "q_topk_ids": np.zeros((n, 2), np.int32), "q_topk_logprobs": np.zeros((n, 2)),
-                "p_topk_ids": np.zeros((n, 2), np.int32), "p_topk_logprobs": np.zeros((n, 2)), "features": feats}
+                "p_topk_ids": np.zeros((n, 2), np.int32), "p_topk_logprobs": np.zeros((n, 2)),
+                "p_at_q_topk_logprobs": np.zeros((n, 2)), "features": feats}
         if hidden:
             cols["verifier_hidden"] = g.normal(size=(n, hidden)).astype(np.float16)
         name = f"{split}-00000.arrow"
