@@ -1,6 +1,6 @@
 """Per-position features of the drafter (q) and verifier (p) distributions.
 
-One function, `token_features`, is used both when recording (data_gen) and when decoding (a
+One function, `token_features` (and `candidate_features` for token-form routers), is used both when recording (data_gen) and when decoding (a
 learned router inside `router.decoding.generate`), so a router sees the same features offline and
 online. Features use the raw (temperature-1) distributions only: they do not change with the
 decoding temperature, and both models' distributions exist at decision time because the verifier
@@ -23,6 +23,9 @@ FEATURE_NAMES: tuple[str, ...] = (
     "p_max_minus_q_max",
 )
 EPS = 1e-12
+# token-form routers score each drafter candidate v with the position's features plus these
+CANDIDATE_FEATURE_NAMES: tuple[str, ...] = ("cand_q", "cand_p", "cand_log_ratio", "cand_is_p_argmax",
+                                            "cand_is_q_argmax")
 
 
 def entropy(x: torch.Tensor) -> torch.Tensor:
@@ -59,3 +62,11 @@ def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
         "p_max_minus_q_max": p_max - q_max,
     }
     return torch.stack([feats[name] for name in FEATURE_NAMES], -1)
+
+
+def candidate_features(cand_q: torch.Tensor, cand_p: torch.Tensor, is_p_argmax: torch.Tensor,
+                       is_q_argmax: torch.Tensor) -> torch.Tensor:
+    """Per-candidate features (..., K, 5) from each candidate's raw q and p (..., K) and whether it is
+    either model's argmax (..., K); the same call serves records (top-k columns) and decoding."""
+    ratio = cand_q.clamp_min(EPS).log() - cand_p.clamp_min(EPS).log()
+    return torch.stack([cand_q, cand_p, ratio, is_p_argmax.float(), is_q_argmax.float()], -1)

@@ -25,14 +25,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from router.features import FEATURE_NAMES, token_features
+from router.features import CANDIDATE_FEATURE_NAMES, FEATURE_NAMES, candidate_features, token_features
 from router.records import SCHEMA_VERSION
 from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
 
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token")
 ROUTER_FORMAT = 1
-TOKEN_FEATURES = ("cand_q", "cand_p", "cand_log_ratio", "cand_is_p_argmax", "cand_is_q_argmax")
 
 
 class RouterError(ValueError):
@@ -77,7 +76,7 @@ class RouterConfig:
 
     @property
     def input_dim(self) -> int:
-        return self.position_dim + (len(TOKEN_FEATURES) if self.head == "token" else 0)
+        return self.position_dim + (len(CANDIDATE_FEATURE_NAMES) if self.head == "token" else 0)
 
 
 class RouterNet(nn.Module):
@@ -116,13 +115,11 @@ def windows(feats: torch.Tensor, window: int) -> torch.Tensor:
     return padded.unfold(-2, window, 1).transpose(-1, -2)
 
 
-def candidate_features(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-    """Token-level features (..., K, 5) of candidate ids cand (..., K)."""
-    qc, pc = q_raw.gather(-1, cand), p_raw.gather(-1, cand)
-    ratio = qc.clamp_min(1e-12).log() - pc.clamp_min(1e-12).log()
-    is_p = (cand == p_raw.argmax(-1, keepdim=True)).float()
-    is_q = (cand == q_raw.argmax(-1, keepdim=True)).float()
-    return torch.stack([qc, pc, ratio, is_p, is_q], -1)
+def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
+    """Candidate features (..., K, 5) of ids cand (..., K) from full raw distributions (..., V)."""
+    is_p = cand == p_raw.argmax(-1, keepdim=True)
+    is_q = cand == q_raw.argmax(-1, keepdim=True)
+    return candidate_features(q_raw.gather(-1, cand), p_raw.gather(-1, cand), is_p, is_q)
 
 
 def check_feature_names(names, who: str) -> None:
@@ -187,7 +184,7 @@ class LearnedRouter:
         k = min(self.cfg.token_candidates, q.shape[-1])
         cand = q.topk(k, dim=-1).indices  # (..., K) the drafter tokens that can be drafted
         x = torch.cat([feats[..., None, :].expand(*cand.shape, feats.shape[-1]),
-                       candidate_features(q_raw, p_raw, cand)], -1)  # (..., K, D)
+                       candidates_of(q_raw, p_raw, cand)], -1)  # (..., K, D)
         gap = self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
         keep = torch.zeros_like(q, dtype=torch.bool)
         return keep.scatter(-1, cand, gap <= alpha)

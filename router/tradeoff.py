@@ -8,6 +8,15 @@ Every cascade method defers where a per-position *defer score* exceeds a thresho
 1 - max q; diff: max p - max q; opt: (max p - max q) / TV; a learned router: predicted gap / TV;
 the oracle, which knows y: (p(y) - q(y)) / TV), so its whole alpha sweep is one sort. Shared by
 train (validation areas) and eval (offline curves); needs only numpy.
+
+Token-form methods (token_v1/v2/v3, token-head routers) keep a set A of drafter tokens:
+pi = q 1[A] + eta p with eta = q(outside A). From the recorded top-k candidates of q (their q and p
+probabilities) `token_curve` gives, per threshold, pi(y) = q(y) 1[y in A] + eta p(y) and
+TV(q, pi) = sum over v not in A of max(0, q(v) - eta p(v)). Tokens outside the top-k are always
+deferred (as in decoding, where a token router scores only its candidates); their rejection term is
+taken as max(0, q_rest - eta p_rest) over the rest's total masses, a lower bound that is exact when
+the rest is one token and negligible when q's tail is small. The sweep's last point keeps every
+token: the drafter itself.
 """
 
 from __future__ import annotations
@@ -108,3 +117,64 @@ def oracle_bound(oracle: Curve, rejection: float) -> float:
     best = int(np.argmax(oracle.quality))
     x, y = oracle.rejection[: best + 1], oracle.quality[: best + 1]
     return float(np.interp(min(rejection, x[-1]), x, y))
+
+
+TOKEN_METHODS = ("token_v1", "token_v2", "token_v3")
+
+
+@dataclass
+class Candidates:
+    """The drafter's top-k tokens at N positions, for token-form curves."""
+
+    q: np.ndarray        # (N, K) q of each candidate
+    p: np.ndarray        # (N, K) p of each candidate
+    is_gold: np.ndarray  # (N, K) bool: the candidate is the gold token y
+    is_p_argmax: np.ndarray  # (N, K) bool: the candidate is argmax p
+    q_gold: np.ndarray   # (N,) q(y)
+    p_gold: np.ndarray   # (N,) p(y)
+    p_max: np.ndarray    # (N,) max p
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Token-form oracle gap (N, K) per candidate v: 1[v != y] - (1 - p(y)) (paper.md section 3)."""
+        return (~self.is_gold).astype(np.float64) - (1.0 - self.p_gold[:, None])
+
+
+def token_scores(method: str, cand: Candidates, learned: np.ndarray | None = None) -> np.ndarray:
+    """Per-candidate scores (N, K): the rule keeps v iff score <= alpha (paper.md token table)."""
+    if method == "token_v1":
+        return cand.p_max[:, None] - cand.q
+    if method == "token_v2":
+        return cand.p_max[:, None] - cand.p
+    if method == "token_v3":
+        return 1.0 - cand.p / np.maximum(cand.p_max[:, None], TV_FLOOR)
+    if method == "oracle_token":
+        return cand.labels
+    if method == "learned":
+        return np.asarray(learned, dtype=np.float64)
+    raise KeyError(f"unknown token method {method!r}; use {', '.join(TOKEN_METHODS)}, oracle_token or learned")
+
+
+def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float]:
+    """(rejection, quality, deferral) of keep sets (N, K) of candidates; the rest of q defers."""
+    q, p = cand.q, cand.p
+    eta = 1.0 - (q * keep).sum(-1)  # (N,) drafter mass outside A: the chance a draft is deferred
+    q_rest = np.maximum(0.0, 1.0 - q.sum(-1))
+    p_rest = np.maximum(0.0, 1.0 - p.sum(-1))
+    rejected = np.where(keep, 0.0, np.maximum(0.0, q - eta[:, None] * p)).sum(-1) + \
+        np.maximum(0.0, q_rest - eta * p_rest)
+    gold_kept = (keep & cand.is_gold).any(-1)
+    quality = np.where(gold_kept, cand.q_gold, 0.0) + eta * cand.p_gold
+    return float(rejected.mean()), float(quality.mean()), float(eta.mean())
+
+
+def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128) -> Curve:
+    """The sweep of 'keep v iff score <= t' over `points` score quantiles, plus keep-everything
+    (the drafter) and keep-nothing; points sorted by rejection rate."""
+    scores = np.asarray(scores, dtype=np.float64)
+    finite = scores[np.isfinite(scores)]
+    grid = np.unique(np.quantile(finite, np.linspace(0, 1, points))) if finite.size else np.zeros(0)
+    pts = [(0.0, float(cand.q_gold.mean()), 0.0)]  # alpha = +inf keeps every token, the tail included
+    pts += [token_point(scores <= t, cand) for t in (-np.inf, *grid)]
+    rej, qual, dfr = (np.array(v) for v in zip(*sorted(pts)))
+    return Curve(rej, qual, dfr)

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from router.rules import get_rule, tv_distance
-from router.tradeoff import (at_threshold, curve, defer_scores, normalised_area, oracle_bound, quality_at,
-                             random_curve)
+from router.rules import get_rule, token_mix, tv_distance
+from router.tradeoff import (Candidates, at_threshold, curve, defer_scores, normalised_area, oracle_bound,
+                             quality_at, random_curve, token_curve, token_point, token_scores)
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +59,55 @@ def test_oracle_is_never_beaten_and_areas_are_normalised(positions):
     assert quality_at(oracle, 0.0) == pytest.approx(s["q_gold"].mean())
     with pytest.raises(KeyError, match="unknown cascade method"):
         defer_scores("token_v3", s["q_max"], s["p_max"], s["tv"])
+
+
+def _candidates(s, k):
+    """The top-k drafter candidates of the fixture's positions as a tradeoff.Candidates."""
+    q, p = s["q"].double(), s["p"].double()
+    ids = q.argsort(-1, descending=True)[:, :k]  # (N, k), column 0 = argmax q
+    return ids, Candidates(q=q.gather(-1, ids).numpy(), p=p.gather(-1, ids).numpy(),
+                           is_gold=(ids == s["y"][:, None]).numpy(),
+                           is_p_argmax=(ids == p.argmax(-1, keepdim=True)).numpy(),
+                           q_gold=s["q_gold"].astype(np.float64), p_gold=s["p_gold"].astype(np.float64),
+                           p_max=s["p_max"].astype(np.float64))
+
+
+@pytest.mark.parametrize("name,alphas", [("token_v1", [-0.2, 0.1, 0.5]), ("token_v2", [0.0, 0.2, 0.6]),
+                                         ("token_v3", [0.0, 0.3, 0.9])])
+def test_token_points_equal_the_rules_targets_when_every_token_is_a_candidate(positions, name, alphas):
+    s = positions
+    _, cand = _candidates(s, 12)
+    scores = token_scores(name, cand)
+    for alpha in alphas:
+        pi = get_rule(name).target(s["q"], s["p"], alpha)
+        rej, qual, _ = token_point(scores <= alpha, cand)
+        assert qual == pytest.approx(pi[torch.arange(3000), s["y"]].mean().item(), abs=1e-6)
+        assert rej == pytest.approx(tv_distance(s["q"], pi).mean().item(), abs=1e-6)
+
+
+def test_token_points_with_truncated_candidates(positions):
+    """Top-4 candidates: the quality is exact for the rule restricted to them (the rest deferred)
+    and the rejection rate a lower bound on the exact one."""
+    s = positions
+    ids, cand = _candidates(s, 4)
+    keep = token_scores("token_v2", cand) <= 0.3
+    full_keep = torch.zeros(3000, 12, dtype=torch.bool).scatter(-1, ids, torch.from_numpy(keep))
+    pi = token_mix(s["q"], s["p"], full_keep)
+    rej, qual, deferral = token_point(keep, cand)
+    assert qual == pytest.approx(pi[torch.arange(3000), s["y"]].mean().item(), abs=1e-6)
+    assert rej <= tv_distance(s["q"], pi).mean().item() + 1e-9
+    assert deferral == pytest.approx(1 - (cand.q * keep).sum(-1).mean())
+
+
+def test_token_curve_ends_and_oracle(positions):
+    s = positions
+    _, cand = _candidates(s, 12)
+    c = token_curve(token_scores("token_v3", cand), cand)
+    assert c.rejection[0] == 0 and c.quality[0] == pytest.approx(s["q_gold"].mean())  # keep all: the drafter
+    assert np.all(np.diff(c.rejection) >= 0)
+    defer_all = token_point(np.zeros_like(cand.is_gold), cand)
+    assert defer_all[1] == pytest.approx(s["p_gold"].mean()) and defer_all[0] == pytest.approx(s["tv"].mean())
+    oracle = token_curve(token_scores("oracle_token", cand), cand)
+    assert oracle.quality.max() >= c.quality.max() - 1e-9
+    with pytest.raises(KeyError, match="unknown token method"):
+        token_scores("bleu", cand)

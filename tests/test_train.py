@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from router import cli
-from router.features import FEATURE_NAMES
+from router.decoding import generate
+from router.features import FEATURE_NAMES, token_features
+from router.tiny import tiny_pair
 from router.model import load_router
 from router.records import RecordsError, rows_to_table, write_manifest, write_shard
 from train.run import TrainConfig, run_train
@@ -32,9 +34,9 @@ def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all
                 "q_tail": np.zeros(n), "p_tail": np.zeros(n), "q_max": np.full(n, 0.6), "p_max": np.full(n, 0.7),
                 "q_entropy": np.ones(n), "p_entropy": np.ones(n), "tv": np.full(n, 0.3), "kl": np.ones(n),
                 "q_token": q_tok, "p_token": p_tok, "q_argmax": np.zeros(n, np.int32), "p_argmax": np.zeros(n, np.int32),
-                "q_topk_ids": np.zeros((n, 2), np.int32), "q_topk_logprobs": np.zeros((n, 2)),
+                "q_topk_ids": np.tile([[0, 1]], (n, 1)).astype(np.int32), "q_topk_logprobs": np.full((n, 2), np.log(0.5)),
                 "p_topk_ids": np.zeros((n, 2), np.int32), "p_topk_logprobs": np.zeros((n, 2)),
-                "p_at_q_topk_logprobs": np.zeros((n, 2)), "features": feats}
+                "p_at_q_topk_logprobs": np.full((n, 2), np.log(0.5)), "features": feats}
         if hidden:
             cols["verifier_hidden"] = g.normal(size=(n, hidden)).astype(np.float16)
         name = f"{split}-00000.arrow"
@@ -70,6 +72,61 @@ def test_router_recovers_a_separable_rule(tmp_path, arch):
     q = torch.full((1, 2, 6), 1 / 6)
     p = torch.tensor([0.5, 0.1, 0.1, 0.1, 0.1, 0.1]).expand(1, 2, 6)
     assert torch.allclose(router.target(q, p, 0.0).sum(-1), torch.ones(1, 2))
+
+
+def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0):
+    """Records over a vocab of 6 where the gold token is the verifier's argmax 90% of the time:
+    keeping exactly the verifier's favourite candidate (what token_v2 does at alpha 0) is right."""
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for split, lo, hi in (("train", 0, 40), ("validation", 40, 50), ("test", 50, n_examples)):
+        n = (hi - lo) * positions
+        q = (torch.randn(n, vocab, generator=g) * 1.5).softmax(-1).double()
+        p = (torch.randn(n, vocab, generator=g) * 1.5).softmax(-1).double()
+        y = torch.where(torch.rand(n, generator=g) < 0.9, p.argmax(-1), torch.randint(0, vocab, (n,), generator=g))
+        ids = q.argsort(-1, descending=True)  # every token is a candidate (k = vocab)
+        rows = torch.arange(n)
+        cols = {"example_id": [f"ex{lo + i // positions}" for i in range(n)], "task": ["syn"] * n,
+                "split": [split] * n, "mode": ["gold"] * n, "position": np.tile(np.arange(positions), hi - lo),
+                "token": y.numpy().astype(np.int32), "draft_token": ids[:, 0].numpy().astype(np.int32),
+                "q_tail": np.zeros(n), "p_tail": np.zeros(n), "q_max": q.amax(-1).numpy(), "p_max": p.amax(-1).numpy(),
+                "q_entropy": np.ones(n), "p_entropy": np.ones(n), "tv": (p - q).clamp_min(0).sum(-1).numpy(),
+                "kl": np.ones(n), "q_token": q[rows, y].numpy(), "p_token": p[rows, y].numpy(),
+                "q_argmax": q.argmax(-1).numpy().astype(np.int32), "p_argmax": p.argmax(-1).numpy().astype(np.int32),
+                "q_topk_ids": ids.numpy().astype(np.int32), "q_topk_logprobs": q.gather(-1, ids).log().numpy(),
+                "p_topk_ids": ids.numpy().astype(np.int32), "p_topk_logprobs": p.gather(-1, ids).log().numpy(),
+                "p_at_q_topk_logprobs": p.gather(-1, ids).log().numpy(),
+                "features": token_features(q.float(), p.float()).numpy()}
+        name = f"{split}-00000.arrow"
+        write_shard(folder, name, rows_to_table(cols))
+        shards.append({"file": name, "split": split, "rows": n})
+    write_manifest(folder, {"shards": shards, "feature_names": list(FEATURE_NAMES), "hidden_states": "none"})
+    return folder
+
+
+def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path):
+    rec = synthetic_token_records(tmp_path / "rec")
+    cfg = TrainConfig(records=[str(rec)], head="token", target="token_label", max_epochs=10, batch_size=64,
+                      lr=3e-3, output=str(tmp_path / "tok"))
+    metrics = run_train(cfg)
+    assert metrics["router"]["auc"] > 0.85  # keep iff the candidate is the verifier's argmax (10% label noise)
+    token_v2 = metrics["plugins"]["token_v2"]
+    assert metrics["router"]["area"] > token_v2 - 0.03 and token_v2 > metrics["plugins"]["chow"]
+    assert metrics["baselines"]["gradient_boosting"]["auc"] > 0.85
+    router = load_router(tmp_path / "tok")
+    assert router.cfg.head == "token" and router.cfg.token_candidates == 6
+    q = torch.tensor([[0.5, 0.3, 0.1, 0.05, 0.03, 0.02]])
+    p = torch.tensor([[0.1, 0.7, 0.1, 0.05, 0.03, 0.02]])
+    pi = router.target(q, p, 0.0)
+    assert torch.allclose(pi.sum(-1), torch.ones(1), atol=1e-6)
+    assert pi[0, 1] >= q[0, 1] and pi[0, 0] < q[0, 0]  # keeps the verifier's favourite, defers the other
+    drafter, verifier, _ = tiny_pair()
+    out = generate(drafter, verifier, torch.tensor([[5, 6, 7, 8]]), rule=router, alpha=0.0, gamma=3,
+                   temperature=1.0, max_new_tokens=12, seed=0)
+    assert out.sequences.shape[1] > 4 and out.stats["blocks"] > 0
+    with pytest.raises(ValueError, match="token head"):
+        run_train(TrainConfig(records=[str(rec)], head="token", output=str(tmp_path / "x")))
 
 
 def _wandb_stream(run_dir, wanted, timeout_s: float = 60.0) -> bytes:
@@ -124,3 +181,21 @@ def test_cli_train(tmp_path, capsys):
     rec = synthetic_records(tmp_path / "rec")
     assert cli.main(["train", f"records=[{rec}]", "max_epochs=1", f"output={tmp_path / 'c'}"]) == 0
     assert "best plug-in area" in capsys.readouterr().out
+
+
+def test_datamodule_batches(tmp_path):
+    from train.data import RecordDataModule
+
+    rec = synthetic_token_records(tmp_path / "rec")
+    dm = RecordDataModule([str(rec)], "gold", "token_label", [], batch_size=100, seed=0, head="token")
+    dm.setup("fit")
+    x, y, w, idx = next(iter(dm.train_dataloader()))
+    assert x.shape == (100, 6, len(FEATURE_NAMES) + 5) and y.shape == w.shape == (100, 6)
+    assert torch.allclose(w.sum(-1).double(), torch.ones(100, dtype=torch.float64), atol=1e-5)  # q over candidates
+    assert len(dm.val) == 300 and sorted(torch.cat([b[3] for b in dm.val_dataloader()]).tolist()) == list(range(300))
+    order = [next(iter(dm.train_dataloader()))[3][:5].tolist() for _ in range(2)]
+    assert order[0] != order[1]  # reshuffled every epoch
+    cascade = RecordDataModule([str(rec)], "gold", "expected_01_gap", [], batch_size=50, seed=0)
+    cascade.setup()
+    x, y, w, _ = next(iter(cascade.val_dataloader()))
+    assert x.shape == (50, len(FEATURE_NAMES)) and torch.all(w == 1)

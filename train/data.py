@@ -2,17 +2,21 @@
 
 Per row the router input is the feature vector (plus, when asked, the drafter's/verifier's hidden
 state, read batch by batch from the memory-mapped Arrow shards, never copied whole into RAM);
-the GRU arch gets each row with its window-1 predecessors of the same trajectory.
+the GRU arch gets each row with its window-1 predecessors of the same trajectory. For the token
+head a row is a position with its K recorded drafter candidates: inputs (K, D + 5), labels (K,),
+weights q(v) (how often v is drafted there). `RecordDataModule` serves both to Lightning.
 """
 
 from __future__ import annotations
 
+import lightning as L
 import numpy as np
 import torch
 
+from router.features import FEATURE_NAMES, candidate_features
 from router.records import RecordsError, load_records, read_manifest
-from router.features import FEATURE_NAMES
-from train.targets import labels
+from router.tradeoff import Candidates
+from train.targets import TOKEN_TARGET, labels
 
 AUX = ("q_token", "p_token", "tv", "q_max", "p_max")  # what the validation metrics need
 
@@ -21,7 +25,7 @@ class RecordSplit:
     """One split of one or more record folders, concatenated."""
 
     def __init__(self, folders: list[str], split: str, mode: str, target: str, hidden_inputs: list[str],
-                 window: int = 1, max_rows: int | None = None):
+                 window: int = 1, max_rows: int | None = None, head: str = "cascade"):
         import datasets
 
         parts = []
@@ -45,10 +49,19 @@ class RecordSplit:
             ds = ds.select(range(max_rows))
         self.ds = ds.with_format("numpy")
         small = self.ds.select_columns(["features", "example_id", "mode", "position", "token", "q_argmax",
-                                        "p_argmax", *AUX])[:]
+                                        "p_argmax", "q_topk_ids", "q_topk_logprobs", "p_at_q_topk_logprobs",
+                                        *AUX])[:]
         self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
-        self.y = labels(small, target)  # (N,)
         self.aux = {k: np.asarray(small[k], dtype=np.float64) for k in AUX}
+        self.cand = candidates(small)
+        self.aux["cand"] = self.cand
+        self.head = head
+        if (head == "token") != (target == TOKEN_TARGET):
+            raise ValueError(f"target {target!r} with head {head!r}: the token head learns target {TOKEN_TARGET} "
+                             f"and that target needs head: token")
+        self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(small, target)  # (N,) | (N, K)
+        self.w = self.cand.q.astype(np.float32) if head == "token" else np.ones(len(self.y), np.float32)
+        self._cand_x = _candidate_inputs(self.cand, small) if head == "token" else None  # (N, K, 5)
         self.hidden_inputs = list(hidden_inputs)
         self.window = window
         # rows of one trajectory (example + mode) are stored consecutively, in position order
@@ -67,14 +80,52 @@ class RecordSplit:
         out = np.concatenate(parts, -1)
         return out[np.argsort(order)]
 
-    def inputs(self, idx: np.ndarray) -> np.ndarray:
+    def position_inputs(self, idx: np.ndarray) -> np.ndarray:
         """Position inputs (len(idx), D): features then hidden states."""
         h = self.hidden(idx)
         return self.features[idx] if h is None else np.concatenate([self.features[idx], h], -1)
 
+    def inputs(self, idx: np.ndarray) -> np.ndarray:
+        """Router inputs: (len(idx), D), or (len(idx), K, D + 5) for the token head."""
+        x = self.position_inputs(idx)
+        if self._cand_x is None:
+            return x
+        c = self._cand_x[idx]  # (n, K, 5)
+        return np.concatenate([np.broadcast_to(x[:, None], (*c.shape[:2], x.shape[-1])), c], -1)
+
+
+def hidden_size(folder: str, role: str) -> int:
+    """Width of the drafter's/verifier's hidden states recorded in a folder."""
+    manifest = read_manifest(folder)
+    if manifest["hidden_states"] not in (role, "both"):
+        raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
+                           f"{manifest['hidden_states']}): re-record with hidden_states={role} or both")
+    first = load_records(folder, split="train").select_columns([f"{role}_hidden"])[0]
+    return len(first[f"{role}_hidden"])
+
+
+def candidates(cols: dict) -> Candidates:
+    """The drafter's recorded top-k candidates at each row, with both models' probabilities."""
+    ids = np.asarray(cols["q_topk_ids"])  # (N, K), column 0 = argmax q
+    y = np.asarray(cols["token"])[:, None]
+    return Candidates(q=np.exp(np.asarray(cols["q_topk_logprobs"], np.float64)),
+                      p=np.exp(np.asarray(cols["p_at_q_topk_logprobs"], np.float64)),
+                      is_gold=ids == y, is_p_argmax=ids == np.asarray(cols["p_argmax"])[:, None],
+                      q_gold=np.asarray(cols["q_token"], np.float64), p_gold=np.asarray(cols["p_token"], np.float64),
+                      p_max=np.asarray(cols["p_max"], np.float64))
+
+
+def _candidate_inputs(cand: Candidates, cols: dict) -> np.ndarray:
+    """(N, K, 5) candidate features, computed by the same function decoding uses."""
+    is_q = np.zeros(cand.q.shape, dtype=bool)
+    is_q[:, 0] = True
+    out = candidate_features(torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(),
+                             torch.from_numpy(cand.is_p_argmax), torch.from_numpy(is_q))
+    return out.numpy()
+
 
 class BatchIterable(torch.utils.data.IterableDataset):
-    """Shuffled (or ordered) batches of (x, y, idx) over a RecordSplit."""
+    """Shuffled (or ordered) batches of (x, y, weight, idx) over a RecordSplit."""
 
     def __init__(self, data: RecordSplit, batch_size: int, shuffle: bool, seed: int, windowed: bool):
         super().__init__()
@@ -88,7 +139,8 @@ class BatchIterable(torch.utils.data.IterableDataset):
         for start in range(0, n, self.batch_size):
             idx = order[start: start + self.batch_size]
             x = window_inputs(self.data, idx) if self.windowed else self.data.inputs(idx)
-            yield torch.from_numpy(x), torch.from_numpy(self.data.y[idx]), torch.from_numpy(idx)
+            yield (torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(self.data.y[idx]),
+                   torch.from_numpy(self.data.w[idx]), torch.from_numpy(idx))
 
 
 def window_inputs(data: RecordSplit, idx: np.ndarray) -> np.ndarray:
@@ -99,5 +151,34 @@ def window_inputs(data: RecordSplit, idx: np.ndarray) -> np.ndarray:
     safe = np.where(valid, cand, 0)
     valid &= key[safe] == key[idx][:, None]
     rows, where = np.unique(safe, return_inverse=True)  # read each needed row once
-    out = data.inputs(rows)[where.reshape(-1)].reshape(len(idx), w, -1)
+    out = data.position_inputs(rows)[where.reshape(-1)].reshape(len(idx), w, -1)
     return np.where(valid[..., None], out, 0.0).astype(np.float32)
+
+
+class RecordDataModule(L.LightningDataModule):
+    """Train/validation splits of record folders as Lightning dataloaders (batches built from the
+    memory-mapped shards, shuffled per epoch with the seed)."""
+
+    def __init__(self, folders: list[str], mode: str, target: str, hidden_inputs: list[str], batch_size: int,
+                 seed: int, window: int = 1, head: str = "cascade", max_train_rows: int | None = None):
+        super().__init__()
+        self.args = dict(folders=folders, mode=mode, target=target, hidden_inputs=hidden_inputs, window=window,
+                         head=head)
+        self.batch_size, self.seed, self.max_train_rows = batch_size, seed, max_train_rows
+        self.train: RecordSplit | None = None
+        self.val: RecordSplit | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train is None:
+            self.train = RecordSplit(split="train", max_rows=self.max_train_rows, **self.args)
+            self.val = RecordSplit(split="validation", **self.args)
+            windowed = self.args["window"] > 1
+            # built once: the training iterable counts epochs to reshuffle each one differently
+            self._batches = {name: BatchIterable(data, self.batch_size, name == "train", self.seed, windowed)
+                             for name, data in (("train", self.train), ("val", self.val))}
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(self._batches["train"], batch_size=None)
+
+    def val_dataloader(self):
+        return torch.utils.data.DataLoader(self._batches["val"], batch_size=None)

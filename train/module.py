@@ -29,23 +29,25 @@ class RouterModule(L.LightningModule):
         self._val_preds: list[torch.Tensor] = []
         self._val_idx: list[torch.Tensor] = []
 
-    def _loss(self, pred: torch.Tensor, gap: torch.Tensor) -> torch.Tensor:
+    def _loss(self, pred: torch.Tensor, gap: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Weighted mean loss; weights are 1 per position, or q(v) per token-head candidate."""
         if self.loss_name == "mse":
-            return F.mse_loss(pred, gap)
-        weight = gap.abs()
-        return (F.binary_cross_entropy_with_logits(pred, (gap > 0).float(), reduction="none") * weight).sum() / \
-            weight.sum().clamp_min(1e-8)
+            per_row = (pred - gap) ** 2
+        else:
+            weight = weight * gap.abs()
+            per_row = F.binary_cross_entropy_with_logits(pred, (gap > 0).float(), reduction="none")
+        return (per_row * weight).sum() / weight.sum().clamp_min(1e-8)
 
     def training_step(self, batch, _):
-        x, gap, _idx = batch
-        loss = self._loss(self.net(x), gap)
+        x, gap, weight, _idx = batch
+        loss = self._loss(self.net(x), gap, weight)
         self.log("train_loss", loss, prog_bar=True, batch_size=len(gap))
         return loss
 
     def validation_step(self, batch, _):
-        x, gap, idx = batch
-        pred = self.net(x)
-        self.log("val_loss", self._loss(pred, gap), prog_bar=True, batch_size=len(gap))
+        x, gap, weight, idx = batch
+        pred = self.net(x)  # (B,) or (B, K)
+        self.log("val_loss", self._loss(pred, gap, weight), prog_bar=True, batch_size=len(gap))
         self._val_preds.append(pred.detach().cpu())
         self._val_idx.append(idx.cpu())
 
@@ -53,7 +55,7 @@ class RouterModule(L.LightningModule):
         if not self._val_preds or self.val_aux is None:
             return
         idx = torch.cat(self._val_idx).numpy()
-        pred = np.zeros(len(self.val_gap), dtype=np.float64)
+        pred = np.zeros(self.val_gap.shape, dtype=np.float64)
         pred[idx] = torch.cat(self._val_preds).double().numpy()
         self._val_preds, self._val_idx = [], []
         metrics = router_metrics(pred, self.val_gap, self.val_aux, regression=self.loss_name == "mse")

@@ -20,8 +20,8 @@ from router.features import FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, save_router
 from router.records import manifest_id, read_manifest
 from router.report import summary_table, write_json
-from train.data import BatchIterable, RecordSplit
-from train.metrics import plugin_areas, router_metrics, tradeoff_table
+from train.data import BatchIterable, RecordDataModule, RecordSplit, hidden_size
+from train.metrics import PLUGINS, plugin_areas, router_metrics, tradeoff_table
 from train.module import RouterModule
 
 
@@ -32,11 +32,12 @@ class TrainConfig:
     records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # record folders
     mode: str = "gold"                 # which recorded trajectories to learn from
     arch: str = "mlp"                  # linear | mlp | gru
+    head: str = "cascade"              # cascade | token (scores each drafter candidate; target token_label)
     width: int = 64
     depth: int = 2
     window: int = 4                    # gru context
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]
-    target: str = "expected_01_gap"    # logloss_gap | expected_01_gap | greedy_01_gap
+    target: str = "expected_01_gap"    # logloss_gap | expected_01_gap | greedy_01_gap | token_label
     loss: str = "mse"                  # mse | cost_sensitive
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -56,11 +57,7 @@ class TrainConfig:
 
 
 def _hidden_sizes(cfg: TrainConfig) -> dict:
-    sizes = {}
-    for role in cfg.hidden_inputs:
-        split = RecordSplit(cfg.records[:1], "train", cfg.mode, cfg.target, [role], max_rows=1)
-        sizes[role] = int(split.hidden(np.array([0])).shape[-1])
-    return sizes
+    return {role: hidden_size(cfg.records[0], role) for role in cfg.hidden_inputs}
 
 
 def _loggers(cfg: TrainConfig, out: Path):
@@ -89,26 +86,26 @@ def run_train(cfg: TrainConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
     window = cfg.window if cfg.arch == "gru" else 1
-    train = RecordSplit(cfg.records, "train", cfg.mode, cfg.target, cfg.hidden_inputs, window, cfg.max_train_rows)
-    val = RecordSplit(cfg.records, "validation", cfg.mode, cfg.target, cfg.hidden_inputs, window)
+    data = RecordDataModule(cfg.records, cfg.mode, cfg.target, cfg.hidden_inputs, cfg.batch_size, cfg.seed, window,
+                            cfg.head, cfg.max_train_rows)
+    data.setup("fit")
+    train, val = data.train, data.val
     if len(np.unique(train.y > 0)) < 2:
         warnings.warn("every training label falls on one side of 0 (no position where deferring pays, or all do): "
                       "the router will be trivial; record more or other data")
-    router_cfg = RouterConfig(arch=cfg.arch, width=cfg.width, depth=cfg.depth, window=cfg.window,
+    router_cfg = RouterConfig(arch=cfg.arch, head=cfg.head, width=cfg.width, depth=cfg.depth, window=cfg.window,
+                              token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
                               hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
                               records_id=",".join(manifest_id(read_manifest(f)) for f in cfg.records),
                               alpha_grid=list(cfg.alpha_grid))
     module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val.aux, val.y)
     _standardise(module, train)
-    windowed = window > 1
-    loaders = [torch.utils.data.DataLoader(BatchIterable(d, cfg.batch_size, shuffle, cfg.seed, windowed),
-                                           batch_size=None) for d, shuffle in ((train, True), (val, False))]
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
     trainer = L.Trainer(max_epochs=cfg.max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
                         strategy=cfg.strategy, logger=_loggers(cfg, out), num_sanity_val_steps=0,
                         callbacks=[ckpt, EarlyStopping(monitor="val_area", mode="max", patience=cfg.patience)],
                         enable_model_summary=False, log_every_n_steps=10)
-    trainer.fit(module, *loaders)
+    trainer.fit(module, datamodule=data)
     if ckpt.best_model_path:
         module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
     return _finish(cfg, module, train, val, trainer, out)
@@ -118,6 +115,7 @@ def _standardise(module: RouterModule, train: RecordSplit) -> None:
     """Set the network's input mean/std from (a sample of) the training rows."""
     idx = np.random.default_rng(0).permutation(len(train))[:20000]
     x = train.inputs(np.sort(idx))
+    x = x.reshape(-1, x.shape[-1])  # token head: (n, K, D) -> every candidate
     module.net.mean.copy_(torch.from_numpy(x.mean(0)))
     module.net.std.copy_(torch.from_numpy(x.std(0) + 1e-6))
 
@@ -125,7 +123,7 @@ def _standardise(module: RouterModule, train: RecordSplit) -> None:
 def _predict(net, data: RecordSplit, windowed: bool, batch: int = 4096) -> np.ndarray:
     it = BatchIterable(data, batch, shuffle=False, seed=0, windowed=windowed)
     with torch.no_grad():
-        return np.concatenate([net.eval()(x).double().numpy() for x, _, _ in it])
+        return np.concatenate([net.eval()(x).double().numpy() for x, *_ in it])
 
 
 def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
@@ -171,10 +169,12 @@ def _log_wandb(trainer, table: list[dict], out: Path) -> None:
 
 def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
-    rows = [("router", f"{cfg.arch} on {len(FEATURE_NAMES)} features" + (f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else "")),
+    hidden = f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else ""
+    rows = [("router", f"{cfg.arch}, {cfg.head} head, on {len(FEATURE_NAMES)} features{hidden}"),
             ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
             ("val area (0 drafter, 1 oracle)", f"{r['area']:.4f}"),
-            ("best plug-in area", f"{pl['best_plugin']:.4f} (chow {pl['chow']:.4f}, diff {pl['diff']:.4f}, opt {pl['opt']:.4f})"),
+            ("best plug-in area", f"{pl['best_plugin']:.4f} ("
+             + ", ".join(f"{name} {pl[name]:.4f}" for name in PLUGINS) + ")"),
             ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),
             ("val calibration error", f"{r['calibration']:.4f}")]
     for name, b in metrics.get("baselines", {}).items():

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap")
+TOKEN_TARGET = "token_label"  # per drafted token v: 1[v != y] - (1 - p(y)); token head only (train/data.py)
+TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap", TOKEN_TARGET)
 EPS = 1e-12
 
 
@@ -23,4 +24,6 @@ def labels(cols: dict, target: str) -> np.ndarray:
         y = np.asarray(cols["token"])
         return ((np.asarray(cols["q_argmax"]) != y).astype(np.float32)
                 - (np.asarray(cols["p_argmax"]) != y).astype(np.float32))
+    if target == TOKEN_TARGET:
+        raise ValueError(f"{TOKEN_TARGET} is a per-candidate label: train it with head: token")
     raise KeyError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
