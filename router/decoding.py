@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from router.layout import CachedModel, Layout, drop_trailing_holes, keep_rows
-from router.rules import chow_defer, resolve_rule, tv_distance
+from router.rules import chow_defer, resolve_rule, trusted_inputs, tv_distance
 from router.sampling import accept_drafts, next_after, process_logits, sample
 
 FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
@@ -232,7 +232,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     wanted = _wanted_hidden(rule)
     d.want_hidden, v.want_hidden = "drafter" in wanted, "verifier" in wanted
     active = list(range(input_ids.shape[0]))
-    with torch.inference_mode():
+    with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
         while active:
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             g = max(1, min(gamma, remaining - 1))  # no drafts past the length limit

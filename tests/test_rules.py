@@ -129,3 +129,18 @@ def test_shape_mismatch_and_alpha_range_errors():
         get_rule("opt").target(torch.full((3,), 1 / 3), torch.full((4,), 0.25), 0.3)
     with pytest.raises(ValueError, match="outside chow's range"):
         get_rule("chow").target(Q, P, 1.5)
+
+
+def test_trusted_inputs_skip_content_checks_only_inside_the_block():
+    from router.rules import trusted_inputs
+
+    bad = torch.tensor([[0.7, 0.7]])  # rows do not sum to 1
+    good = torch.tensor([[0.5, 0.5]])
+    with pytest.raises(ValueError, match="sum to 1"):
+        get_rule("opt").target(bad, good, 0.0)
+    with trusted_inputs():
+        get_rule("opt").target(bad, good, 0.0)  # the decoding loop's own softmax outputs are not re-checked
+        with pytest.raises(ValueError, match="share one shape"):
+            get_rule("opt").target(good, torch.tensor([[0.2, 0.3, 0.5]]), 0.0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        get_rule("opt").target(bad, good, 0.0)
