@@ -38,30 +38,47 @@ def epoch_seconds(arch: str, rows: int, batch: int = 1024) -> float:
     return time.perf_counter() - started
 
 
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
 def router_block_cost(gamma: int = 5) -> dict:
-    """Seconds of one router target() call on a block vs one verifier forward on the same block."""
+    """Median seconds of target() on one block (as generate() calls it: trusted softmax inputs) for
+    MLP routers (cascade and token head) and the plug-in rule opt, and of one verifier forward
+    over the same block, measured side by side."""
     from router.layout import CachedModel, Layout
     from router.models import embedded_installed, load_pair
+    from router.rules import get_rule, trusted_inputs
     from router.sampling import process_logits
 
     drafter, verifier, _ = load_pair() if embedded_installed() else load_pair("tiny:drafter", "tiny:verifier")
     vocab = verifier.get_output_embeddings().weight.shape[0]
     ids = torch.randint(100, 1000, (1, 200))
     layout, v = Layout(ids, torch.ones_like(ids)), CachedModel(verifier, vocab)
-    with torch.inference_mode():
-        v.feed(layout, layout.length - gamma, 1)
-        started = time.perf_counter()
-        logits = v.feed(layout, layout.length, gamma + 1)
-        verifier_s = time.perf_counter() - started
-        raw, p = process_logits(logits, 1.0, 1.0)
-        router = LearnedRouter(RouterNet(RouterConfig(arch="mlp")))
-        router.target(p, p, 0.3, q_raw=raw, p_raw=raw)  # warm-up
-        started = time.perf_counter()
-        for _ in range(10):
-            router.target(p, p, 0.3, q_raw=raw, p_raw=raw)
-        router_s = (time.perf_counter() - started) / 10
-    return {"pair": "embedded" if embedded_installed() else "tiny", "verifier_forward_s": verifier_s,
-            "router_target_s": router_s, "fraction": router_s / verifier_s}
+    with torch.inference_mode(), trusted_inputs():
+        v.feed(layout, layout.length - gamma - 1, 1)
+
+        def verifier_block():
+            v.crop_to(layout.length - gamma - 1)  # re-score the same block each time
+            return v.feed(layout, layout.length, gamma + 1)
+
+        verifier_s = _median_seconds(verifier_block, 5)
+        raw, p = process_logits(verifier_block(), 1.0, 1.0)  # (1, gamma+1, V)
+        q = (raw + 0.3 * torch.rand_like(raw)).div_(1.3)  # another distribution of the same size
+        methods = {"router_mlp_cascade": LearnedRouter(RouterNet(RouterConfig(arch="mlp"))),
+                   "router_mlp_token": LearnedRouter(RouterNet(RouterConfig(arch="mlp", head="token"))),
+                   "opt": get_rule("opt"), "token_v3": get_rule("token_v3")}
+        out = {"pair": "embedded" if embedded_installed() else "tiny", "verifier_forward_s": verifier_s}
+        for name, rule in methods.items():
+            s = _median_seconds(lambda: rule.target(q, p, 0.3, q_raw=q, p_raw=raw), 20)
+            out[name] = {"target_s": s, "fraction": s / verifier_s}
+    return out
 
 
 def main() -> None:
@@ -81,8 +98,11 @@ def main() -> None:
     for arch, r in results["archs"].items():
         print(f"  {arch:<7} {r['records_per_second']:>12,.0f} records/s  ({r['rows']:,} rows in {r['seconds']:.1f} s)")
     b = results["block_cost"]
-    print(f"router target() per block (gamma 5, {b['pair']} pair): {b['router_target_s'] * 1e3:.2f} ms = "
-          f"{100 * b['fraction']:.2f}% of one verifier forward ({b['verifier_forward_s'] * 1e3:.0f} ms)")
+    print(f"target() per block (gamma 5, {b['pair']} pair) vs one verifier forward "
+          f"({b['verifier_forward_s'] * 1e3:.1f} ms):")
+    for name, r in b.items():
+        if isinstance(r, dict):
+            print(f"  {name:<20} {r['target_s'] * 1e3:8.2f} ms = {100 * r['fraction']:.2f}%")
     print(f"results: {args.out}")
 
 

@@ -175,7 +175,11 @@ class LearnedRouter:
         feats = self.position_inputs(q_raw, p_raw, hidden)  # (..., D)
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
-            return cascade_mix(q, p, gap > alpha * tv_distance(p, q))
+            # at temperature 1 without top-p the scaled distributions are the raw ones, whose TV the
+            # features already hold: skip another pass over the vocabulary
+            same = q is q_raw and p is p_raw
+            tv = feats[..., FEATURE_NAMES.index("tv")] if same else tv_distance(p, q)
+            return cascade_mix(q, p, gap > alpha * tv)
         return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha))
 
     @torch.no_grad()
