@@ -199,3 +199,11 @@ def test_datamodule_batches(tmp_path):
     cascade.setup()
     x, y, w, _ = next(iter(cascade.val_dataloader()))
     assert x.shape == (50, len(FEATURE_NAMES)) and torch.all(w == 1)
+
+
+@pytest.mark.parametrize("name", ["tiny", "mlp", "mlp-hidden", "gru", "gru-hidden", "token", "token-hidden"])
+def test_shipped_train_configs_load(name):
+    from router.config import load_config
+
+    cfg = load_config(TrainConfig, f"configs/train/{name}.yaml", [])
+    assert (cfg.head == "token") == (cfg.target == "token_label")
