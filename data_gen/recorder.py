@@ -29,8 +29,8 @@ from router.decoding import check_pair, generate_autoregressive
 from router.features import FEATURE_NAMES
 from router.models import load_pair, tokenizer_fingerprint
 from router.report import summary_table
-from router.records import (MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, manifest_id, rows_to_table,
-                            write_manifest, write_shard)
+from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, atomic_write_bytes,
+                            manifest_id, rows_to_table, write_manifest, write_shard)
 
 
 @dataclass
@@ -236,10 +236,13 @@ def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     out = Path(cfg.output)
     if _prepare_folder(out, cfg):
         manifest = json.loads((out / MANIFEST).read_text())
+        if not (out / EXAMPLES).exists():  # folders recorded before the examples file existed
+            write_examples(out, plan_shards(_load_examples(cfg), cfg))
         print(f"{out} is complete (manifest {manifest_id(manifest)}); nothing to do (overwrite=true to redo)")
         return manifest
     examples = _load_examples(cfg)
     plan = plan_shards(examples, cfg)
+    write_examples(out, plan)
     recorder = recorder or Recorder(cfg)
     started, tokens_done = time.perf_counter(), 0
     bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
@@ -262,6 +265,16 @@ def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     manifest = _finish_manifest(out, cfg, plan, recorder, time.perf_counter() - started)
     print_summary(manifest)
     return manifest
+
+
+def write_examples(out: Path, plan) -> None:
+    """examples.jsonl: every planned example with its split, prompt, reference and metric fields, so
+    eval can run held-out prompts and score them without importing data_gen (stages meet on disk)."""
+    lines = [json.dumps({"example_id": ex.example_id, "split": split, "prompt": ex.prompt, "question": ex.question,
+                         "reference": ex.reference, "meta": ex.meta}, default=str) + "\n"
+             for _, split, shard_examples in plan for ex in shard_examples]
+    data = "".join(lines).encode()
+    atomic_write_bytes(out / EXAMPLES, lambda f: f.write(data))
 
 
 def _write_shard_or_explain(out: Path, name: str, rows: list[dict]) -> None:

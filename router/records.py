@@ -18,6 +18,7 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's candidates, for token routers)
 MANIFEST = "manifest.json"
+EXAMPLES = "examples.jsonl"  # the recorded examples (id, split, prompt, reference, metric fields), for eval
 SPLITS = ("train", "validation", "test")
 
 # scalar columns and their Arrow types; list columns are built from (N, k) arrays
@@ -137,3 +138,13 @@ def load_records(folder: str | Path, split: str | None = None, mode: str | None 
         modes = np.asarray(ds.data.column("mode").to_numpy(zero_copy_only=False))
         ds = ds.select(np.nonzero(modes == mode)[0])
     return ds
+
+
+def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:
+    """The examples a record folder was made from (`examples.jsonl`), optionally one split."""
+    path = Path(folder) / EXAMPLES
+    if not path.exists():
+        raise RecordsError(f"{folder} has no {EXAMPLES} (recorded by an older specroute): rerun the same "
+                           f"`specroute gen` command; it writes the file without re-recording")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if split is None or r["split"] == split]

@@ -14,7 +14,7 @@ from data_gen.tasks import TASKS, load_task
 from router import cli
 from router.config import ConfigError, load_config
 from router.features import FEATURE_NAMES, token_features
-from router.records import RecordsError, load_records, read_manifest
+from router.records import RecordsError, load_records, read_examples, read_manifest
 from router.tiny import tiny_pair
 
 HAS_OLMO = importlib.util.find_spec("olmo_eval") is not None
@@ -62,6 +62,18 @@ def test_round_trip_and_manifest(qa_file, tmp_path):
     train = load_records(tmp_path / "r", split="train")
     assert set(train["split"]) == {"train"} and len(train) < len(ds)
     assert manifest["bytes_per_token"] < 1024
+    examples = read_examples(tmp_path / "r")
+    assert len(examples) == 15 and {e["split"] for e in examples} <= {"train", "validation", "test"}
+    by_id = {e["example_id"]: e for e in examples}
+    for ex_id in set(train["example_id"]):
+        assert by_id[ex_id]["split"] == "train" and by_id[ex_id]["prompt"]
+    assert [e["example_id"] for e in read_examples(tmp_path / "r", "test")] == \
+        [e["example_id"] for e in examples if e["split"] == "test"]
+    (tmp_path / "r" / "examples.jsonl").unlink()  # an older folder: a rerun writes the file, nothing else
+    with pytest.raises(RecordsError, match="rerun the same"):
+        read_examples(tmp_path / "r")
+    run_gen(cfg_for(qa_file, tmp_path / "r"))
+    assert read_examples(tmp_path / "r") == examples
 
 
 def test_splits_are_deterministic_and_disjoint():

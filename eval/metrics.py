@@ -1,0 +1,104 @@
+"""Real task metrics for generated outputs, keyed by task name.
+
+- gsm8k: exact match of the final number (after '####' when present, else the last number);
+- mbpp, humaneval: pass@1, the tests run by `eval.executor` in a sandboxed subprocess;
+- triviaqa, nq, squad: exact match and token F1 against the answer aliases (SQuAD normalisation).
+Each metric takes the generated text and the example's `meta` (written by data_gen into the record
+folder's examples file) and returns a dict of scores in [0, 1]; `quality` is the headline one.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Callable
+
+from eval.executor import run_program
+
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _number(text: str) -> float | None:
+    """The answer number: the first after '####' when the text has one, else the last one."""
+    marked = "####" in text
+    found = NUMBER.findall(text.split("####", 1)[1] if marked else text)
+    if not found:
+        return None
+    try:
+        return float(found[0 if marked else -1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def gsm8k_metric(output: str, meta: dict) -> dict:
+    """Exact match of the final number of the output with the short answer."""
+    got, want = _number(output), _number(str(meta["short_answer"]))
+    return {"quality": float(got is not None and want is not None and abs(got - want) < 1e-6)}
+
+
+def normalise_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _f1(pred: str, gold: str) -> float:
+    p, g = normalise_answer(pred).split(), normalise_answer(gold).split()
+    common = sum((Counter(p) & Counter(g)).values())
+    if not p or not g or common == 0:
+        return float(p == g)
+    precision, recall = common / len(p), common / len(g)
+    return 2 * precision * recall / (precision + recall)
+
+
+def qa_metric(output: str, meta: dict) -> dict:
+    """Exact match and F1 of the output's first line against every alias (best alias counts)."""
+    answer = output.strip().split("\n", 1)[0]
+    answer = re.sub(r"^(answer|a)\s*:\s*", "", answer, flags=re.IGNORECASE)
+    aliases = meta.get("aliases") or []
+    em = max((float(normalise_answer(answer) == normalise_answer(a)) for a in aliases), default=0.0)
+    f1 = max((_f1(answer, a) for a in aliases), default=0.0)
+    return {"quality": em, "exact_match": em, "f1": f1}
+
+
+CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
+
+
+def extract_code(output: str) -> str:
+    """The first fenced code block of the output, or the whole output when there is none."""
+    match = CODE_BLOCK.search(output)
+    return match.group(1) if match else output
+
+
+def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0) -> dict:
+    code = extract_code(output)
+    program = "\n".join([meta.get("test_setup_code") or "", code, *meta["tests"]]) + "\n"
+    outcome = run_program(program, timeout_s)
+    return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout")}
+
+
+def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0) -> dict:
+    code = extract_code(output)
+    if f"def {meta['entry_point']}" not in code:  # a bare body: complete the given prompt
+        code = meta["function_prompt"] + code
+    program = f"{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
+    outcome = run_program(program, timeout_s)
+    return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout")}
+
+
+METRICS: dict[str, Callable[[str, dict], dict]] = {
+    "gsm8k": gsm8k_metric, "mbpp": mbpp_metric, "humaneval": humaneval_metric,
+    "triviaqa": qa_metric, "nq": qa_metric, "squad": qa_metric,
+    "exact_match": qa_metric,  # custom data: name a metric in the eval config, aliases in meta
+}
+
+
+def get_metric(task: str, override: str | None = None) -> Callable[[str, dict], dict]:
+    """The metric of a task (or the one named in the eval config), or a clear error."""
+    name = override or task
+    if name not in METRICS:
+        raise KeyError(f"no task metric for {name!r}: known metrics are {', '.join(METRICS)}; for custom data set "
+                       f"`metric:` in the eval config (e.g. exact_match with meta['aliases']) or run offline only")
+    return METRICS[name]
