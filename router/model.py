@@ -53,6 +53,7 @@ class RouterConfig:
     hidden_sizes: dict = field(default_factory=dict)   # their widths, e.g. {"verifier": 1536}
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""               # manifest id of the training records
+    pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
     alpha_grid: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
     format: int = ROUTER_FORMAT
@@ -120,6 +121,21 @@ def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor) 
     is_p = cand == p_raw.argmax(-1, keepdim=True)
     is_q = cand == q_raw.argmax(-1, keepdim=True)
     return candidate_features(q_raw.gather(-1, cand), p_raw.gather(-1, cand), is_p, is_q)
+
+
+def pair_of(manifest: dict) -> dict:
+    """The model pair a record folder was made with: drafter, verifier and tokenizer hashes."""
+    models = manifest.get("models", {})
+    return {"drafter": models.get("drafter", {}).get("hash"), "verifier": models.get("verifier", {}).get("hash"),
+            "tokenizer": manifest.get("tokenizer_hash")}
+
+
+def check_router_pair(cfg: RouterConfig, manifest: dict, who: str) -> None:
+    """Refuse to apply a router to records (or models) of another pair than it was trained on."""
+    here = pair_of(manifest)
+    if cfg.pair and cfg.pair != here:
+        raise RouterError(f"router {who} was trained on the pair {cfg.pair}, these records come from {here}: "
+                          f"train a router on records of this pair (`specroute gen` then `specroute train`)")
 
 
 def check_feature_names(names, who: str) -> None:

@@ -140,6 +140,21 @@ class Candidates:
         return (~self.is_gold).astype(np.float64) - (1.0 - self.p_gold[:, None])
 
 
+CANDIDATE_COLUMNS = ("q_topk_ids", "q_topk_logprobs", "p_at_q_topk_logprobs", "token", "p_argmax", "q_token",
+                     "p_token", "p_max")
+
+
+def candidates_from_columns(cols: dict) -> Candidates:
+    """The drafter's recorded top-k candidates at each record row (columns CANDIDATE_COLUMNS)."""
+    ids = np.asarray(cols["q_topk_ids"])  # (N, K), column 0 = argmax q
+    return Candidates(q=np.exp(np.asarray(cols["q_topk_logprobs"], np.float64)),
+                      p=np.exp(np.asarray(cols["p_at_q_topk_logprobs"], np.float64)),
+                      is_gold=ids == np.asarray(cols["token"])[:, None],
+                      is_p_argmax=ids == np.asarray(cols["p_argmax"])[:, None],
+                      q_gold=np.asarray(cols["q_token"], np.float64), p_gold=np.asarray(cols["p_token"], np.float64),
+                      p_max=np.asarray(cols["p_max"], np.float64))
+
+
 def token_scores(method: str, cand: Candidates, learned: np.ndarray | None = None) -> np.ndarray:
     """Per-candidate scores (N, K): the rule keeps v iff score <= alpha (paper.md token table)."""
     if method == "token_v1":

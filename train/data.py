@@ -15,7 +15,7 @@ import torch
 
 from router.features import FEATURE_NAMES, candidate_features
 from router.records import RecordsError, load_records, read_manifest
-from router.tradeoff import Candidates
+from router.tradeoff import Candidates, candidates_from_columns
 from train.targets import TOKEN_TARGET, labels
 
 AUX = ("q_token", "p_token", "tv", "q_max", "p_max")  # what the validation metrics need
@@ -53,7 +53,7 @@ class RecordSplit:
                                         *AUX])[:]
         self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
         self.aux = {k: np.asarray(small[k], dtype=np.float64) for k in AUX}
-        self.cand = candidates(small)
+        self.cand = candidates_from_columns(small)
         self.aux["cand"] = self.cand
         self.head = head
         if (head == "token") != (target == TOKEN_TARGET):
@@ -102,17 +102,6 @@ def hidden_size(folder: str, role: str) -> int:
                            f"{manifest['hidden_states']}): re-record with hidden_states={role} or both")
     first = load_records(folder, split="train").select_columns([f"{role}_hidden"])[0]
     return len(first[f"{role}_hidden"])
-
-
-def candidates(cols: dict) -> Candidates:
-    """The drafter's recorded top-k candidates at each row, with both models' probabilities."""
-    ids = np.asarray(cols["q_topk_ids"])  # (N, K), column 0 = argmax q
-    y = np.asarray(cols["token"])[:, None]
-    return Candidates(q=np.exp(np.asarray(cols["q_topk_logprobs"], np.float64)),
-                      p=np.exp(np.asarray(cols["p_at_q_topk_logprobs"], np.float64)),
-                      is_gold=ids == y, is_p_argmax=ids == np.asarray(cols["p_argmax"])[:, None],
-                      q_gold=np.asarray(cols["q_token"], np.float64), p_gold=np.asarray(cols["p_token"], np.float64),
-                      p_max=np.asarray(cols["p_max"], np.float64))
 
 
 def _candidate_inputs(cand: Candidates, cols: dict) -> np.ndarray:

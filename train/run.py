@@ -7,6 +7,7 @@ Lightning's CSV logs and checkpoints.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -17,8 +18,8 @@ import torch
 
 from router.config import config_to_dict
 from router.features import FEATURE_NAMES
-from router.model import LearnedRouter, RouterConfig, save_router
-from router.records import manifest_id, read_manifest
+from router.model import LearnedRouter, RouterConfig, pair_of, save_router
+from router.records import RecordsError, manifest_id, read_manifest
 from router.report import summary_table, write_json
 from train.data import BatchIterable, RecordDataModule, RecordSplit, hidden_size
 from train.metrics import PLUGINS, plugin_areas, router_metrics, tradeoff_table
@@ -85,6 +86,10 @@ def run_train(cfg: TrainConfig) -> dict:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
+    pairs = {json.dumps(pair_of(read_manifest(f)), sort_keys=True) for f in cfg.records}
+    if len(pairs) > 1:
+        raise RecordsError(f"the record folders {cfg.records} come from different model pairs ({sorted(pairs)}): "
+                           f"a router learns one pair; train on folders of one pair")
     window = cfg.window if cfg.arch == "gru" else 1
     data = RecordDataModule(cfg.records, cfg.mode, cfg.target, cfg.hidden_inputs, cfg.batch_size, cfg.seed, window,
                             cfg.head, cfg.max_train_rows)
@@ -97,6 +102,7 @@ def run_train(cfg: TrainConfig) -> dict:
                               token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
                               hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
                               records_id=",".join(manifest_id(read_manifest(f)) for f in cfg.records),
+                              pair=pair_of(read_manifest(cfg.records[0])),
                               alpha_grid=list(cfg.alpha_grid))
     module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val.aux, val.y)
     _standardise(module, train)
