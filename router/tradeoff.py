@@ -35,6 +35,8 @@ class Curve:
     rejection: np.ndarray  # (P,) mean r * TV over positions
     quality: np.ndarray    # (P,) mean quality over positions
     deferral: np.ndarray   # (P,) fraction of positions deferred
+    threshold: np.ndarray | None = None  # (P,) the alpha / threshold giving each point (+inf: drafter)
+    top1: np.ndarray | None = None       # (P,) gold top-1 accuracy of greedy decoding from pi
 
 
 def _ratio(numerator: np.ndarray, tv: np.ndarray) -> np.ndarray:
@@ -58,21 +60,33 @@ def defer_scores(method: str, q_max, p_max, tv, q_gold=None, p_gold=None, learne
     raise KeyError(f"unknown cascade method {method!r}; use chow, diff, opt, oracle or learned")
 
 
-def curve(scores: np.ndarray, tv: np.ndarray, q_quality: np.ndarray, p_quality: np.ndarray) -> Curve:
-    """The full threshold sweep of 'defer iff score > t': one point per distinct score, plus none."""
+def curve(scores: np.ndarray, tv: np.ndarray, q_quality: np.ndarray, p_quality: np.ndarray,
+          q_top1: np.ndarray | None = None, p_top1: np.ndarray | None = None) -> Curve:
+    """The full threshold sweep of 'defer iff score > t': one point per distinct score, plus none.
+
+    With q_top1/p_top1 (1 where each model's argmax is the gold token) it also gives greedy
+    top-1 accuracy, which a cascade decision takes from the model it keeps."""
     scores, tv = np.asarray(scores, dtype=np.float64), np.asarray(tv, dtype=np.float64)
-    q_quality, p_quality = np.asarray(q_quality, dtype=np.float64), np.asarray(p_quality, dtype=np.float64)
     n = len(scores)
     order = np.argsort(-scores, kind="stable")
     s = scores[order]
-    cost = np.cumsum(tv[order]) / n
-    gain = np.cumsum((p_quality - q_quality)[order]) / n
     last_of_group = np.r_[s[1:] != s[:-1], True]  # ties defer together (decisions are strict)
-    base = q_quality.mean()
-    rejection = np.r_[0.0, cost[last_of_group]]
-    quality = np.r_[base, base + gain[last_of_group]]
+
+    def sweep(q_val, p_val):
+        q_val, p_val = np.asarray(q_val, dtype=np.float64), np.asarray(p_val, dtype=np.float64)
+        gain = np.cumsum((p_val - q_val)[order]) / n
+        return np.r_[q_val.mean(), q_val.mean() + gain[last_of_group]]
+
+    rejection = np.r_[0.0, (np.cumsum(tv[order]) / n)[last_of_group]]
     deferral = np.r_[0.0, (np.nonzero(last_of_group)[0] + 1) / n]
-    return Curve(rejection, quality, deferral)
+    # deferring every score >= g_i (and none below) happens for alpha between g_i and the next
+    # lower score: take the midpoint, robust to the rules' float32 arithmetic
+    g = s[last_of_group]
+    lower = np.r_[g[1:], g[-1] - 1.0]
+    mid = np.where(np.isfinite(g) & np.isfinite(lower), (g + lower) / 2, np.nextafter(g, -np.inf))
+    threshold = np.r_[np.inf, mid]
+    top1 = sweep(q_top1, p_top1) if q_top1 is not None else None
+    return Curve(rejection, sweep(q_quality, p_quality), deferral, threshold, top1)
 
 
 def random_curve(tv, q_quality, p_quality, points: int = 11) -> Curve:
@@ -170,8 +184,11 @@ def token_scores(method: str, cand: Candidates, learned: np.ndarray | None = Non
     raise KeyError(f"unknown token method {method!r}; use {', '.join(TOKEN_METHODS)}, oracle_token or learned")
 
 
-def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float]:
-    """(rejection, quality, deferral) of keep sets (N, K) of candidates; the rest of q defers."""
+def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float, float]:
+    """(rejection, quality, deferral, greedy top-1) of keep sets (N, K) of candidates; the rest of q defers.
+
+    Greedy top-1 is exact: a token outside the candidates has pi = eta p, so the argmax of pi is a
+    candidate or the verifier's argmax."""
     q, p = cand.q, cand.p
     eta = 1.0 - (q * keep).sum(-1)  # (N,) drafter mass outside A: the chance a draft is deferred
     q_rest = np.maximum(0.0, 1.0 - q.sum(-1))
@@ -180,16 +197,25 @@ def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float
         np.maximum(0.0, q_rest - eta * p_rest)
     gold_kept = (keep & cand.is_gold).any(-1)
     quality = np.where(gold_kept, cand.q_gold, 0.0) + eta * cand.p_gold
-    return float(rejected.mean()), float(quality.mean()), float(eta.mean())
+    pi_cand = q * keep + eta[:, None] * p  # (N, K)
+    best = pi_cand.argmax(-1)
+    rows = np.arange(len(best))
+    p_argmax_outside = ~cand.is_p_argmax.any(-1)
+    outside_wins = p_argmax_outside & (eta * cand.p_max > pi_cand[rows, best])
+    gold_is_p_argmax = np.isclose(cand.p_gold, cand.p_max) & (cand.p_gold > 0)
+    top1 = np.where(outside_wins, gold_is_p_argmax, cand.is_gold[rows, best])
+    return float(rejected.mean()), float(quality.mean()), float(eta.mean()), float(top1.mean())
 
 
-def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128) -> Curve:
+def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128, q_top1: np.ndarray | None = None) -> Curve:
     """The sweep of 'keep v iff score <= t' over `points` score quantiles, plus keep-everything
-    (the drafter) and keep-nothing; points sorted by rejection rate."""
+    (the drafter; its top-1 is mean(q_top1) when given) and keep-nothing; sorted by rejection."""
     scores = np.asarray(scores, dtype=np.float64)
     finite = scores[np.isfinite(scores)]
     grid = np.unique(np.quantile(finite, np.linspace(0, 1, points))) if finite.size else np.zeros(0)
-    pts = [(0.0, float(cand.q_gold.mean()), 0.0)]  # alpha = +inf keeps every token, the tail included
-    pts += [token_point(scores <= t, cand) for t in (-np.inf, *grid)]
-    rej, qual, dfr = (np.array(v) for v in zip(*sorted(pts)))
-    return Curve(rej, qual, dfr)
+    drafter_top1 = float(np.mean(q_top1)) if q_top1 is not None else float(cand.is_gold[:, 0].mean())
+    pts = [(0.0, float(cand.q_gold.mean()), 0.0, drafter_top1, np.inf)]  # alpha = +inf keeps every token
+    pts += [(*token_point(scores <= t, cand), t) for t in (-np.inf, *grid)]
+    pts.sort(key=lambda pt: (pt[0], -pt[4]))
+    rej, qual, dfr, top1, thr = (np.array(v) for v in zip(*pts))
+    return Curve(rej, qual, dfr, thr, top1)

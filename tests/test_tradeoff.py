@@ -37,8 +37,15 @@ def test_threshold_points_equal_the_rules_targets(positions, name, alphas):
 
 def test_curve_endpoints_are_drafter_and_lossless(positions):
     s = positions
-    c = curve(defer_scores("opt", s["q_max"], s["p_max"], s["tv"]), s["tv"], s["q_gold"], s["p_gold"])
+    q_top1 = (s["q"].argmax(-1) == s["y"]).numpy()
+    p_top1 = (s["p"].argmax(-1) == s["y"]).numpy()
+    c = curve(defer_scores("opt", s["q_max"], s["p_max"], s["tv"]), s["tv"], s["q_gold"], s["p_gold"], q_top1, p_top1)
     assert c.rejection[0] == 0 and c.quality[0] == pytest.approx(s["q_gold"].mean())
+    assert c.top1[0] == pytest.approx(q_top1.mean()) and c.top1[-1] == pytest.approx(p_top1.mean())
+    assert c.threshold[0] == np.inf
+    for i in (5, len(c.threshold) // 2):  # each point is what the rule gives at its threshold as alpha
+        pi = get_rule("opt").target(s["q"], s["p"], float(c.threshold[i]))
+        assert c.quality[i] == pytest.approx(pi[torch.arange(3000), s["y"]].mean().item(), abs=1e-6)
     assert c.rejection[-1] == pytest.approx(s["tv"].mean()) and c.quality[-1] == pytest.approx(s["p_gold"].mean())
     assert np.all(np.diff(c.rejection) >= -1e-12)
 
@@ -80,8 +87,9 @@ def test_token_points_equal_the_rules_targets_when_every_token_is_a_candidate(po
     scores = token_scores(name, cand)
     for alpha in alphas:
         pi = get_rule(name).target(s["q"], s["p"], alpha)
-        rej, qual, _ = token_point(scores <= alpha, cand)
+        rej, qual, _, top1 = token_point(scores <= alpha, cand)
         assert qual == pytest.approx(pi[torch.arange(3000), s["y"]].mean().item(), abs=1e-6)
+        assert top1 == pytest.approx((pi.argmax(-1) == s["y"]).double().mean().item(), abs=1e-9)
         assert rej == pytest.approx(tv_distance(s["q"], pi).mean().item(), abs=1e-6)
 
 
@@ -93,8 +101,9 @@ def test_token_points_with_truncated_candidates(positions):
     keep = token_scores("token_v2", cand) <= 0.3
     full_keep = torch.zeros(3000, 12, dtype=torch.bool).scatter(-1, ids, torch.from_numpy(keep))
     pi = token_mix(s["q"], s["p"], full_keep)
-    rej, qual, deferral = token_point(keep, cand)
+    rej, qual, deferral, top1 = token_point(keep, cand)
     assert qual == pytest.approx(pi[torch.arange(3000), s["y"]].mean().item(), abs=1e-6)
+    assert top1 == pytest.approx((pi.argmax(-1) == s["y"]).double().mean().item(), abs=1e-9)  # exact, k < V
     assert rej <= tv_distance(s["q"], pi).mean().item() + 1e-9
     assert deferral == pytest.approx(1 - (cand.q * keep).sum(-1).mean())
 
