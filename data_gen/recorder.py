@@ -29,6 +29,7 @@ from router.decoding import check_pair, generate_autoregressive
 from router.features import FEATURE_NAMES
 from router.models import load_pair, tokenizer_fingerprint
 from router.report import summary_table
+from router.prompts import prompt_text
 from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, atomic_write_bytes,
                             manifest_id, rows_to_table, write_manifest, write_shard)
 
@@ -130,11 +131,7 @@ class Recorder:
 
     # ---- one example -> token ids -------------------------------------------------------------
     def prompt_ids(self, ex: Example) -> list[int]:
-        if self.cfg.chat:
-            text = self.tok.apply_chat_template([{"role": "user", "content": ex.question or ex.prompt}],
-                                                tokenize=False, add_generation_prompt=True)
-        else:
-            text = ex.prompt
+        text = prompt_text(self.tok, ex.prompt, ex.question, self.cfg.chat)
         return self.tok.encode(text, add_special_tokens=False)
 
     def fit(self, prompt: list[int], cont: list[int]) -> list[int] | None:

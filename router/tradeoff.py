@@ -41,7 +41,8 @@ class Curve:
 
 def _ratio(numerator: np.ndarray, tv: np.ndarray) -> np.ndarray:
     """numerator / TV, with TV = 0 mapped to +-inf by the numerator's sign (defer for free or never)."""
-    out = np.where(tv > TV_FLOOR, numerator / np.maximum(tv, TV_FLOOR), np.sign(numerator) * np.inf)
+    with np.errstate(invalid="ignore"):  # 0 * inf where both are 0: a NaN, mapped to never defer below
+        out = np.where(tv > TV_FLOOR, numerator / np.maximum(tv, TV_FLOOR), np.sign(numerator) * np.inf)
     return np.nan_to_num(out, nan=-np.inf)
 
 
