@@ -137,6 +137,8 @@ def method_curves(data: HeldOut, routers: dict[str, LearnedRouter]) -> dict[str,
         out[name] = curve(defer_scores(name, c["q_max"], c["p_max"], c["tv"]), *args)
     for name in TOKEN_METHODS:
         out[name] = token_curve(token_scores(name, data.cand), data.cand, q_top1=data.q_top1)
+    out["drafter"] = _point_curve(0.0, c["q_token"], data.q_top1, 0.0)
+    out["lossless"] = _point_curve(float(np.mean(c["tv"])), c["p_token"], data.p_top1, 1.0)
     rnd = random_curve(c["tv"], c["q_token"], c["p_token"])
     rnd.top1 = data.q_top1.mean() + rnd.deferral * (data.p_top1.mean() - data.q_top1.mean())
     out["random"] = rnd
@@ -147,26 +149,34 @@ def method_curves(data: HeldOut, routers: dict[str, LearnedRouter]) -> dict[str,
     return out
 
 
+def _point_curve(rejection: float, quality: np.ndarray, top1: np.ndarray, deferral: float) -> Curve:
+    """A method without a trade-off (drafter, lossless): one point."""
+    return Curve(np.array([rejection]), np.array([float(np.mean(quality))]), np.array([deferral]),
+                 np.array([np.nan]), np.array([float(np.mean(top1))]))
+
+
 def summarise(curves: dict[str, Curve], data: HeldOut, gamma: int, cost_ratio: float) -> dict:
     """Per method: normalised area (0 drafter, 1 oracle), quality at matched rejection rates, and
-    the two table forms on the analytic latency."""
+    the two table forms on the analytic latency; plus the drafter's and verifier's own numbers."""
     c = data.cols
     verifier_rej, verifier_q = float(np.mean(c["tv"])), float(np.mean(c["p_token"]))
-    out = {"drafter": {"quality": float(np.mean(c["q_token"])), "top1": float(data.q_top1.mean()),
-                       "rejection": 0.0, "relative_latency": float(relative_latency(np.zeros(1), gamma, cost_ratio)[0])},
-           "verifier": {"quality": verifier_q, "top1": float(data.p_top1.mean()), "rejection": verifier_rej,
-                        "relative_latency": 1.0}}
+    refs = {"drafter": {"quality": float(np.mean(c["q_token"])), "top1": float(data.q_top1.mean()), "rejection": 0.0,
+                        "relative_latency": float(relative_latency(np.zeros(1), gamma, cost_ratio)[0])},
+            "verifier": {"quality": verifier_q, "top1": float(data.p_top1.mean()), "rejection": verifier_rej,
+                         "relative_latency": 1.0}}
     matched = {f"quality_at_{int(f * 100)}pct": f * verifier_rej for f in (0.25, 0.5, 0.75)}
+    methods = {}
     for name, cv in curves.items():
         lat = relative_latency(cv.rejection, gamma, cost_ratio)
-        s = {"area": normalised_area(cv, curves["oracle"]), "best_quality": float(cv.quality.max()),
+        area = normalised_area(cv, curves["oracle"]) if len(cv.rejection) > 1 else float("nan")  # no trade-off
+        s = {"area": area, "best_quality": float(cv.quality.max()),
              "best_top1": float(np.max(cv.top1)) if cv.top1 is not None else float("nan")}
         s.update({k: quality_at(cv, r) for k, r in matched.items()})
         s["latency_at_verifier_quality"] = _lowest(lat, cv.quality >= verifier_q - 1e-12)
         s["quality_at_verifier_latency"] = float(cv.quality[lat <= 1.0 + 1e-12].max()) \
             if np.any(lat <= 1.0 + 1e-12) else float("nan")
-        out[name] = s
-    return out
+        methods[name] = s
+    return {"references": refs, "methods": methods}
 
 
 def _lowest(values: np.ndarray, mask: np.ndarray) -> float:

@@ -3,6 +3,7 @@
   specroute generate --prompt "..."   decode with a speculative cascade, marking who wrote what
   specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
   specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
+  specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
   specroute rules                     list the deferral rules and their alpha ranges
 """
 
@@ -51,7 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="fit a deferral router on record folders (train)")
     train.add_argument("--config", help="YAML config, e.g. configs/train/mlp.yaml")
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
+    ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
+    ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
+    ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
     return parser
+
+
+def cmd_eval(args) -> int:
+    from router.config import load_config
+    from eval.run import EvalConfig, run_eval
+
+    run_eval(load_config(EvalConfig, args.config, list(args.overrides)))
+    return 0
 
 
 def cmd_train(args) -> int:
@@ -163,7 +175,7 @@ def cmd_rules(_args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train}
+    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train, "eval": cmd_eval}
     try:
         return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:

@@ -105,6 +105,10 @@ class Rule:
     alpha_range: tuple[float, float] | None
     description: str
 
+    def check_alpha(self, alpha: float) -> float:
+        """alpha as a float, or a ValueError when it is outside this rule's range."""
+        return _check_alpha(self, alpha)
+
     def target(self, q: torch.Tensor, p: torch.Tensor, alpha: float,
                q_raw: torch.Tensor | None = None, p_raw: torch.Tensor | None = None) -> torch.Tensor:
         """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`."""

@@ -1,0 +1,170 @@
+"""Online evaluation: the real decoding loop on held-out task prompts, scored by the task metric.
+
+Every (method, alpha) point decodes the same held-out prompts one at a time (batch 1: latency per
+prompt is what a user sees) with `router.decoding`, scores each output with the task's real metric
+(eval/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
+token, rejection rate and the time spent outside model forwards. Latency is reported relative to
+verifier-only decoding measured in the same run. Each point is written to `online/<point>.json`
+as soon as it finishes (atomically), so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from router.decoding import (generate, generate_autoregressive, generate_sequence_cascade,
+                             generate_token_cascade)
+from router.prompts import prompt_text
+from router.records import atomic_write_bytes
+from router.rules import RULES
+
+BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
+DEFAULT_ALPHAS = {"token_cascade": [0.1, 0.3, 0.5], "sequence_cascade": [0.1, 0.3, 0.5], "lossy": [0.3, 0.6, 0.9],
+                  "lossless": [0.0], "verifier": [0.0], "drafter": [0.0]}
+
+
+@dataclass
+class Prompt:
+    example_id: str
+    ids: list
+    meta: dict
+
+
+def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: int) -> list[Prompt]:
+    """Token ids of the first max_prompts held-out examples, as data_gen formatted them."""
+    out = []
+    for ex in examples[:max_prompts]:
+        text = prompt_text(tokenizer, ex["prompt"], ex.get("question", ""), chat)
+        out.append(Prompt(ex["example_id"], tokenizer.encode(text, add_special_tokens=False), ex.get("meta", {})))
+    return out
+
+
+def alphas_at_rejection(thresholds: np.ndarray, rejections: np.ndarray, targets: list[float],
+                        alpha_range: tuple | None) -> list[float]:
+    """Alphas whose offline points come closest to each target rejection rate (matched operating
+    points across methods), clipped into the rule's range, distinct, finite."""
+    picked = []
+    finite = np.isfinite(thresholds)
+    for target in targets:
+        i = int(np.argmin(np.where(finite, np.abs(rejections - target), np.inf)))
+        alpha = float(thresholds[i])
+        if alpha_range is not None:
+            lo, hi = sorted(alpha_range)
+            alpha = min(max(alpha, lo), hi)
+        picked.append(round(alpha, 4))
+    return sorted(set(picked))
+
+
+def point_name(method: str, alpha: float) -> str:
+    return f"{method}@{alpha:g}"
+
+
+def _decode_one(pair, method: str, alpha: float, ids: torch.Tensor, cfg, rules: dict):
+    drafter, verifier, _ = pair
+    common = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    if method == "verifier":
+        return generate_autoregressive(verifier, ids, role="verifier", **common)
+    if method == "drafter":
+        return generate_autoregressive(drafter, ids, role="drafter", **common)
+    if method == "token_cascade":
+        return generate_token_cascade(drafter, verifier, ids, alpha=alpha, **common)
+    if method == "sequence_cascade":
+        return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
+    return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, gamma=cfg.gamma, **common)
+
+
+def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metric, rules: dict, bar) -> dict:
+    """Decode and score every prompt at one (method, alpha); aggregate the measurements."""
+    tokenizer = pair[2]
+    per_example, totals = [], {"tokens": 0, "seconds": 0.0, "model_seconds": 0.0, "verifier_row_forwards": 0,
+                               "drafts_evaluated": 0, "rejections": 0}
+    for prompt in prompts:
+        ids = torch.tensor([prompt.ids])
+        out = _decode_one(pair, method, alpha, ids, cfg, rules)
+        new = out.sequences[0, ids.shape[1]:].tolist()
+        text = tokenizer.decode(new, skip_special_tokens=True)
+        scores = metric(text, prompt.meta)
+        st = out.stats
+        totals["tokens"] += st["new_tokens"]
+        totals["seconds"] += st["wall_seconds"]
+        totals["model_seconds"] += st.get("drafter_seconds", 0.0) + st.get("verifier_seconds", 0.0)
+        totals["verifier_row_forwards"] += st.get("verifier_row_forwards", 0)
+        totals["drafts_evaluated"] += st.get("drafts_evaluated", 0)
+        totals["rejections"] += st.get("rejections", 0)
+        per_example.append({"example_id": prompt.example_id, "text": text, "tokens": st["new_tokens"],
+                            "seconds": st["wall_seconds"], **scores})
+        bar.update(1)
+    n_tok = max(totals["tokens"], 1)
+    score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "seconds")]
+    return {"method": method, "alpha": alpha, "prompts": len(prompts),
+            **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
+            "tokens": totals["tokens"], "seconds": totals["seconds"], "seconds_per_token": totals["seconds"] / n_tok,
+            "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
+            "rejection_rate": totals["rejections"] / totals["drafts_evaluated"] if totals["drafts_evaluated"] else
+            float("nan"),
+            "outside_model_fraction": max(0.0, 1 - totals["model_seconds"] / totals["seconds"]) if totals["seconds"]
+            else 0.0,
+            "examples": per_example}
+
+
+def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, metric, rules: dict,
+             folder: Path, fingerprint: dict) -> list[dict]:
+    """Every grid point, resuming from finished point files with the same fingerprint."""
+    folder.mkdir(parents=True, exist_ok=True)
+    results, todo = [], []
+    for method, alpha in grid:
+        path = folder / f"{point_name(method, alpha)}.json"
+        done = json.loads(path.read_text()) if path.exists() else None
+        if done is not None and done.get("fingerprint") == fingerprint:
+            results.append(done)
+        else:
+            todo.append((method, alpha, path))
+    bar = tqdm(total=len(todo) * len(prompts), desc="online", unit="prompt")
+    for method, alpha, path in todo:
+        bar.set_description(f"online {point_name(method, alpha)}")
+        point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar)
+        point["fingerprint"] = fingerprint
+        data = json.dumps(point, indent=1, default=float).encode()
+        atomic_write_bytes(path, lambda f: f.write(data))
+        results.append(point)
+    bar.close()
+    return results
+
+
+def add_relative_latency(points: list[dict]) -> None:
+    """Seconds per token relative to verifier-only in the same run (the 'verifier' point)."""
+    ref = next((p for p in points if p["method"] == "verifier"), None)
+    base = ref["seconds_per_token"] if ref else math.nan
+    for p in points:
+        p["relative_latency"] = p["seconds_per_token"] / base if base and base > 0 else math.nan
+
+
+def table_forms(points: list[dict]) -> dict:
+    """The paper's two table forms per method: (a) lowest relative latency with quality at least
+    the verifier's, (b) best quality at no more than the verifier's latency."""
+    ref = next((p for p in points if p["method"] == "verifier"), None)
+    if ref is None:
+        return {}
+    out = {}
+    for method in dict.fromkeys(p["method"] for p in points):
+        mine = [p for p in points if p["method"] == method]
+        matched = [p for p in mine if p["quality"] >= ref["quality"] - 1e-12]
+        fast = [p for p in mine if p["relative_latency"] <= 1.0 + 1e-9]
+        a = min(matched, key=lambda p: p["relative_latency"]) if matched else None
+        b = max(fast, key=lambda p: p["quality"]) if fast else None
+        out[method] = {"a_latency_at_verifier_quality": a["relative_latency"] if a else math.nan,
+                       "a_alpha": a["alpha"] if a else math.nan,
+                       "b_quality_at_verifier_latency": b["quality"] if b else math.nan,
+                       "b_alpha": b["alpha"] if b else math.nan}
+    return out
+
+
+def known_method(name: str, routers: dict) -> bool:
+    return name in RULES or name in BASELINES or name in routers

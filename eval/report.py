@@ -1,0 +1,142 @@
+"""Eval outputs: curves.csv, PNG plots and report.md (metrics.json is written by eval/run.py).
+
+Plots: quality vs rejection rate and quality vs analytic relative latency (offline, one line per
+method), quality vs measured relative latency and vs measured rejection rate (online, one line per
+method across its alphas); the verifier and drafter are dashed reference lines in each.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+REFERENCE_STYLE = {"verifier": dict(color="black", linestyle="--"), "drafter": dict(color="grey", linestyle=":")}
+SKIP_LINES = ("verifier", "drafter")
+
+
+def write_curves_csv(path: Path, rows: list[dict]) -> None:
+    fields = ["stage", "method", "alpha", "rejection", "quality", "top1", "relative_latency"]
+    tmp = path.with_suffix(".csv.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+def _plot(path: Path, title: str, xlabel: str, ylabel: str, lines: dict, refs: dict, vline: float | None = None):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for name, (x, y) in lines.items():
+        style = "-" if not name.startswith(("oracle", "random")) else ":"
+        ax.plot(x, y, style, marker="o" if len(x) < 12 else None, markersize=4, label=name)
+    for name, y in refs.items():
+        if y is not None and not math.isnan(y):
+            ax.axhline(y, label=f"{name} only", **REFERENCE_STYLE[name])
+    if vline is not None:
+        ax.axvline(vline, color="black", linewidth=0.8, alpha=0.5)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def offline_plots(out: Path, rows: list[dict], summary: dict, task: str) -> list[Path]:
+    refs = {name: summary["references"][name]["quality"] for name in ("verifier", "drafter")}
+    by_method: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["method"] != "drafter":  # drawn as a reference line
+            by_method.setdefault(r["method"], []).append(r)
+    paths = []
+    for x_key, xlabel, name, vline in (("rejection", "expected rejection rate TV(q, pi)", "offline_quality_vs_rejection",
+                                        None),
+                                       ("relative_latency", "analytic latency relative to the verifier",
+                                        "offline_quality_vs_latency", 1.0)):
+        lines = {m: ([r[x_key] for r in rs], [r["quality"] for r in rs]) for m, rs in by_method.items()}
+        path = out / f"{name}.png"
+        _plot(path, f"{task}: offline trade-off (held-out records)", xlabel, "probability of the gold token under pi",
+              lines, refs, vline)
+        paths.append(path)
+    return paths
+
+
+def online_plots(out: Path, points: list[dict], task: str) -> list[Path]:
+    ref = {m: next((p["quality"] for p in points if p["method"] == m), None) for m in SKIP_LINES}
+    by_method: dict[str, list[dict]] = {}
+    for p in points:
+        if p["method"] not in SKIP_LINES:
+            by_method.setdefault(p["method"], []).append(p)
+    paths = []
+    for x_key, xlabel, name, vline in (("relative_latency", "measured latency per token relative to the verifier",
+                                        "online_quality_vs_latency", 1.0),
+                                       ("rejection_rate", "measured rejection rate", "online_quality_vs_rejection",
+                                        None)):
+        lines = {}
+        for m, ps in by_method.items():
+            ps = sorted((p for p in ps if not math.isnan(p[x_key])), key=lambda p: p[x_key])
+            if ps:
+                lines[m] = ([p[x_key] for p in ps], [p["quality"] for p in ps])
+        path = out / f"{name}.png"
+        _plot(path, f"{task}: online, real decoding loop", xlabel, "task metric", lines, ref, vline)
+        paths.append(path)
+    return paths
+
+
+def _fmt(x) -> str:
+    if isinstance(x, float):
+        return "n/a" if math.isnan(x) else f"{x:.4f}"
+    return str(x)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plots: list[Path]) -> None:
+    parts = [f"# specroute eval: {cfg.name}", "",
+             f"Records: {', '.join(cfg.records)}; routers: {', '.join(cfg.routers) or 'none'}; gamma {cfg.gamma}, "
+             f"temperature {cfg.temperature}.", ""]
+    if offline:
+        s, refs = offline["summary"]["methods"], offline["summary"]["references"]
+        parts += ["## Offline (held-out records, no model calls)", "",
+                  f"{offline['positions']} test positions; analytic latency with drafter/verifier cost ratio "
+                  f"{offline['cost_ratio']:.3f} ({offline['cost_ratio_source']}). Quality = probability of the gold "
+                  f"token under pi; area: 0 = drafter, 1 = cascade oracle.", ""]
+        keys = ["area", "best_quality", "best_top1", "quality_at_25pct", "quality_at_50pct", "quality_at_75pct",
+                "latency_at_verifier_quality", "quality_at_verifier_latency"]
+        rows = [[m] + [v.get(k, float("nan")) for k in keys] for m, v in s.items()]
+        rows.sort(key=lambda r: -r[1] if not math.isnan(r[1]) else math.inf)
+        parts += [markdown_table(["method", *keys], rows), "",
+                  f"Drafter: quality {refs['drafter']['quality']:.4f}, top-1 {refs['drafter']['top1']:.4f}; verifier: "
+                  f"quality {refs['verifier']['quality']:.4f}, top-1 {refs['verifier']['top1']:.4f}, rejection "
+                  f"{refs['verifier']['rejection']:.4f}.", ""]
+    if online:
+        pts = online["points"]
+        parts += ["## Online (real decoding loop, task metric)", "",
+                  f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch 1; latency per "
+                  f"token relative to verifier-only in the same run.", ""]
+        header = ["method", "alpha", "quality", "relative latency", "verifier calls / token", "rejection rate",
+                  "tokens"]
+        parts += [markdown_table(header, [[p["method"], p["alpha"], p["quality"], p["relative_latency"],
+                                           p["verifier_calls_per_token"], p["rejection_rate"], p["tokens"]]
+                                          for p in pts]), ""]
+        forms = online["tables"]
+        parts += ["### (a) lowest latency at the verifier's quality, (b) best quality at no more than its latency", "",
+                  markdown_table(["method", "(a) relative latency", "alpha", "(b) quality", "alpha"],
+                                 [[m, f["a_latency_at_verifier_quality"], f["a_alpha"],
+                                   f["b_quality_at_verifier_latency"], f["b_alpha"]] for m, f in forms.items()]), ""]
+    parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(parts))
+    tmp.replace(path)

@@ -1,0 +1,225 @@
+"""`specroute eval`: learned routers against every plug-in rule, offline on records and online.
+
+Writes into `output`: metrics.json (config, offline summary, online points and tables), curves.csv
+(offline curve points and online points), PNG plots, report.md, eval_config.json and online/ (one
+file per finished (method, alpha) point: a rerun resumes from them).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eval.metrics import get_metric
+from eval.offline import curve_rows, load_held_out, load_routers, method_curves, summarise
+from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas_at_rejection, known_method,
+                         prepare_prompts, run_grid, table_forms)
+from eval.report import offline_plots, online_plots, write_curves_csv, write_report
+from router.config import ConfigError, config_to_dict
+from router.records import RecordsError, read_examples, read_manifest
+from router.report import summary_table, write_json
+from router.rules import RULES, get_rule
+
+PLUGIN_RULES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "lossy", "lossless")
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate. Every field can be set in YAML or as a `key=value` override."""
+
+    name: str = "eval"
+    records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # their test split is held out
+    routers: list = field(default_factory=list)  # router folders (specroute train outputs)
+    offline: bool = True
+    online: bool = True
+    online_methods: list | None = None  # default: every plug-in rule, every router, the baselines
+    alphas: dict = field(default_factory=dict)  # per-method online alpha grids, e.g. {opt: [0, 0.5]}
+    online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])  # x verifier's rejection
+    max_prompts: int = 10
+    max_new_tokens: int = 128
+    gamma: int = 5
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    drafter: str | None = None           # default: the records' drafter
+    verifier: str | None = None          # default: the records' verifier
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    cost_ratio: float | None = None      # drafter/verifier seconds per token; default measured
+    metric: str | None = None            # default: the task's metric
+    logger: str = "csv"                  # csv | wandb
+    wandb_project: str = "specroute"
+    output: str = "runs/eval/eval"
+
+    def __post_init__(self):
+        if not self.records:
+            raise ConfigError("records is empty: name the record folder(s) to evaluate on")
+        if self.gamma < 1 or self.max_prompts < 1 or self.max_new_tokens < 1:
+            raise ConfigError("gamma, max_prompts and max_new_tokens must be >= 1")
+        if self.logger not in ("csv", "wandb"):
+            raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")
+
+
+def _task_of(manifests: list[dict]) -> str:
+    tasks = {m["task"] for m in manifests}
+    if len(tasks) > 1:
+        raise ConfigError(f"online evaluation needs one task per run, these records hold {sorted(tasks)}: "
+                          f"run `specroute eval` once per task")
+    return tasks.pop()
+
+
+def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, routers: dict) -> list[tuple[str, float]]:
+    methods = cfg.online_methods or [*PLUGIN_RULES, *routers, "token_cascade", "sequence_cascade"]
+    unknown = [m for m in methods if not known_method(m, routers)]
+    if unknown:
+        raise ConfigError(f"unknown online methods {unknown}: use rule names {list(RULES)}, router folder names "
+                          f"{list(routers)} or baselines {list(BASELINES)}")
+    grid = [("verifier", 0.0), ("drafter", 0.0)]  # the references, measured first
+    targets = [f * verifier_rejection for f in cfg.online_rejection_targets]
+    for m in methods:
+        if m in ("verifier", "drafter"):
+            continue
+        if m in cfg.alphas:
+            alphas = list(cfg.alphas[m])
+        elif m in curves:  # matched to the offline rejection targets
+            rng = get_rule(m).alpha_range if m in RULES else None
+            alphas = alphas_at_rejection(curves[m].threshold, curves[m].rejection, targets, rng)
+        else:
+            alphas = DEFAULT_ALPHAS[m]
+        if m in RULES:
+            for a in alphas:  # refuse before any model call, not halfway through the grid
+                get_rule(m).check_alpha(float(a))
+        grid += [(m, float(a)) for a in alphas]
+    return grid
+
+
+def _load_pair(cfg: EvalConfig, manifest: dict):
+    from router.models import load_pair
+
+    drafter = cfg.drafter or manifest["models"]["drafter"]["spec"]
+    verifier = cfg.verifier or manifest["models"]["verifier"]["spec"]
+    return load_pair(drafter, verifier, getattr(torch, cfg.dtype), cfg.device)
+
+
+def _fingerprint(cfg: EvalConfig, manifest: dict, prompts) -> dict:
+    return {"models": manifest["models"], "prompts": [p.example_id for p in prompts],
+            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric")}}
+
+
+def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:
+    """Drafter/verifier seconds per token over 16 greedy tokens each (offline-only runs)."""
+    from router.decoding import generate_autoregressive
+
+    ids = torch.tensor([prompt_ids])
+    spt = {}
+    for role, model in (("drafter", pair[0]), ("verifier", pair[1])):
+        out = generate_autoregressive(model, ids, max_new_tokens=16, role=role)
+        spt[role] = out.stats["wall_seconds"] / max(out.stats["new_tokens"], 1)
+    return spt["drafter"] / spt["verifier"]
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    started = time.perf_counter()
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "eval_config.json", config_to_dict(cfg))
+    manifests = [read_manifest(f) for f in cfg.records]
+    task = _task_of(manifests) if cfg.online else ",".join(sorted({m["task"] for m in manifests}))
+    routers = load_routers(cfg.routers)
+    held_out = load_held_out(cfg.records)
+    curves = method_curves(held_out, routers)
+    verifier_rejection = float(np.mean(held_out.cols["tv"]))
+    online, pair = None, None
+    if cfg.online:
+        metric = get_metric(task, cfg.metric)
+        examples = read_examples(cfg.records[0], split="test")
+        if not examples:
+            raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
+        pair = _load_pair(cfg, manifests[0])
+        prompts = prepare_prompts(pair[2], examples, manifests[0]["config"].get("chat", False), cfg.max_prompts)
+        grid = _online_grid(cfg, curves, verifier_rejection, routers)
+        points = run_grid(pair, grid, prompts, cfg, metric, routers, out / "online",
+                          _fingerprint(cfg, manifests[0], prompts))
+        add_relative_latency(points)
+        online = {"prompts": len(prompts), "points": [{k: v for k, v in p.items() if k != "examples"}
+                                                      for p in points], "tables": table_forms(points)}
+    cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0], held_out)
+    offline = None
+    rows = []
+    if cfg.offline:
+        offline = {"positions": len(held_out.cols["tv"]), "cost_ratio": cost_ratio, "cost_ratio_source": source,
+                   "summary": summarise(curves, held_out, cfg.gamma, cost_ratio)}
+        rows = curve_rows(curves, cfg.gamma, cost_ratio)
+    online_rows = [{"stage": "online", "method": p["method"], "alpha": p["alpha"], "rejection": p["rejection_rate"],
+                    "quality": p["quality"], "top1": math.nan, "relative_latency": p["relative_latency"]}
+                   for p in (online or {}).get("points", [])]
+    write_curves_csv(out / "curves.csv", rows + online_rows)
+    plots = (offline_plots(out, rows, offline["summary"], task) if offline else []) + \
+        (online_plots(out, online["points"], task) if online else [])
+    metrics = {"task": task, "config": config_to_dict(cfg), "offline": offline, "online": online,
+               "seconds": time.perf_counter() - started}
+    write_json(out / "metrics.json", metrics)
+    write_report(out / "report.md", cfg, offline, online, plots)
+    if cfg.logger == "wandb":
+        _log_wandb(cfg, metrics, out, plots)
+    print_eval_summary(metrics, out)
+    return metrics
+
+
+def _cost_ratio(cfg: EvalConfig, online: dict | None, pair, manifest: dict, held_out) -> tuple[float, str]:
+    if cfg.cost_ratio is not None:
+        return float(cfg.cost_ratio), "from the config"
+    if online:
+        spt = {p["method"]: p["seconds_per_token"] for p in online["points"] if p["method"] in ("drafter", "verifier")}
+        if spt.get("verifier"):
+            return spt["drafter"] / spt["verifier"], "measured: drafter-only vs verifier-only in the online run"
+    pair = pair or _load_pair(cfg, manifest)
+    examples = read_examples(cfg.records[0], split="test")
+    ids = pair[2].encode(examples[0]["prompt"], add_special_tokens=False)[-256:] if examples else [1, 2, 3]
+    return _measure_cost_ratio(pair, ids), "measured: 16 greedy tokens of each model"
+
+
+def _log_wandb(cfg: EvalConfig, metrics: dict, out: Path, plots: list[Path]) -> None:
+    import wandb
+
+    offline_mode = not os.environ.get("WANDB_API_KEY")
+    if offline_mode:
+        print("[specroute] no WANDB_API_KEY: W&B runs offline into wandb/ (upload later with `wandb sync`)")
+    run = wandb.init(project=cfg.wandb_project, name=cfg.name, dir=str(out), config=config_to_dict(cfg),
+                     mode="offline" if offline_mode else "online", job_type="eval")
+    if metrics["offline"]:
+        summary = metrics["offline"]["summary"]["methods"]
+        keys = sorted({k for v in summary.values() for k in v})
+        run.log({"offline_summary": wandb.Table(columns=["method", *keys],
+                                                data=[[m, *[v.get(k) for k in keys]] for m, v in summary.items()])})
+    if metrics["online"]:
+        pts = metrics["online"]["points"]
+        cols = ["method", "alpha", "quality", "relative_latency", "verifier_calls_per_token", "rejection_rate"]
+        run.log({"online_points": wandb.Table(columns=cols, data=[[p[c] for c in cols] for p in pts])})
+    run.log({p.stem: wandb.Image(str(p)) for p in plots})
+    run.finish()
+
+
+def print_eval_summary(metrics: dict, out: Path) -> None:
+    lines = []
+    if metrics["online"]:
+        pts = metrics["online"]["points"]
+        lines.append(f"{'online method':<22}{'alpha':>8}{'quality':>9}{'rel. latency':>14}{'verifier/tok':>14}"
+                     f"{'rejection':>11}")
+        for p in pts:
+            lines.append(f"{p['method']:<22}{p['alpha']:>8.3g}{p['quality']:>9.3f}{p['relative_latency']:>14.3f}"
+                         f"{p['verifier_calls_per_token']:>14.3f}{p['rejection_rate']:>11.3f}")
+    if metrics["offline"]:
+        s = metrics["offline"]["summary"]["methods"]
+        lines.append(f"\n{'offline method':<22}{'area':>8}{'best quality':>14}{'latency @ verifier quality':>28}")
+        for m, v in sorted(s.items(), key=lambda kv: -np.nan_to_num(kv[1]["area"], nan=-np.inf)):
+            lines.append(f"{m:<22}{v['area']:>8.4f}{v['best_quality']:>14.4f}{v['latency_at_verifier_quality']:>28.3f}")
+    rows = [("task", metrics["task"]), ("seconds", f"{metrics['seconds']:.1f}"),
+            ("report", str(out / "report.md")), ("metrics", str(out / "metrics.json"))]
+    print("\n" + "\n".join(lines) + "\n\n" + summary_table(rows))
