@@ -105,7 +105,8 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
     score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "seconds")]
     return {"method": method, "alpha": alpha, "prompts": len(prompts),
             **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
-            "tokens": totals["tokens"], "seconds": totals["seconds"], "seconds_per_token": totals["seconds"] / n_tok,
+            "tokens": totals["tokens"], "seconds": totals["seconds"], "model_seconds": totals["model_seconds"],
+            "seconds_per_token": totals["seconds"] / n_tok,
             "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
             "rejection_rate": totals["rejections"] / totals["drafts_evaluated"] if totals["drafts_evaluated"] else
             float("nan"),

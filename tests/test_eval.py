@@ -150,3 +150,12 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
     # a task without a metric
     assert cli.main(_eval_args(root, rec, rtr, f"output={tmp_path / 'e3'}", "metric=bleu")) == 2
     assert "no task metric" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["tiny", "gsm8k", "mbpp"])
+def test_shipped_eval_configs_load(name):
+    from eval.run import EvalConfig
+    from router.config import load_config
+
+    cfg = load_config(EvalConfig, f"configs/eval/{name}.yaml", [])
+    assert cfg.records and cfg.output
