@@ -87,6 +87,8 @@ def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, route
             continue
         if m in cfg.alphas:
             alphas = list(cfg.alphas[m])
+        elif m in RULES and get_rule(m).alpha_range is None:  # lossless: alpha unused
+            alphas = [0.0]
         elif m in curves:  # matched to the offline rejection targets
             rng = get_rule(m).alpha_range if m in RULES else None
             alphas = alphas_at_rejection(curves[m].threshold, curves[m].rejection, targets, rng)

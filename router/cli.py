@@ -4,6 +4,7 @@
   specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
   specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
   specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
+  specroute demo [--preset tiny|cpu|gpu] [--fresh]   the whole pipeline, resumable
   specroute rules                     list the deferral rules and their alpha ranges
 """
 
@@ -52,10 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="fit a deferral router on record folders (train)")
     train.add_argument("--config", help="YAML config, e.g. configs/train/mlp.yaml")
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
+    demo = sub.add_parser("demo", help="the whole pipeline: gen -> train -> eval on the embedded pair")
+    demo.add_argument("--preset", default="cpu", choices=["tiny", "cpu", "gpu"],
+                      help="tiny: random models, under a minute; cpu: the real pair, ~30 min on 2 cores; gpu: bigger")
+    demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
+    demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
     return parser
+
+
+def cmd_demo(args) -> int:
+    from router.demo import run_demo
+
+    run_demo(args.preset, args.output, args.fresh)
+    return 0
 
 
 def cmd_eval(args) -> int:
@@ -175,7 +188,8 @@ def cmd_rules(_args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train, "eval": cmd_eval}
+    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train, "eval": cmd_eval,
+                "demo": cmd_demo}
     try:
         return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:

