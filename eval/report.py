@@ -50,6 +50,16 @@ def _plot(path: Path, title: str, xlabel: str, ylabel: str, lines: dict, refs: d
     plt.close(fig)
 
 
+def _frontier_line(rows: list[dict], x_key: str) -> tuple[list, list]:
+    """Points sorted by x with the running best quality (router/tradeoff.py: frontier)."""
+    rows = sorted(rows, key=lambda r: r[x_key])
+    best, ys = -math.inf, []
+    for r in rows:
+        best = max(best, r["quality"])
+        ys.append(best)
+    return [r[x_key] for r in rows], ys
+
+
 def offline_plots(out: Path, rows: list[dict], summary: dict, task: str) -> list[Path]:
     refs = {name: summary["references"][name]["quality"] for name in ("verifier", "drafter")}
     by_method: dict[str, list[dict]] = {}
@@ -61,10 +71,10 @@ def offline_plots(out: Path, rows: list[dict], summary: dict, task: str) -> list
                                         None),
                                        ("relative_latency", "analytic latency relative to the verifier",
                                         "offline_quality_vs_latency", 1.0)):
-        lines = {m: ([r[x_key] for r in rs], [r["quality"] for r in rs]) for m, rs in by_method.items()}
+        lines = {m: _frontier_line(rs, x_key) for m, rs in by_method.items()}
         path = out / f"{name}.png"
-        _plot(path, f"{task}: offline trade-off (held-out records)", xlabel, "probability of the gold token under pi",
-              lines, refs, vline)
+        _plot(path, f"{task}: offline trade-off (held-out records)", xlabel,
+              "best P(gold token) under pi at this x, over alpha", lines, refs, vline)
         paths.append(path)
     return paths
 

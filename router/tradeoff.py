@@ -96,13 +96,22 @@ def random_curve(tv, q_quality, p_quality, points: int = 11) -> Curve:
     return Curve(rho * np.mean(tv), np.mean(q_quality) + rho * (np.mean(p_quality) - np.mean(q_quality)), rho)
 
 
-def area(c: Curve, up_to: float) -> float:
-    """Area between the curve and the drafter's quality line over rejection rates [0, up_to].
+def frontier(c: Curve) -> tuple[np.ndarray, np.ndarray]:
+    """(rejection, best quality at no more than that rejection rate) over the method's alphas:
+    what a user can get by choosing alpha. Token-form curves are not monotone in alpha (keeping a
+    smaller set can raise TV(q, pi)); the frontier is, for every method."""
+    order = np.argsort(c.rejection, kind="stable")
+    return c.rejection[order], np.maximum.accumulate(c.quality[order])
 
-    Beyond its last point a curve stays at its last quality (that method cannot spend more).
+
+def area(c: Curve, up_to: float) -> float:
+    """Area between the method's frontier and the drafter's quality over rejection rates [0, up_to].
+
+    Beyond its last point a curve stays at its best quality (that method cannot spend more).
     """
-    x = np.r_[c.rejection[c.rejection <= up_to], up_to]
-    y = np.interp(x, c.rejection, c.quality)
+    rej, best = frontier(c)
+    x = np.r_[rej[rej <= up_to], up_to]
+    y = np.interp(x, rej, best)
     return float(np.trapezoid(y - c.quality[0], x))
 
 

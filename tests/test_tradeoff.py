@@ -120,3 +120,13 @@ def test_token_curve_ends_and_oracle(positions):
     assert oracle.quality.max() >= c.quality.max() - 1e-9
     with pytest.raises(KeyError, match="unknown token method"):
         token_scores("bleu", cand)
+
+
+def test_area_uses_the_frontier_of_non_monotone_curves():
+    from router.tradeoff import Curve, area, frontier
+
+    zigzag = Curve(np.array([0.0, 0.2, 0.1, 0.3]), np.array([0.5, 0.6, 0.7, 0.55]), np.zeros(4))
+    rej, best = frontier(zigzag)
+    assert list(rej) == [0.0, 0.1, 0.2, 0.3] and list(best) == [0.5, 0.7, 0.7, 0.7]
+    # best quality reachable: 0.5 -> 0.7 over [0, 0.1], then 0.7 up to 0.3
+    assert area(zigzag, 0.3) == pytest.approx(0.5 * 0.1 * 0.2 + 0.2 * 0.2)
