@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The main job: set up specroute with the embedded model pair and decode a GSM8K-style question
-# with a speculative cascade, compared side by side with the verifier alone.
+# The main job: set up specroute with the embedded model pair (Qwen2.5-Coder 0.5B drafter, 1.5B
+# verifier) and run the whole pipeline on real GSM8K and MBPP data: record -> train routers ->
+# evaluate them against every plug-in rule, offline and in the real decoding loop.
+# About 30 minutes on 2 CPU cores; a rerun reuses finished stages. Extra arguments go to
+# `specroute demo` (e.g. --preset tiny for a one-minute run on tiny random models, --fresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh models
 py="${VIRTUAL_ENV:-.venv}/bin"
-"$py/specroute" generate --chat --compare --rule token_v3 --alpha 0.3 --gamma 4 --max-new-tokens 128 \
-  --prompt "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?" "$@"
+"$py/specroute" demo --preset cpu "$@"
