@@ -1,7 +1,7 @@
 """Online evaluation: the real decoding loop on held-out task prompts, scored by the task metric.
 
-Every (method, alpha) point decodes the same held-out prompts one at a time (batch 1: latency per
-prompt is what a user sees) with `router.decoding`, scores each output with the task's real metric
+Every (method, alpha) point decodes the same held-out prompts, one at a time by default (batch 1:
+the latency a user sees; `batch_size` > 1 left-pads several per call, every method alike) with `router.decoding`, scores each output with the task's real metric
 (eval/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
 token, rejection rate and the time spent outside model forwards. Latency is reported relative to
 verifier-only decoding measured in the same run. Each point is written to `online/<point>.json`
@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from router.decoding import (generate, generate_autoregressive, generate_sequence_cascade,
                              generate_token_cascade)
+from router.layout import left_pad
 from router.prompts import prompt_text
 from router.records import atomic_write_bytes
 from router.rules import RULES
@@ -66,9 +67,10 @@ def point_name(method: str, alpha: float) -> str:
     return f"{method}@{alpha:g}"
 
 
-def _decode_one(pair, method: str, alpha: float, ids: torch.Tensor, cfg, rules: dict):
+def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict):
     drafter, verifier, _ = pair
-    common = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed)
+    common = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+                  attention_mask=mask)
     if method == "verifier":
         return generate_autoregressive(verifier, ids, role="verifier", **common)
     if method == "drafter":
@@ -80,30 +82,38 @@ def _decode_one(pair, method: str, alpha: float, ids: torch.Tensor, cfg, rules: 
     return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, gamma=cfg.gamma, **common)
 
 
+def _pad_id(tokenizer) -> int:
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
+
+
 def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metric, rules: dict, bar) -> dict:
-    """Decode and score every prompt at one (method, alpha); aggregate the measurements."""
+    """Decode and score every prompt at one (method, alpha), `cfg.batch_size` prompts per batch
+    (left-padded); aggregate the measurements."""
     tokenizer = pair[2]
     per_example, totals = [], {"tokens": 0, "seconds": 0.0, "model_seconds": 0.0, "verifier_row_forwards": 0,
                                "drafts_evaluated": 0, "rejections": 0}
-    for prompt in prompts:
-        ids = torch.tensor([prompt.ids])
-        out = _decode_one(pair, method, alpha, ids, cfg, rules)
-        new = out.sequences[0, ids.shape[1]:].tolist()
-        text = tokenizer.decode(new, skip_special_tokens=True)
-        scores = metric(text, prompt.meta)
+    for start in range(0, len(prompts), cfg.batch_size):
+        batch = prompts[start: start + cfg.batch_size]
+        ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
+        out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules)
         st = out.stats
+        for b, prompt in enumerate(batch):
+            n_new = int((out.sources[b] != -1).sum())  # this row's tokens, padding after its end excluded
+            new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
+            text = tokenizer.decode(new, skip_special_tokens=True)
+            per_example.append({"example_id": prompt.example_id, "text": text, "tokens": n_new,
+                                **metric(text, prompt.meta)})
         totals["tokens"] += st["new_tokens"]
         totals["seconds"] += st["wall_seconds"]
         totals["model_seconds"] += st.get("drafter_seconds", 0.0) + st.get("verifier_seconds", 0.0)
         totals["verifier_row_forwards"] += st.get("verifier_row_forwards", 0)
         totals["drafts_evaluated"] += st.get("drafts_evaluated", 0)
         totals["rejections"] += st.get("rejections", 0)
-        per_example.append({"example_id": prompt.example_id, "text": text, "tokens": st["new_tokens"],
-                            "seconds": st["wall_seconds"], **scores})
-        bar.update(1)
+        bar.update(len(batch))
     n_tok = max(totals["tokens"], 1)
-    score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "seconds")]
-    return {"method": method, "alpha": alpha, "prompts": len(prompts),
+    score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens")]
+    return {"method": method, "alpha": alpha, "prompts": len(prompts), "batch_size": cfg.batch_size,
             **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
             "tokens": totals["tokens"], "seconds": totals["seconds"], "model_seconds": totals["model_seconds"],
             "seconds_per_token": totals["seconds"] / n_tok,

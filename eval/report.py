@@ -134,8 +134,8 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
     if online:
         pts = online["points"]
         parts += ["## Online (real decoding loop, task metric)", "",
-                  f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch 1; latency per "
-                  f"token relative to verifier-only in the same run.", ""]
+                  f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch "
+                  f"{cfg.batch_size}; latency per token relative to verifier-only in the same run.", ""]
         header = ["method", "alpha", "quality", "relative latency", "verifier calls / token", "rejection rate",
                   "tokens"]
         parts += [markdown_table(header, [[p["method"], p["alpha"], p["quality"], p["relative_latency"],

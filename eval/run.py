@@ -43,6 +43,7 @@ class EvalConfig:
     online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])  # x verifier's rejection
     max_prompts: int = 10
     max_new_tokens: int = 128
+    batch_size: int = 1                  # prompts per decoding call (1: per-prompt latency, as served)
     gamma: int = 5
     temperature: float = 0.0
     top_p: float = 1.0
@@ -60,8 +61,8 @@ class EvalConfig:
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
-        if self.gamma < 1 or self.max_prompts < 1 or self.max_new_tokens < 1:
-            raise ConfigError("gamma, max_prompts and max_new_tokens must be >= 1")
+        if min(self.gamma, self.max_prompts, self.max_new_tokens, self.batch_size) < 1:
+            raise ConfigError("gamma, max_prompts, max_new_tokens and batch_size must be >= 1")
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")
 
@@ -111,7 +112,8 @@ def _load_pair(cfg: EvalConfig, manifest: dict):
 
 def _fingerprint(cfg: EvalConfig, manifest: dict, prompts) -> dict:
     return {"models": manifest["models"], "prompts": [p.example_id for p in prompts],
-            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric")}}
+            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
+                                      "batch_size")}}
 
 
 def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:

@@ -131,6 +131,13 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     stamps = {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
     assert cli.main(_eval_args(root, rec, rtr)) == 0  # a rerun reuses every finished point
     assert stamps == {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
+    # batched decoding (left-padded) gives the same greedy verifier outputs as one prompt at a time
+    args = _eval_args(root, rec, rtr, f"output={root / 'eval-b2'}", "batch_size=2", "offline=false")
+    args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[token_cascade]"
+    assert cli.main(args) == 0
+    single = json.loads((out / "online" / "verifier@0.json").read_text())["examples"]
+    batched = json.loads((root / "eval-b2" / "online" / "verifier@0.json").read_text())["examples"]
+    assert [e["text"] for e in batched] == [e["text"] for e in single]
 
 
 def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
