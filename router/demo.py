@@ -26,26 +26,27 @@ class Preset:
 
     models: list           # gen overrides choosing the pair and dtype
     tasks: list
-    gold_examples: int
+    gold_examples: int     # per task, split 70/15/15 into train/validation/test by id
     rollout_examples: int
     rollout_tokens: int
     max_continuation_tokens: int
     train_epochs: int
-    prompts: int           # online prompts per task
+    prompts: int           # online prompts per task (held-out test examples)
     new_tokens: int
+    online_batch: int      # prompts per decoding call online (every method alike)
     gen_batch: int = 4
     eval_extra: list = field(default_factory=list)
-    seconds_per_example: float = 3.0  # gold recording cost per example, for the up-front estimate
-    seconds_per_token: float = 0.25   # online decoding cost per generated token (averaged over methods)
+    seconds_per_example: float = 3.0  # gold recording, per example (2 CPU cores, embedded pair)
+    seconds_per_step: float = 0.33    # online decoding, per new-token step of one batch, mean over methods
 
 
 PRESETS = {
     "tiny": Preset(["drafter=tiny:drafter", "verifier=tiny:verifier", "dtype=float32", "chat=false",
-                    "max_prompt_tokens=256"], ["gsm8k", "mbpp"], 24, 4, 16, 48, 3, 2, 8,
-                   eval_extra=["dtype=float32"], seconds_per_example=0.1, seconds_per_token=0.02),
-    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 8, 48, 256, 20, 4, 64),
-    "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 30, 128, gen_batch=16,
-                  eval_extra=["device=cuda"], seconds_per_example=0.2, seconds_per_token=0.03),
+                    "max_prompt_tokens=256"], ["gsm8k", "mbpp"], 24, 4, 16, 48, 3, 2, 8, 2,
+                   eval_extra=["dtype=float32"], seconds_per_example=0.1, seconds_per_step=0.02),
+    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 4, 160, 4),
+    "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 32, 256, 8, gen_batch=16,
+                  eval_extra=["device=cuda"], seconds_per_example=0.2, seconds_per_step=0.05),
 }
 
 
@@ -60,10 +61,12 @@ def _run(argv: list[str]) -> None:
 
 
 def estimate_seconds(p: Preset) -> float:
-    n_methods = 6  # verifier, drafter, best router, best cascade rule, best token rule, lossless
-    gen = len(p.tasks) * (p.gold_examples * p.seconds_per_example + p.rollout_examples * p.rollout_tokens * 0.15)
-    online = len(p.tasks) * n_methods * p.prompts * p.new_tokens * p.seconds_per_token
-    return gen + online + 60 * len(ROUTERS) * (p.seconds_per_example / 3.0) + 30
+    """Expected wall time: recording, training (~1 min per router at cpu scale), online decoding
+    (6 points per task: verifier, drafter, best router, best rule of each form, lossless)."""
+    gen = len(p.tasks) * (p.gold_examples + p.rollout_examples * 3) * p.seconds_per_example
+    batches = -(-p.prompts // p.online_batch)
+    online = len(p.tasks) * 6 * batches * p.new_tokens * p.seconds_per_step
+    return gen + online + len(ROUTERS) * 60 * p.seconds_per_example / 3.0 + 10 * len(p.tasks) * 4
 
 
 def record(out: Path, p: Preset) -> dict:
@@ -110,7 +113,8 @@ def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:
         target = out / "eval" / task
         _run(["eval", "--config", "configs/eval/gsm8k.yaml", f"name={task}", f"records=[{f['gold']}]",
               f"routers={routers}", f"online_methods=[{','.join(methods)}]", f"max_prompts={p.prompts}",
-              f"max_new_tokens={p.new_tokens}", "online_rejection_targets=[0.5]", f"output={target}",
+              f"max_new_tokens={p.new_tokens}", f"batch_size={p.online_batch}", "online_rejection_targets=[0.5]",
+              f"output={target}",
               *p.eval_extra])
         results[task] = json.loads((target / "metrics.json").read_text())
     return results
