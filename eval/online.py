@@ -1,7 +1,8 @@
 """Online evaluation: the real decoding loop on held-out task prompts, scored by the task metric.
 
-Every (method, alpha) point decodes the same held-out prompts, one at a time by default (batch 1:
-the latency a user sees; `batch_size` > 1 left-pads several per call, every method alike) with `router.decoding`, scores each output with the task's real metric
+Every (method, alpha) point decodes the same held-out prompts with `router.decoding`, one at a
+time by default (batch 1: the latency a user sees; `batch_size` > 1 left-pads several per call,
+every method alike), scores each output with the task's real metric
 (eval/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
 token, rejection rate and the time spent outside model forwards. Latency is reported relative to
 verifier-only decoding measured in the same run. Each point is written to `online/<point>.json`

@@ -139,24 +139,12 @@ def run_eval(cfg: EvalConfig) -> dict:
     held_out = load_held_out(cfg.records)
     curves = method_curves(held_out, routers)
     verifier_rejection = float(np.mean(held_out.cols["tv"]))
-    online, pair = None, None
-    if cfg.online:
-        metric = get_metric(task, cfg.metric)
-        examples = read_examples(cfg.records[0], split="test")
-        if not examples:
-            raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
-        pair = _load_pair(cfg, manifests[0])
-        prompts = prepare_prompts(pair[2], examples, manifests[0]["config"].get("chat", False), cfg.max_prompts)
-        grid = _online_grid(cfg, curves, verifier_rejection, routers)
-        points = run_grid(pair, grid, prompts, cfg, metric, routers, out / "online",
-                          _fingerprint(cfg, manifests[0], prompts))
-        add_relative_latency(points)
-        online = {"prompts": len(prompts), "points": [{k: v for k, v in p.items() if k != "examples"}
-                                                      for p in points], "tables": table_forms(points)}
-    cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0], held_out)
+    online, pair = _run_online(cfg, manifests[0], task, curves, verifier_rejection, routers) if cfg.online \
+        else (None, None)
     offline = None
     rows = []
     if cfg.offline:
+        cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0])
         offline = {"positions": len(held_out.cols["tv"]), "cost_ratio": cost_ratio, "cost_ratio_source": source,
                    "summary": summarise(curves, held_out, cfg.gamma, cost_ratio)}
         rows = curve_rows(curves, cfg.gamma, cost_ratio)
@@ -176,7 +164,25 @@ def run_eval(cfg: EvalConfig) -> dict:
     return metrics
 
 
-def _cost_ratio(cfg: EvalConfig, online: dict | None, pair, manifest: dict, held_out) -> tuple[float, str]:
+def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifier_rejection: float,
+                routers: dict) -> tuple[dict, tuple]:
+    """The online grid on held-out prompts; returns its results and the loaded pair."""
+    metric = get_metric(task, cfg.metric)
+    examples = read_examples(cfg.records[0], split="test")
+    if not examples:
+        raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
+    grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
+    pair = _load_pair(cfg, manifest)
+    prompts = prepare_prompts(pair[2], examples, manifest["config"].get("chat", False), cfg.max_prompts)
+    points = run_grid(pair, grid, prompts, cfg, metric, routers, Path(cfg.output) / "online",
+                      _fingerprint(cfg, manifest, prompts))
+    add_relative_latency(points)
+    online = {"prompts": len(prompts), "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
+              "tables": table_forms(points)}
+    return online, pair
+
+
+def _cost_ratio(cfg: EvalConfig, online: dict | None, pair, manifest: dict) -> tuple[float, str]:
     if cfg.cost_ratio is not None:
         return float(cfg.cost_ratio), "from the config"
     if online:

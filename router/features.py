@@ -1,8 +1,8 @@
 """Per-position features of the drafter (q) and verifier (p) distributions.
 
-One function, `token_features` (and `candidate_features` for token-form routers), is used both when recording (data_gen) and when decoding (a
-learned router inside `router.decoding.generate`), so a router sees the same features offline and
-online. Features use the raw (temperature-1) distributions only: they do not change with the
+One function, `token_features` (and `candidate_features` for token-form routers), is used both
+when recording (data_gen) and when decoding (a learned router inside `router.decoding.generate`),
+so a router sees the same features offline and online. Features use the raw (temperature-1) distributions only: they do not change with the
 decoding temperature, and both models' distributions exist at decision time because the verifier
 scores the whole block in parallel.
 """
