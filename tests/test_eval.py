@@ -166,3 +166,18 @@ def test_shipped_eval_configs_load(name):
 
     cfg = load_config(EvalConfig, f"configs/eval/{name}.yaml", [])
     assert cfg.records and cfg.output
+
+
+def test_eval_logs_to_wandb_offline(tiny_pipeline, tmp_path, monkeypatch):
+    root, rec, rtr = tiny_pipeline
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "w"
+    assert cli.main(_eval_args(root, rec, rtr, f"output={out}", "online=false", "logger=wandb",
+                               "cost_ratio=0.5")) == 0
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert runs, "W&B offline run directory missing"
+    deadline = time.monotonic() + 60  # wandb-core writes the files from its own process
+    while not list(runs[0].glob("files/media/images/*.png")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list(runs[0].glob("files/media/images/*.png")) and list(runs[0].glob("files/media/table/*.json"))
