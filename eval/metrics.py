@@ -57,7 +57,7 @@ def qa_metric(output: str, meta: dict) -> dict:
     """Exact match and F1 of the output's first line against every alias (best alias counts)."""
     answer = output.strip().split("\n", 1)[0]
     answer = re.sub(r"^(answer|a)\s*:\s*", "", answer, flags=re.IGNORECASE)
-    aliases = meta.get("aliases") or []
+    aliases = meta.get("aliases") or ([meta["reference"].strip()] if meta.get("reference") else [])
     em = max((float(normalise_answer(answer) == normalise_answer(a)) for a in aliases), default=0.0)
     f1 = max((_f1(answer, a) for a in aliases), default=0.0)
     return {"quality": em, "exact_match": em, "f1": f1}
@@ -91,7 +91,7 @@ def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0) -> dict:
 METRICS: dict[str, Callable[[str, dict], dict]] = {
     "gsm8k": gsm8k_metric, "mbpp": mbpp_metric, "humaneval": humaneval_metric,
     "triviaqa": qa_metric, "nq": qa_metric, "squad": qa_metric,
-    "exact_match": qa_metric,  # custom data: name a metric in the eval config, aliases in meta
+    "exact_match": qa_metric,  # custom data: `metric: exact_match` scores against meta aliases or the reference
 }
 
 

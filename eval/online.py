@@ -44,7 +44,8 @@ def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: in
     out = []
     for ex in examples[:max_prompts]:
         text = prompt_text(tokenizer, ex["prompt"], ex.get("question", ""), chat)
-        out.append(Prompt(ex["example_id"], tokenizer.encode(text, add_special_tokens=False), ex.get("meta", {})))
+        meta = {**ex.get("meta", {}), "reference": ex.get("reference", "")}  # the gold answer, for custom data
+        out.append(Prompt(ex["example_id"], tokenizer.encode(text, add_special_tokens=False), meta))
     return out
 
 

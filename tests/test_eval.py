@@ -81,6 +81,7 @@ def test_task_metrics():
     qa = qa_metric(" The Eiffel Tower\nbecause", {"aliases": ["Eiffel Tower", "la tour Eiffel"]})
     assert qa["exact_match"] == 1.0 and qa["f1"] == 1.0
     assert qa_metric("Paris, France", {"aliases": ["Paris"]})["f1"] == pytest.approx(2 / 3)
+    assert qa_metric("Paris", {"reference": " Paris\n"})["exact_match"] == 1.0  # custom data: the reference
     good = "```python\ndef add(a, b):\n    return a + b\n```"
     assert extract_code(good).startswith("def add")
     assert mbpp_metric(good, {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1.0
