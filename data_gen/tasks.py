@@ -62,11 +62,17 @@ def _listish(value) -> list:
     return list(parsed) if isinstance(parsed, (list, tuple)) else [parsed]
 
 
+# Chat prompts ask for the gold continuations' own style ("... So the answer is 18."): short answers
+# that the exact-match metric can read, instead of long code-based solutions cut off mid-way.
+GSM8K_INSTRUCTION = ("\nSolve it in at most three short sentences of plain text (no code, no LaTeX), then write: "
+                     "So the answer is <number>.")
+
+
 def load_gsm8k() -> Iterator[Example]:
     for row in _olmo_requests("gsm8k/gold_bpb_5shot"):
         doc = row["doc"]
         yield Example(f"gsm8k-{doc['id']}", row["request"]["context"], row["request"]["continuation"],
-                      doc["question"], {"short_answer": doc["short_answer"]})
+                      doc["question"] + GSM8K_INSTRUCTION, {"short_answer": doc["short_answer"]})
 
 
 def load_mbpp() -> Iterator[Example]:

@@ -7,6 +7,7 @@ file per finished (method, alpha) point: a rerun resumes from them).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
@@ -110,8 +111,11 @@ def _load_pair(cfg: EvalConfig, manifest: dict):
     return load_pair(drafter, verifier, getattr(torch, cfg.dtype), cfg.device)
 
 
-def _fingerprint(cfg: EvalConfig, manifest: dict, prompts) -> dict:
-    return {"models": manifest["models"], "prompts": [p.example_id for p in prompts],
+def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict) -> dict:
+    """What a finished online point depends on; a point file with another fingerprint is redone."""
+    weights = {name: hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:16]
+               for name, folder in zip(routers, cfg.routers)}  # a retrained router invalidates old points
+    return {"models": manifest["models"], "prompts": [p.example_id for p in prompts], "routers": weights,
             **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
                                       "batch_size")}}
 
@@ -175,7 +179,7 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
     pair = _load_pair(cfg, manifest)
     prompts = prepare_prompts(pair[2], examples, manifest["config"].get("chat", False), cfg.max_prompts)
     points = run_grid(pair, grid, prompts, cfg, metric, routers, Path(cfg.output) / "online",
-                      _fingerprint(cfg, manifest, prompts))
+                      _fingerprint(cfg, manifest, prompts, routers))
     add_relative_latency(points)
     online = {"prompts": len(prompts), "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
               "tables": table_forms(points)}

@@ -12,7 +12,7 @@ from eval.executor import run_program
 from eval.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from router import cli
-from router.model import LearnedRouter, RouterConfig, RouterNet, save_router
+from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
 from router.rules import get_rule, tv_distance
 from router.tradeoff import oracle_bound
 
@@ -132,6 +132,14 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     stamps = {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
     assert cli.main(_eval_args(root, rec, rtr)) == 0  # a rerun reuses every finished point
     assert stamps == {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
+    router = load_router(rtr)  # a retrained router: its points must be decoded again
+    with torch.no_grad():
+        router.net.body[-1].bias.add_(1.0)
+    save_router(router, rtr)
+    old = json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"]["router"]
+    assert cli.main(_eval_args(root, rec, rtr, "online_methods=[router]")) == 0
+    assert (out / "online" / "verifier@0.json").stat().st_mtime != stamps["verifier@0.json"]  # redone
+    assert json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"]["router"] != old
     # batched decoding (left-padded) gives the same greedy verifier outputs as one prompt at a time
     args = _eval_args(root, rec, rtr, f"output={root / 'eval-b2'}", "batch_size=2", "offline=false")
     args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[token_cascade]"
