@@ -13,6 +13,8 @@ from pathlib import Path
 
 REFERENCE_STYLE = {"verifier": dict(color="black", linestyle="--"), "drafter": dict(color="grey", linestyle=":")}
 SKIP_LINES = ("verifier", "drafter")
+PLAIN_METHODS = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "lossy", "lossless", "drafter",
+                 "verifier", "token_cascade", "sequence_cascade")
 
 
 def write_curves_csv(path: Path, rows: list[dict]) -> None:
@@ -31,10 +33,18 @@ def _plot(path: Path, title: str, xlabel: str, ylabel: str, lines: dict, refs: d
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    strong, pale = plt.get_cmap("tab10").colors, plt.get_cmap("tab20").colors[1::2]
+    n_strong = n_pale = 0
     for name, (x, y) in lines.items():
-        style = "-" if not name.startswith(("oracle", "random")) else ":"
-        ax.plot(x, y, style, marker="o" if len(x) < 12 else None, markersize=4, label=name)
+        reference = name.startswith(("oracle", "random"))
+        learned = name not in PLAIN_METHODS and not reference  # routers stand out: strong colour, thick
+        if learned:
+            color, n_strong = strong[n_strong % 10], n_strong + 1
+        else:
+            color, n_pale = pale[n_pale % 10], n_pale + 1
+        ax.plot(x, y, ":" if reference else "-", color=color, linewidth=2.6 if learned else 1.6,
+                marker="o" if len(x) < 12 else None, markersize=4, label=f"{name} (learned)" if learned else name)
     for name, y in refs.items():
         if y is not None and not math.isnan(y):
             ax.axhline(y, label=f"{name} only", **REFERENCE_STYLE[name])
