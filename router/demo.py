@@ -131,9 +131,10 @@ def shift(folders: dict) -> dict:
     for task, f in folders.items():
         row = {}
         for mode in ("gold", "rollout"):
-            ds = load_records(f[mode], mode=mode).with_format("numpy")
-            row[mode] = {"positions": len(ds), "mean_tv": float(np.mean(ds["tv"])),
-                         "top1_agreement": float(np.mean(ds["q_argmax"] == ds["p_argmax"]))}
+            cols = load_records(f[mode], mode=mode).select_columns(["tv", "q_argmax", "p_argmax"])[:]
+            q_arg, p_arg = np.asarray(cols["q_argmax"]), np.asarray(cols["p_argmax"])
+            row[mode] = {"positions": len(q_arg), "mean_tv": float(np.mean(cols["tv"])),
+                         "top1_agreement": float(np.mean(q_arg == p_arg))}
         out[task] = row
     return out
 

@@ -20,6 +20,7 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
             assert (out / "eval" / task / f"{plot}.png").stat().st_size > 0
         shift = summary["gold_vs_rollout"][task]
         assert shift["gold"]["positions"] > 0 and shift["rollout"]["positions"] > 0
+        assert 0 < shift["gold"]["top1_agreement"] <= 1 and shift["gold"]["mean_tv"] > 0
     assert set(summary["validation_areas"]) == {"mlp", "gru", "token"}
     router_stamp = (out / "routers" / "mlp" / "model.safetensors").stat().st_mtime
     assert cli.main(["demo", "--preset", "tiny", "--output", str(out)]) == 0
