@@ -45,7 +45,7 @@ PRESETS = {
                     "max_prompt_tokens=256"], ["gsm8k", "mbpp"], 24, 4, 16, 48, 3, 2, 8, 2,
                    eval_extra=["dtype=float32"], seconds_per_example=0.1, seconds_per_step=0.02),
     "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 8, 128, 4, seconds_per_example=2.2,
-                  seconds_per_step=0.23),
+                  seconds_per_step=0.25),
     "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 32, 256, 8, gen_batch=16,
                   eval_extra=["device=cuda"], seconds_per_example=0.2, seconds_per_step=0.05),
 }
