@@ -2,7 +2,7 @@
 # The main job: set up specroute with the embedded model pair (Qwen2.5-Coder 0.5B drafter, 1.5B
 # verifier) and run the whole pipeline on real GSM8K and MBPP data: record -> train routers ->
 # evaluate them against every plug-in rule, offline and in the real decoding loop.
-# About 28 minutes on 2 CPU cores; a rerun reuses finished stages. Extra arguments go to
+# About 29 minutes on 2 CPU cores; a rerun reuses finished stages. Extra arguments go to
 # `specroute demo` (e.g. --preset tiny for a one-minute run on tiny random models, --fresh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
