@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas
 from eval.report import offline_plots, online_plots, write_curves_csv, write_report
 from router.config import ConfigError, config_to_dict
 from router.records import RecordsError, read_examples, read_manifest
-from router.report import summary_table, write_json
+from router.report import summary_table, wandb_offline, write_json
 from router.rules import RULES, get_rule
 
 PLUGIN_RULES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "lossy", "lossless")
@@ -202,11 +201,8 @@ def _cost_ratio(cfg: EvalConfig, online: dict | None, pair, manifest: dict) -> t
 def _log_wandb(cfg: EvalConfig, metrics: dict, out: Path, plots: list[Path]) -> None:
     import wandb
 
-    offline_mode = not os.environ.get("WANDB_API_KEY")
-    if offline_mode:
-        print("[specroute] no WANDB_API_KEY: W&B runs offline into wandb/ (upload later with `wandb sync`)")
     run = wandb.init(project=cfg.wandb_project, name=cfg.name, dir=str(out), config=config_to_dict(cfg),
-                     mode="offline" if offline_mode else "online", job_type="eval")
+                     mode="offline" if wandb_offline() else "online", job_type="eval")
     if metrics["offline"]:
         summary = metrics["offline"]["summary"]["methods"]
         keys = sorted({k for v in summary.values() for k in v})

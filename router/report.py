@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from router.records import atomic_write_bytes
@@ -20,3 +21,11 @@ def write_json(path: str | Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(obj, indent=2, default=str).encode()
     atomic_write_bytes(path, lambda f: f.write(data))
+
+
+def wandb_offline() -> bool:
+    """True (and says so) when W&B must run offline: no WANDB_API_KEY in the environment."""
+    offline = not os.environ.get("WANDB_API_KEY")
+    if offline:
+        print("[specroute] no WANDB_API_KEY: W&B runs offline into wandb/ (upload later with `wandb sync`)")
+    return offline

@@ -8,7 +8,6 @@ Lightning's CSV logs and checkpoints.
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from router.config import config_to_dict
 from router.features import FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, pair_of, save_router
 from router.records import RecordsError, manifest_id, read_manifest
-from router.report import summary_table, write_json
+from router.report import summary_table, wandb_offline, write_json
 from train.data import BatchIterable, RecordDataModule, RecordSplit, hidden_size
 from train.metrics import PLUGINS, plugin_areas, router_metrics, tradeoff_table
 from train.module import RouterModule
@@ -68,10 +67,7 @@ def _loggers(cfg: TrainConfig, out: Path):
     if cfg.logger == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
-        offline = not os.environ.get("WANDB_API_KEY")
-        if offline:
-            print("[specroute] no WANDB_API_KEY: W&B runs offline into wandb/ (upload later with `wandb sync`)")
-        loggers.append(WandbLogger(project=cfg.wandb_project, save_dir=str(out), offline=offline,
+        loggers.append(WandbLogger(project=cfg.wandb_project, save_dir=str(out), offline=wandb_offline(),
                                    config=config_to_dict(cfg), log_model=False))
     elif cfg.logger != "csv":
         raise ValueError(f"logger must be csv or wandb, got {cfg.logger!r}")
