@@ -15,14 +15,14 @@ evaluated online only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from router.model import LearnedRouter, RouterError, check_router_pair, windows
-from router.records import RecordsError, load_records, read_manifest
+from router.model import LearnedRouter, RouterError, check_router_pair, recorded_candidate_features, windows
+from router.records import RecordsError, load_records, read_manifest, require_hidden_states
 from router.tradeoff import (CANDIDATE_COLUMNS, TOKEN_METHODS, Curve, candidates_from_columns, curve,
                              defer_scores, normalised_area, quality_at, random_curve, token_curve, token_scores)
 
@@ -32,7 +32,7 @@ SCALARS = ("q_max", "p_max", "tv", "q_token", "p_token", "q_argmax", "p_argmax",
 
 @dataclass
 class HeldOut:
-    """The test split of one or more record folders, as arrays."""
+    """The held-out split of one or more record folders, as arrays."""
 
     cols: dict          # scalar columns (N,)
     cand: object        # router.tradeoff.Candidates
@@ -40,6 +40,9 @@ class HeldOut:
     traj: np.ndarray    # (N,) trajectory key (example + mode), rows in position order
     folders: list
     manifests: list
+    split: str = "test"
+    mode: str = "gold"
+    _hidden: dict = field(default_factory=dict)  # role -> (N, H), read once however many routers use it
 
     @property
     def q_top1(self) -> np.ndarray:
@@ -50,15 +53,15 @@ class HeldOut:
         return (self.cols["p_argmax"] == self.cols["token"]).astype(np.float64)
 
     def hidden(self, role: str) -> np.ndarray:
-        """(N, H) hidden states of one model, read from the shards."""
-        parts = []
-        for folder in self.folders:
-            ds = load_records(folder, split="test", mode="gold").with_format("numpy")
-            if f"{role}_hidden" not in ds.column_names:
-                raise RecordsError(f"{folder} has no {role} hidden states, which a router reads: re-record with "
-                                   f"hidden_states={role} or both")
-            parts.append(np.asarray(ds[f"{role}_hidden"][:], dtype=np.float32))
-        return np.concatenate(parts)
+        """(N, H) hidden states of one model on these rows, read from the shards."""
+        if role not in self._hidden:
+            parts = []
+            for folder, manifest in zip(self.folders, self.manifests):
+                require_hidden_states(folder, manifest, role)
+                ds = load_records(folder, split=self.split, mode=self.mode).select_columns([f"{role}_hidden"])
+                parts.append(np.asarray(ds.with_format("numpy")[f"{role}_hidden"][:], dtype=np.float32))
+            self._hidden[role] = np.concatenate(parts)
+        return self._hidden[role]
 
 
 def load_held_out(folders: list[str], split: str = "test", mode: str = "gold") -> HeldOut:
@@ -76,7 +79,7 @@ def load_held_out(folders: list[str], split: str = "test", mode: str = "gold") -
         traj.append(np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str)))
     merged = {k: np.concatenate([np.asarray(c[k]) for c in cols]) for k in {*SCALARS, *CANDIDATE_COLUMNS}}
     return HeldOut({k: merged[k] for k in SCALARS}, candidates_from_columns(merged), np.concatenate(feats),
-                   np.concatenate(traj), list(folders), manifests)
+                   np.concatenate(traj), list(folders), manifests, split, mode)
 
 
 def router_scores(router: LearnedRouter, data: HeldOut, name: str) -> np.ndarray:
@@ -94,17 +97,11 @@ def router_scores(router: LearnedRouter, data: HeldOut, name: str) -> np.ndarray
 
 
 def _token_head_scores(router: LearnedRouter, data: HeldOut, x: torch.Tensor) -> np.ndarray:
-    from router.features import candidate_features
-
-    cand = data.cand
-    k = cand.q.shape[1]
+    k = data.cand.q.shape[1]
     if router.cfg.token_candidates != k:
         raise RouterError(f"token router scores {router.cfg.token_candidates} candidates, the records hold top-{k}: "
                           f"record with top_k={router.cfg.token_candidates} or retrain on these records")
-    is_q = np.zeros(cand.q.shape, dtype=bool)
-    is_q[:, 0] = True
-    c = candidate_features(torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(),
-                           torch.from_numpy(cand.is_p_argmax), torch.from_numpy(is_q))  # (N, K, 5)
+    c = recorded_candidate_features(data.cand)  # (N, K, 5)
     inputs = torch.cat([x[:, None].expand(-1, k, -1), c], -1)  # (N, K, D + 5)
     return router.net(inputs).double().numpy()
 

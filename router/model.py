@@ -123,6 +123,15 @@ def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor) 
     return candidate_features(q_raw.gather(-1, cand), p_raw.gather(-1, cand), is_p, is_q)
 
 
+def recorded_candidate_features(cand) -> torch.Tensor:
+    """Candidate features (N, K, 5) of recorded top-k candidates (a `router.tradeoff.Candidates`,
+    column 0 = the drafter's argmax): the records-side twin of `candidates_of`."""
+    is_q = torch.zeros(cand.q.shape, dtype=torch.bool)
+    is_q[:, 0] = True
+    return candidate_features(torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(),
+                              torch.from_numpy(cand.is_p_argmax), is_q)
+
+
 def pair_of(manifest: dict) -> dict:
     """The model pair a record folder was made with: drafter, verifier and tokenizer hashes."""
     models = manifest.get("models", {})

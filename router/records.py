@@ -116,6 +116,13 @@ def read_manifest(folder: str | Path) -> dict:
     return manifest
 
 
+def require_hidden_states(folder: str | Path, manifest: dict, role: str) -> None:
+    """Refuse a folder recorded without the drafter's/verifier's hidden states that a router reads."""
+    if manifest.get("hidden_states") not in (role, "both"):
+        raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
+                           f"{manifest.get('hidden_states')}): re-record with hidden_states={role} or both")
+
+
 def manifest_id(manifest: dict) -> str:
     """A short content id of a record folder (its manifest), for tracing outputs to their data."""
     return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()[:16]

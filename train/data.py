@@ -13,9 +13,10 @@ import lightning as L
 import numpy as np
 import torch
 
-from router.features import FEATURE_NAMES, candidate_features
-from router.records import RecordsError, load_records, read_manifest
-from router.tradeoff import Candidates, candidates_from_columns
+from router.features import FEATURE_NAMES
+from router.model import recorded_candidate_features
+from router.records import RecordsError, load_records, read_manifest, require_hidden_states
+from router.tradeoff import candidates_from_columns
 from train.targets import TOKEN_TARGET, labels
 
 AUX = ("q_token", "p_token", "tv", "q_max", "p_max")  # what the validation metrics need
@@ -35,9 +36,7 @@ class RecordSplit:
                 raise RecordsError(f"{folder} was recorded with features {manifest['feature_names']}, this "
                                    f"specroute uses {list(FEATURE_NAMES)}: re-record it")
             for role in hidden_inputs:
-                if manifest["hidden_states"] not in (role, "both"):
-                    raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
-                                       f"{manifest['hidden_states']}): re-record with hidden_states={role} or both")
+                require_hidden_states(folder, manifest, role)
             try:
                 parts.append(load_records(folder, split=split, mode=mode))
             except RecordsError:
@@ -61,7 +60,7 @@ class RecordSplit:
                              f"and that target needs head: token")
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(small, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else np.ones(len(self.y), np.float32)
-        self._cand_x = _candidate_inputs(self.cand, small) if head == "token" else None  # (N, K, 5)
+        self._cand_x = recorded_candidate_features(self.cand).numpy() if head == "token" else None  # (N, K, 5)
         self.hidden_inputs = list(hidden_inputs)
         self.window = window
         # rows of one trajectory (example + mode) are stored consecutively, in position order
@@ -96,21 +95,9 @@ class RecordSplit:
 
 def hidden_size(folder: str, role: str) -> int:
     """Width of the drafter's/verifier's hidden states recorded in a folder."""
-    manifest = read_manifest(folder)
-    if manifest["hidden_states"] not in (role, "both"):
-        raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
-                           f"{manifest['hidden_states']}): re-record with hidden_states={role} or both")
+    require_hidden_states(folder, read_manifest(folder), role)
     first = load_records(folder, split="train").select_columns([f"{role}_hidden"])[0]
     return len(first[f"{role}_hidden"])
-
-
-def _candidate_inputs(cand: Candidates, cols: dict) -> np.ndarray:
-    """(N, K, 5) candidate features, computed by the same function decoding uses."""
-    is_q = np.zeros(cand.q.shape, dtype=bool)
-    is_q[:, 0] = True
-    out = candidate_features(torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(),
-                             torch.from_numpy(cand.is_p_argmax), torch.from_numpy(is_q))
-    return out.numpy()
 
 
 class BatchIterable(torch.utils.data.IterableDataset):
