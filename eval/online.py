@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from router.decoding import (generate, generate_autoregressive, generate_sequence_cascade,
+from router.decoding import (PADDING, generate, generate_autoregressive, generate_sequence_cascade,
                              generate_token_cascade)
 from router.layout import left_pad
 from router.prompts import prompt_text
@@ -28,8 +28,8 @@ from router.records import atomic_write_bytes
 from router.rules import RULES
 
 BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
-DEFAULT_ALPHAS = {"token_cascade": [0.1, 0.3, 0.5], "sequence_cascade": [0.1, 0.3, 0.5], "lossy": [0.3, 0.6, 0.9],
-                  "lossless": [0.0], "verifier": [0.0], "drafter": [0.0]}
+# methods without an offline curve to match alphas on (verifier/drafter/lossless take no alpha)
+DEFAULT_ALPHAS = {"token_cascade": [0.1, 0.3, 0.5], "sequence_cascade": [0.1, 0.3, 0.5], "lossy": [0.3, 0.6, 0.9]}
 
 
 @dataclass
@@ -101,7 +101,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
         out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules)
         st = out.stats
         for b, prompt in enumerate(batch):
-            n_new = int((out.sources[b] != -1).sum())  # this row's tokens, padding after its end excluded
+            n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
             new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
             text = tokenizer.decode(new, skip_special_tokens=True)
             per_example.append({"example_id": prompt.example_id, "text": text, "tokens": n_new,

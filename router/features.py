@@ -2,9 +2,9 @@
 
 One function, `token_features` (and `candidate_features` for token-form routers), is used both
 when recording (data_gen) and when decoding (a learned router inside `router.decoding.generate`),
-so a router sees the same features offline and online. Features use the raw (temperature-1) distributions only: they do not change with the
-decoding temperature, and both models' distributions exist at decision time because the verifier
-scores the whole block in parallel.
+so a router sees the same features offline and online. Features use the raw (temperature-1)
+distributions only: they do not change with the decoding temperature, and both models'
+distributions exist at decision time because the verifier scores the whole block in parallel.
 """
 
 from __future__ import annotations
@@ -28,16 +28,6 @@ EPS = 1e-12
 # token-form routers score each drafter candidate v with the position's features plus these
 CANDIDATE_FEATURE_NAMES: tuple[str, ...] = ("cand_q", "cand_p", "cand_log_ratio", "cand_is_p_argmax",
                                             "cand_is_q_argmax")
-
-
-def entropy(x: torch.Tensor) -> torch.Tensor:
-    """Shannon entropy in nats over the last axis, (...)."""
-    return -(x * x.clamp_min(EPS).log()).sum(-1)
-
-
-def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) in nats over the last axis, (...)."""
-    return (p * (p.clamp_min(EPS).log() - q.clamp_min(EPS).log())).sum(-1)
 
 
 _SCRATCH = threading.local()
