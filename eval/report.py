@@ -7,9 +7,10 @@ method across its alphas); the verifier and drafter are dashed reference lines i
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
+
+from router.report import write_csv, write_text
 
 REFERENCE_STYLE = {"verifier": dict(color="black", linestyle="--"), "drafter": dict(color="grey", linestyle=":")}
 SKIP_LINES = ("verifier", "drafter")
@@ -18,13 +19,7 @@ PLAIN_METHODS = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "los
 
 
 def write_curves_csv(path: Path, rows: list[dict]) -> None:
-    fields = ["stage", "method", "alpha", "rejection", "quality", "top1", "relative_latency"]
-    tmp = path.with_suffix(".csv.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
+    write_csv(path, ["stage", "method", "alpha", "rejection", "quality", "top1", "relative_latency"], rows)
 
 
 def _plot(path: Path, title: str, xlabel: str, ylabel: str, lines: dict, refs: dict, vline: float | None = None):
@@ -157,6 +152,4 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
                                  [[m, f["a_latency_at_verifier_quality"], f["a_alpha"],
                                    f["b_quality_at_verifier_latency"], f["b_alpha"]] for m, f in forms.items()]), ""]
     parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(parts))
-    tmp.replace(path)
+    write_text(path, "\n".join(parts))

@@ -1,7 +1,9 @@
-"""Small shared helpers for what commands print and write: summary tables and atomic JSON."""
+"""Small shared helpers for what commands print and write: summary tables, atomic JSON/CSV/text."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -21,6 +23,21 @@ def write_json(path: str | Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(obj, indent=2, default=str).encode()
     atomic_write_bytes(path, lambda f: f.write(data))
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a text file atomically (temporary file + rename)."""
+    data = text.encode()
+    atomic_write_bytes(Path(path), lambda f: f.write(data))
+
+
+def write_csv(path: str | Path, fields: list[str], rows: list[dict]) -> None:
+    """Write rows as CSV with these columns (other keys ignored), atomically."""
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buf.getvalue())
 
 
 def wandb_offline() -> bool:

@@ -19,7 +19,7 @@ from router.config import config_to_dict
 from router.features import FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, pair_of, save_router
 from router.records import RecordsError, manifest_id, read_manifest
-from router.report import summary_table, wandb_offline, write_json
+from router.report import summary_table, wandb_offline, write_csv, write_json
 from train.data import BatchIterable, RecordDataModule, RecordSplit, hidden_size
 from train.metrics import PLUGINS, plugin_areas, router_metrics, tradeoff_table
 from train.module import RouterModule
@@ -142,8 +142,7 @@ def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: Rec
     save_router(LearnedRouter(module.net, name=out.name), out)
     write_json(out / "metrics.json", metrics)
     table = tradeoff_table(pred, val.aux)
-    with open(out / "tradeoff.csv", "w") as f:
-        f.write("method,rejection,quality\n" + "".join(f"{r['method']},{r['rejection']},{r['quality']}\n" for r in table))
+    write_csv(out / "tradeoff.csv", ["method", "rejection", "quality"], table)
     _log_wandb(trainer, table, out)
     print_train_summary(cfg, metrics)
     return metrics
