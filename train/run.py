@@ -82,7 +82,8 @@ def run_train(cfg: TrainConfig) -> dict:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
-    pairs = {json.dumps(pair_of(read_manifest(f)), sort_keys=True) for f in cfg.records}
+    manifests = [read_manifest(f) for f in cfg.records]
+    pairs = {json.dumps(pair_of(m), sort_keys=True) for m in manifests}
     if len(pairs) > 1:
         raise RecordsError(f"the record folders {cfg.records} come from different model pairs ({sorted(pairs)}): "
                            f"a router learns one pair; train on folders of one pair")
@@ -97,8 +98,7 @@ def run_train(cfg: TrainConfig) -> dict:
     router_cfg = RouterConfig(arch=cfg.arch, head=cfg.head, width=cfg.width, depth=cfg.depth, window=cfg.window,
                               token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
                               hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
-                              records_id=",".join(manifest_id(read_manifest(f)) for f in cfg.records),
-                              pair=pair_of(read_manifest(cfg.records[0])),
+                              records_id=",".join(manifest_id(m) for m in manifests), pair=pair_of(manifests[0]),
                               alpha_grid=list(cfg.alpha_grid))
     module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val.aux, val.y)
     _standardise(module, train)
