@@ -112,11 +112,10 @@ def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:
     routers = "[" + ",".join(str(out / "routers" / n) for n in ROUTERS) + "]"
     for task, f in folders.items():
         target = out / "eval" / task
-        _run(["eval", "--config", "configs/eval/gsm8k.yaml", f"name={task}", f"records=[{f['gold']}]",
+        _run(["eval", f"name={task}", f"records=[{f['gold']}]",
               f"routers={routers}", f"online_methods=[{','.join(methods)}]", f"max_prompts={p.prompts}",
               f"max_new_tokens={p.new_tokens}", f"batch_size={p.online_batch}", "online_rejection_targets=[0.5]",
-              f"output={target}",
-              *p.eval_extra])
+              f"output={target}", *p.eval_extra])
         results[task] = json.loads((target / "metrics.json").read_text())
     return results
 
