@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from data_gen.scoring import example_seed, score_batch
@@ -27,7 +26,8 @@ from data_gen.tasks import Example, load_task
 from router.config import ConfigError, config_to_dict
 from router.decoding import check_pair, generate_autoregressive
 from router.features import FEATURE_NAMES
-from router.models import load_pair, tokenizer_fingerprint
+from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
+from router.models import load_pair, model_fingerprint, tokenizer_fingerprint
 from router.report import summary_table
 from router.prompts import prompt_text
 from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, atomic_write_bytes,
@@ -45,7 +45,7 @@ class GenConfig:
     id_field: str | None = None            # custom: column holding a stable example id
     drafter: str = "embedded:drafter"      # model spec (hub id, folder, .gguf, embedded:*, tiny:*)
     verifier: str = "embedded:verifier"
-    dtype: str = "bfloat16"
+    dtype: str = "auto"                    # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"                    # cpu, cuda, cuda:1, ...
     chat: bool = False                     # prompt = chat template around the bare question
     max_examples: int | None = None        # first N examples of the task (None = all)
@@ -65,6 +65,8 @@ class GenConfig:
     overwrite: bool = False
 
     def __post_init__(self):
+        if self.dtype not in DTYPE_CHOICES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.long_prompts not in ("truncate", "skip"):
             raise ValueError(f"long_prompts must be 'truncate' or 'skip', got {self.long_prompts!r}")
         if self.hidden_states not in ("none", "drafter", "verifier", "both"):
@@ -122,7 +124,10 @@ class Recorder:
     def __init__(self, cfg: GenConfig, drafter=None, verifier=None, tokenizer=None):
         self.cfg = cfg
         if drafter is None:
-            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, getattr(torch, cfg.dtype), cfg.device)
+            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, cfg.dtype, cfg.device)
+            self.dtype = resolve_dtype(cfg.dtype, cfg.device)
+        else:
+            self.dtype = DtypeChoice(next(verifier.parameters()).dtype, "models passed in by the caller")
         self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
         self.vocab = check_pair(drafter, verifier)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -199,15 +204,6 @@ def _concat(rows: list[dict]) -> dict:
             for k in rows[0]}
 
 
-def model_fingerprint(model) -> str:
-    """sha256 over a model's parameters (names, shapes and bytes), first 16 hex digits."""
-    digest = hashlib.sha256()
-    for name, tensor in model.state_dict().items():
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
 def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
     """Create or check the output folder; True when it is already complete (nothing to do)."""
     resolved = {k: v for k, v in config_to_dict(cfg).items() if k != "overwrite"}
@@ -226,6 +222,22 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
     else:
         config_path.write_text(json.dumps(resolved, indent=2))
     return False
+
+
+def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, list[tuple[int, int]]]]:
+    """What `run_gen` will feed the models, without running them: (split, mode, [(prompt tokens,
+    continuation tokens) per example]) per batch, in recording order (rollout continuations counted
+    at their maximum length). For time estimates; skipped examples are left out as run_gen does."""
+    out = []
+    for _, split, shard_examples in plan_shards(_load_examples(cfg), cfg):
+        for i in range(0, len(shard_examples), cfg.batch_size):
+            for mode in cfg.modes:
+                prepared = [recorder.prepare(ex, mode) for ex in shard_examples[i: i + cfg.batch_size]]
+                lengths = [(len(p), len(c) if c is not None else cfg.rollout_max_new_tokens)
+                           for p, c in filter(None, prepared)]
+                if lengths:
+                    out.append((split, mode, lengths))
+    return out
 
 
 def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
@@ -317,6 +329,7 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
                    "verifier": {"spec": cfg.verifier, "name": getattr(recorder.verifier, "name_or_path", ""),
                                 "hash": model_fingerprint(recorder.verifier)}},
         "tokenizer_hash": tokenizer_fingerprint(recorder.tok)[:16], "vocab": recorder.vocab,
+        "dtype": recorder.dtype.as_dict(),
         "feature_names": list(FEATURE_NAMES), "top_k": cfg.top_k, "hidden_states": cfg.hidden_states,
         "splits": {s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
         "shards": shards, "tokens": stats["tokens"], "bytes": total_bytes, "bytes_per_token": total_bytes / tokens,

@@ -140,7 +140,11 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
         pts = online["points"]
         parts += ["## Online (real decoding loop, task metric)", "",
                   f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch "
-                  f"{cfg.batch_size}; latency per token relative to verifier-only in the same run.", ""]
+                  f"{cfg.batch_size}; latency per token relative to verifier-only in the same run. Models in "
+                  f"{online['dtype']['dtype']} on {online['dtype']['cpu'] if cfg.device == 'cpu' else cfg.device} "
+                  f"({online['dtype']['reason']}).", ""]
+        if "mixed" in online["dtype"]:
+            parts += [f"Note: {online['dtype']['mixed']}.", ""]
         header = ["method", "alpha", "quality", "relative latency", "verifier calls / token", "rejection rate",
                   "tokens"]
         parts += [markdown_table(header, [[p["method"], p["alpha"], p["quality"], p["relative_latency"],

@@ -22,6 +22,7 @@ from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas
                          prepare_prompts, run_grid, table_forms)
 from eval.report import offline_plots, online_plots, write_curves_csv, write_report
 from router.config import ConfigError, config_to_dict
+from router.hardware import DTYPE_CHOICES, resolve_dtype
 from router.records import RecordsError, read_examples, read_manifest
 from router.report import summary_table, wandb_offline, write_json
 from router.rules import RULES, get_rule
@@ -50,7 +51,7 @@ class EvalConfig:
     seed: int = 0
     drafter: str | None = None           # default: the records' drafter
     verifier: str | None = None          # default: the records' verifier
-    dtype: str = "bfloat16"
+    dtype: str = "auto"                  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"
     cost_ratio: float | None = None      # drafter/verifier seconds per token; default measured
     metric: str | None = None            # default: the task's metric
@@ -63,6 +64,8 @@ class EvalConfig:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
         if min(self.gamma, self.max_prompts, self.max_new_tokens, self.batch_size) < 1:
             raise ConfigError("gamma, max_prompts, max_new_tokens and batch_size must be >= 1")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")
 
@@ -107,7 +110,22 @@ def _load_pair(cfg: EvalConfig, manifest: dict):
 
     drafter = cfg.drafter or manifest["models"]["drafter"]["spec"]
     verifier = cfg.verifier or manifest["models"]["verifier"]["spec"]
-    return load_pair(drafter, verifier, getattr(torch, cfg.dtype), cfg.device)
+    return load_pair(drafter, verifier, cfg.dtype, cfg.device)
+
+
+def dtype_note(cfg: EvalConfig, manifests: list[dict]) -> dict:
+    """This run's dtype (and why), and whether the records were made in another one. Allowed: the
+    pair's identity (its weight fingerprints) does not depend on the dtype, so records made in
+    bf16 and an eval in float32 are the same pair; offline curves come from the records' numbers,
+    online points from this run's, and the report says so."""
+    choice = resolve_dtype(cfg.dtype, cfg.device)
+    recorded = sorted({m.get("dtype", {}).get("dtype", "unrecorded") for m in manifests})
+    note = {**choice.as_dict(), "records_dtype": recorded}
+    if recorded != [choice.name]:
+        note["mixed"] = (f"records made in {', '.join(recorded)}, online decoding in {choice.name}: the same pair "
+                         f"(weight fingerprints do not depend on dtype); offline curves use the records' numbers")
+        print(f"[specroute] note: {note['mixed']}")
+    return note
 
 
 def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict) -> dict:
@@ -115,6 +133,7 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict) -> dic
     weights = {name: hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:16]
                for name, folder in zip(routers, cfg.routers)}  # a retrained router invalidates old points
     return {"models": manifest["models"], "prompts": [p.example_id for p in prompts], "routers": weights,
+            "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
             **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
                                       "batch_size")}}
 
@@ -180,7 +199,7 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
     points = run_grid(pair, grid, prompts, cfg, metric, routers, Path(cfg.output) / "online",
                       _fingerprint(cfg, manifest, prompts, routers))
     add_relative_latency(points)
-    online = {"prompts": len(prompts), "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
+    online = {"prompts": len(prompts), "dtype": dtype_note(cfg, [manifest]), "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
               "tables": table_forms(points)}
     return online, pair
 

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 
+from router.hardware import DTYPE_CHOICES
 from router.rules import RULES, get_rule
 
 VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
@@ -35,7 +36,9 @@ def _generate_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     g.add_argument("--compare", action="store_true", help="also decode with the verifier alone and report the speed-up")
-    g.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
+                   help="auto (default): bfloat16 where the hardware has it natively (CUDA, AMX, AVX512-BF16), "
+                        "float32 elsewhere")
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     g.add_argument("--output", default="runs/generate/latest.json", help="where to write the JSON result")
 
@@ -127,9 +130,8 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
 
 
 def cmd_generate(args) -> int:
-    import torch
-
     from router.decoding import generate, generate_autoregressive
+    from router.hardware import cpu_kind
     from router.models import load_pair
     from router.report import summary_table, write_json
 
@@ -139,7 +141,7 @@ def cmd_generate(args) -> int:
         if not lo <= args.alpha <= hi:
             raise SystemExit(f"error: --alpha {args.alpha} is outside {rule.name}'s range [{lo}, {hi}]")
     t0 = time.perf_counter()
-    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, getattr(torch, args.dtype), args.device)
+    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device)
     load_s = time.perf_counter() - t0
     enc = _encode(tokenizer, args.prompt, args.chat)
     enc.input_ids, enc.attention_mask = enc.input_ids.to(args.device), enc.attention_mask.to(args.device)
@@ -161,7 +163,8 @@ def cmd_generate(args) -> int:
             ("deferral rate", f"{stats['deferral_rate']:.3f}"),
             ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),
             ("accepted-length histogram", str(stats["accepted_hist"])),
-            ("model load seconds", f"{load_s:.1f}")]
+            ("model load seconds", f"{load_s:.1f}"),
+            ("dtype / machine", f"{verifier.dtype} / {cpu_kind() if args.device == 'cpu' else args.device}")]
     result = {"args": vars(args), "text": tokenizer.decode(new_tokens, skip_special_tokens=True),
               "tokens": new_tokens, "sources": sources, "stats": stats}
     if args.compare:

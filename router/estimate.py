@@ -1,0 +1,83 @@
+"""The demo's expected time, priced on this machine before the work starts.
+
+No figure here was measured on another machine: recording and decoding are priced with the pair's
+costs measured here (`router.costs.measure_pair_costs`: prefill per token, drafter step, verifier
+passes at the demo's batch size, in the dtype the stages will use) times the exact token counts of
+the examples the demo will record and the prompts it will decode. Training and offline scoring do
+not run the language models and get small fixed allowances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.costs import PairCosts
+
+TRAIN_START_SECONDS = 10.0  # per router: Lightning set-up, loading records, final metrics, export
+TRAIN_ROW_EPOCH_SECONDS = 2e-4  # per training row and epoch (features MLP/GRU + per-epoch validation areas)
+OFFLINE_SECONDS = 5.0      # per task: every method's offline curve on the held-out records
+RECORD_OVERHEAD = 1.1      # statistics, features and writes on top of the two forwards (benchmarks/gen.py)
+TOKENS_PER_BLOCK = 4.0     # greedy, gamma 5: the 0.5B/1.5B pair keeps about 4 tokens per block
+BONUS_SHARE = 0.5          # share of blocks accepted whole, which pay one more drafter forward
+
+
+@dataclass
+class Estimate:
+    """Expected seconds per stage (only the work not finished yet), and what they were priced with."""
+
+    stages: dict
+    costs: PairCosts
+    machine: str
+    dtype: str
+    load_seconds: float
+
+    @property
+    def total(self) -> float:
+        return sum(self.stages.values())
+
+    def as_dict(self) -> dict:
+        return {"stages": self.stages, "total": self.total, "costs": self.costs.as_dict(), "machine": self.machine,
+                "dtype": self.dtype, "load_seconds": self.load_seconds}
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {seconds / 60:.0f}" for name, seconds in self.stages.items())
+        return (f"about {self.total / 60:.0f} min ({parts} min), priced on this machine ({self.machine}; models in "
+                f"{self.dtype}; measured in {self.costs.probe_seconds + self.load_seconds:.0f} s)")
+
+
+def train_seconds(rows: int, epochs: int) -> float:
+    """One router fitted on `rows` train + validation rows for at most `epochs` epochs."""
+    return TRAIN_START_SECONDS + rows * epochs * TRAIN_ROW_EPOCH_SECONDS
+
+
+def record_seconds(batches: list[tuple[str, str, list[tuple[int, int]]]], costs: PairCosts,
+                   rollout_tokens: int) -> float:
+    """One teacher-forced forward of each model per left-padded batch (+ the drafter's sampling
+    steps in rollout mode), as `specroute gen` runs them."""
+    seconds = 0.0
+    for _, mode, lengths in batches:
+        padded = len(lengths) * max(p + c for p, c in lengths)
+        seconds += padded * (costs.drafter_prefill + costs.verifier_prefill) * RECORD_OVERHEAD
+        if mode == "rollout":
+            seconds += rollout_tokens * costs.drafter_step
+    return seconds
+
+
+def speculative_seconds_per_step(costs: PairCosts) -> float:
+    """Seconds per emitted token (per batch) of a speculative method: gamma drafter steps, one
+    verifier pass over gamma + 1 tokens and sometimes the bonus drafter step, per block."""
+    block = costs.gamma * costs.drafter_step + costs.verifier_block + BONUS_SHARE * costs.drafter_step
+    return block / TOKENS_PER_BLOCK
+
+
+def online_seconds(prompt_lengths: list[int], batch: int, new_tokens: int, costs: PairCosts,
+                   speculative_methods: int) -> float:
+    """Verifier-only, drafter-only and the speculative methods on the same prompts, `batch` per
+    call, each running to `new_tokens` (an upper bound: rows that end early stop sooner)."""
+    per_step = costs.verifier_step + costs.drafter_step + speculative_methods * speculative_seconds_per_step(costs)
+    prefill_per_token = (1 + speculative_methods) * (costs.verifier_prefill + costs.drafter_prefill)
+    seconds = 0.0
+    for i in range(0, len(prompt_lengths), batch):
+        rows = prompt_lengths[i: i + batch]
+        seconds += len(rows) * max(rows) * prefill_per_token + new_tokens * per_step
+    return seconds
