@@ -137,3 +137,14 @@ def test_bad_dtype_in_configs_is_refused():
         GenConfig(dtype="bf16")
     with pytest.raises(ConfigError, match="dtype must be one of"):
         EvalConfig(dtype="half")
+
+
+def test_shipped_configs_let_the_machine_choose():
+    """Real-pair configs must not pin bf16 (26x slower on CPUs without native bf16)."""
+    from pathlib import Path
+
+    import yaml
+
+    for path in Path(__file__).resolve().parents[1].glob("configs/*/*.yaml"):
+        dtype = (yaml.safe_load(path.read_text()) or {}).get("dtype", "auto")
+        assert dtype == "auto" or (path.stem == "tiny" and dtype == "float32"), f"{path} pins dtype {dtype}"
