@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router.decoding import eos_ids, generate, generate_autoregressive  # noqa: E402
+from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.models import embedded_installed, load_pair  # noqa: E402
 from router.tiny import tiny_pair  # noqa: E402
 
@@ -126,14 +127,15 @@ def main() -> None:
                         help="also run each cascade with bonus_from='verifier' (no extra drafter forward)")
     parser.add_argument("--skip-drafter-only", action="store_true", help="leave out drafter-only (saves time)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/decode_<pair>)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     real = embedded_installed() and not args.tiny
     if real:
-        drafter, verifier, tokenizer = load_pair()
-        pair = "Qwen2.5-Coder 0.5B -> 1.5B Instruct (bf16)"
+        drafter, verifier, tokenizer = load_pair(dtype=args.dtype)
+        pair = f"Qwen2.5-Coder 0.5B -> 1.5B Instruct ({str(verifier.dtype).removeprefix('torch.')})"
     else:
         drafter, verifier, _ = tiny_pair()
         tokenizer, pair = None, "tiny random Qwen2 (verifier + perturbed copy as drafter)"
@@ -170,11 +172,11 @@ def _report(results, pair, args) -> None:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(results)
-    meta = {"pair": pair, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
+    meta = {"pair": pair, "cpu": cpu_kind(), "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
             "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count()}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     kind = "random" if "tiny" in pair else "GSM8K"
-    print(f"\n{pair}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
+    print(f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
           f"{torch.get_num_threads()} threads")
     print(f"{'method':<24}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
     for r in results:

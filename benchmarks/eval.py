@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--out", default="runs/bench/eval.json")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="specroute-bench-eval-"))
-    records, dtype = args.records, "bfloat16"
+    records, dtype = args.records, "auto"
     if args.tiny:
         records, dtype = str(scratch / "records"), "float32"
         cli.main(["gen", "--config", "configs/gen/tiny.yaml", f"output={records}"])

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.recorder import GenConfig, Recorder, _load_examples, run_gen  # noqa: E402
 from data_gen.scoring import forward_tail  # noqa: E402
 from router.layout import Layout, left_pad  # noqa: E402
+from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.models import embedded_installed  # noqa: E402
 
 
@@ -46,11 +47,12 @@ def main() -> None:
     parser.add_argument("--task", default="gsm8k")
     parser.add_argument("--examples", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/gen_<pair>)")
     args = parser.parse_args()
     real = embedded_installed() and not args.tiny
     workdir = Path(tempfile.mkdtemp(prefix="specroute-bench-gen-"))
-    pair = dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype="bfloat16", chat=True) if real else \
+    pair = dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype=args.dtype, chat=True) if real else \
         dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
     cfg = GenConfig(task=args.task, max_examples=args.examples, batch_size=args.batch_size, modes=["gold"],
                     examples_per_shard=args.examples, split_fractions=[1.0, 0.0, 0.0], output=str(workdir / "rec"),
@@ -68,12 +70,14 @@ def main() -> None:
     result = {"pair": "embedded" if real else "tiny", "task": args.task, "examples": len(prepared),
               "batch_size": args.batch_size, "bare_tokens_per_second": bare_tps,
               "recording_tokens_per_second": rec_tps, "ratio": rec_tps / bare_tps,
-              "bytes_per_token": manifest["bytes_per_token"], "top_k": cfg.top_k, "tokens": rec_tokens}
+              "bytes_per_token": manifest["bytes_per_token"], "top_k": cfg.top_k, "tokens": rec_tokens,
+              "dtype": manifest["dtype"]["dtype"], "cpu": cpu_kind(), "torch": torch.__version__}
     out = Path(args.out or f"runs/bench/gen_{result['pair']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     shutil.rmtree(workdir, ignore_errors=True)
-    print(f"\n{result['pair']} pair, {args.task}, {len(prepared)} examples, batch {args.batch_size}, {rec_tokens} tokens")
+    print(f"\n{result['pair']} pair in {result['dtype']} on {result['cpu']}; {args.task}, {len(prepared)} examples, "
+          f"batch {args.batch_size}, {rec_tokens} tokens")
     print(f"  bare teacher-forced forwards  {bare_tps:9.1f} tokens/s")
     print(f"  recording                     {rec_tps:9.1f} tokens/s   ratio {rec_tps / bare_tps:.2f} (target >= 0.8)")
     print(f"  bytes per token on disk       {manifest['bytes_per_token']:9.0f}   (top-k {cfg.top_k}; target <= 1024)")

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from router.hardware import cpu_kind  # noqa: E402
 from router.features import FEATURE_NAMES  # noqa: E402
 from router.model import LearnedRouter, RouterConfig, RouterNet  # noqa: E402
 
@@ -74,7 +75,8 @@ def router_block_cost(gamma: int = 5) -> dict:
         methods = {"router_mlp_cascade": LearnedRouter(RouterNet(RouterConfig(arch="mlp"))),
                    "router_mlp_token": LearnedRouter(RouterNet(RouterConfig(arch="mlp", head="token"))),
                    "opt": get_rule("opt"), "token_v3": get_rule("token_v3")}
-        out = {"pair": "embedded" if embedded_installed() else "tiny", "verifier_forward_s": verifier_s}
+        out = {"pair": "embedded" if embedded_installed() else "tiny", "verifier_forward_s": verifier_s,
+               "dtype": str(verifier.dtype).removeprefix("torch.")}
         for name, rule in methods.items():
             s = _median_seconds(lambda: rule.target(q, p, 0.3, q_raw=q, p_raw=raw), 20)
             out[name] = {"target_s": s, "fraction": s / verifier_s}
@@ -86,7 +88,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--out", default="runs/bench/train.json")
     args = parser.parse_args()
-    results = {"threads": torch.get_num_threads(), "rows": args.rows, "archs": {}}
+    results = {"threads": torch.get_num_threads(), "cpu": cpu_kind(), "rows": args.rows, "archs": {}}
     for arch in ("linear", "mlp", "gru"):
         rows = args.rows if arch != "gru" else args.rows // 10  # the GRU is measured on a tenth
         s = epoch_seconds(arch, rows)
@@ -94,11 +96,11 @@ def main() -> None:
     results["block_cost"] = router_block_cost()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
-    print(f"router training, {results['threads']} threads, one epoch, batch 1024")
+    print(f"router training on {results['cpu']}, one epoch, batch 1024")
     for arch, r in results["archs"].items():
         print(f"  {arch:<7} {r['records_per_second']:>12,.0f} records/s  ({r['rows']:,} rows in {r['seconds']:.1f} s)")
     b = results["block_cost"]
-    print(f"target() per block (gamma 5, {b['pair']} pair) vs one verifier forward "
+    print(f"target() per block (gamma 5, {b['pair']} pair in {b['dtype']}) vs one verifier forward "
           f"({b['verifier_forward_s'] * 1e3:.1f} ms):")
     for name, r in b.items():
         if isinstance(r, dict):
