@@ -24,9 +24,11 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.decoding import eos_ids, generate, generate_autoregressive  # noqa: E402
+from router.baselines import generate_autoregressive  # noqa: E402
+from router.decoding import generate  # noqa: E402
+from router.loop import eos_ids  # noqa: E402
 from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.models import embedded_installed, load_pair  # noqa: E402
+from router.pair import embedded_installed, load_pair  # noqa: E402
 from router.tiny import tiny_pair  # noqa: E402
 
 FALLBACK_QUESTIONS = [

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval.run import EvalConfig, run_eval  # noqa: E402
-from router import cli  # noqa: E402
+from specroute import cli  # noqa: E402
 
 
 def main() -> None:

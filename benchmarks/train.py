@@ -54,7 +54,7 @@ def router_block_cost(gamma: int = 5) -> dict:
     MLP routers (cascade and token head) and the plug-in rule opt, and of one verifier forward
     over the same block, measured side by side."""
     from router.layout import CachedModel, Layout
-    from router.models import embedded_installed, load_pair
+    from router.pair import embedded_installed, load_pair
     from router.rules import get_rule, trusted_inputs
     from router.sampling import process_logits
 

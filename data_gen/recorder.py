@@ -1,4 +1,4 @@
-"""The recorder: task examples -> token-level record shards + manifest (design.md, Records).
+"""The recorder: task examples -> token-level record shards + manifest (README, Recording data).
 
 Examples are split deterministically by id (seeded hash), grouped by split into shards of
 `examples_per_shard`, and each shard is scored (gold mode: teacher-forced gold continuation;
@@ -24,13 +24,15 @@ from data_gen.scoring import example_seed, score_batch
 from router.layout import left_pad
 from data_gen.tasks import Example, load_task
 from router.config import ConfigError, config_to_dict
-from router.decoding import check_pair, generate_autoregressive
+from router.baselines import generate_autoregressive
+from router.loop import check_pair
 from router.features import FEATURE_NAMES
 from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
-from router.models import load_pair, model_fingerprint, tokenizer_fingerprint
-from router.report import summary_table
+from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
+from router.console import summary_table
+from router.files import write_bytes
 from router.prompts import prompt_text
-from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError, atomic_write_bytes,
+from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError,
                             manifest_id, rows_to_table, write_manifest, write_shard)
 
 
@@ -282,8 +284,7 @@ def write_examples(out: Path, plan) -> None:
     lines = [json.dumps({"example_id": ex.example_id, "split": split, "prompt": ex.prompt, "question": ex.question,
                          "reference": ex.reference, "meta": ex.meta}, default=str) + "\n"
              for _, split, shard_examples in plan for ex in shard_examples]
-    data = "".join(lines).encode()
-    atomic_write_bytes(out / EXAMPLES, lambda f: f.write(data))
+    write_bytes(out / EXAMPLES, "".join(lines).encode())
 
 
 def _write_shard_or_explain(out: Path, name: str, rows: list[dict]) -> None:

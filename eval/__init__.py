@@ -1,1 +1,8 @@
-"""specroute eval stage (see design.md); filled in by its own issue."""
+"""specroute eval stage: learned routers against every plug-in rule, offline on held-out records
+and online in the real decoding loop, scored with the tasks' own metrics.
+
+run.py (`specroute eval`, EvalConfig, run_eval) -> offline.py (every method's curve and summary
+from records, routers scored through router.record_view) -> online.py (the decoding grid,
+resumable per point) -> task_metrics.py + executor.py (GSM8K, MBPP/HumanEval in a sandbox, QA) ->
+report.py (curves.csv, plots, report.md). Method: docs/method.md.
+"""

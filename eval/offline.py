@@ -7,113 +7,32 @@ analytic latency relative to the verifier alone for block size gamma and drafter
 ratio c (Leviathan et al.; i.i.d. acceptance with rate beta = 1 - rejection):
     tokens per block = (1 - beta^(gamma+1)) / (1 - beta),   cost per block = gamma c + 1,
     relative latency = cost per block / tokens per block.
-Methods: drafter, verifier (= lossless), chow diff opt (cascade form), token_v1 token_v2 token_v3
-(token form), every learned router, the gold-knowing oracles (cascade and token form, offline
-only) and a random router at matched deferral rates. lossy needs the full distributions and is
-evaluated online only.
+Methods: drafter, verifier (= lossless), every registered rule with an offline score
+(router.rules.offline_rules: chow diff opt in cascade form, token_v1 token_v2 token_v3 in token
+form, and any rule added with register_rule), every learned router (scored through
+router.record_view, the code training validates with), the gold-knowing oracles (cascade and
+token form, offline only) and a random router at matched deferral rates. lossy needs the full
+distributions and is evaluated online only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from router.model import LearnedRouter, RouterError, check_router_pair, recorded_candidate_features, windows
-from router.records import RecordsError, load_records, read_manifest, require_hidden_states
-from router.tradeoff import (CANDIDATE_COLUMNS, TOKEN_METHODS, Curve, candidates_from_columns, curve,
-                             defer_scores, normalised_area, quality_at, random_curve, token_curve, token_scores)
+from router.model import LearnedRouter, RouterError
+from router.record_view import RecordView, router_scores
+from router.tradeoff import (Curve, normalised_area, oracle_curve, quality_at, random_curve, router_curve,
+                             rule_curves, token_curve)
 
-CASCADE_RULES = ("chow", "diff", "opt")
-SCALARS = ("q_max", "p_max", "tv", "q_token", "p_token", "q_argmax", "p_argmax", "token")
-
-
-@dataclass
-class HeldOut:
-    """The held-out split of one or more record folders, as arrays."""
-
-    cols: dict          # scalar columns (N,)
-    cand: object        # router.tradeoff.Candidates
-    features: np.ndarray  # (N, F)
-    traj: np.ndarray    # (N,) trajectory key (example + mode), rows in position order
-    folders: list
-    manifests: list
-    split: str = "test"
-    mode: str = "gold"
-    _hidden: dict = field(default_factory=dict)  # role -> (N, H), read once however many routers use it
-
-    @property
-    def q_top1(self) -> np.ndarray:
-        return (self.cols["q_argmax"] == self.cols["token"]).astype(np.float64)
-
-    @property
-    def p_top1(self) -> np.ndarray:
-        return (self.cols["p_argmax"] == self.cols["token"]).astype(np.float64)
-
-    def hidden(self, role: str) -> np.ndarray:
-        """(N, H) hidden states of one model on these rows, read from the shards."""
-        if role not in self._hidden:
-            parts = []
-            for folder, manifest in zip(self.folders, self.manifests):
-                require_hidden_states(folder, manifest, role)
-                ds = load_records(folder, split=self.split, mode=self.mode).select_columns([f"{role}_hidden"])
-                parts.append(np.asarray(ds.with_format("numpy")[f"{role}_hidden"][:], dtype=np.float32))
-            self._hidden[role] = np.concatenate(parts)
-        return self._hidden[role]
+BOUNDS = ("oracle", "oracle_token", "random")  # what no method beats, and what any useful method beats
+REFERENCE_METHODS = (*BOUNDS, "drafter", "lossless")  # offline curves that are neither a rule nor a router
 
 
-def load_held_out(folders: list[str], split: str = "test", mode: str = "gold") -> HeldOut:
+def load_held_out(folders: list[str], split: str = "test", mode: str = "gold") -> RecordView:
     """Gold-mode rows of the held-out split (gold tokens define quality) of the record folders."""
-    cols, feats, traj, manifests = [], [], [], []
-    for folder in folders:
-        manifests.append(read_manifest(folder))
-        ds = load_records(folder, split=split, mode=mode).with_format("numpy")
-        if len(ds) == 0:
-            raise RecordsError(f"{folder} has no {mode}-mode rows in its {split} split: record with modes "
-                               f"including {mode} and enough examples for a {split} split")
-        small = ds.select_columns(sorted({*SCALARS, *CANDIDATE_COLUMNS, "features", "example_id", "mode"}))[:]
-        cols.append(small)
-        feats.append(np.asarray(small["features"], dtype=np.float32))
-        traj.append(np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str)))
-    merged = {k: np.concatenate([np.asarray(c[k]) for c in cols]) for k in {*SCALARS, *CANDIDATE_COLUMNS}}
-    return HeldOut({k: merged[k] for k in SCALARS}, candidates_from_columns(merged), np.concatenate(feats),
-                   np.concatenate(traj), list(folders), manifests, split, mode)
-
-
-def router_scores(router: LearnedRouter, data: HeldOut, name: str) -> np.ndarray:
-    """A router's predicted gaps on held-out rows: (N,) cascade head, (N, K) token head."""
-    for manifest in data.manifests:
-        check_router_pair(router.cfg, manifest, name)
-    parts = [data.features] + [data.hidden(role) for role in router.hidden_inputs]
-    x = torch.from_numpy(np.concatenate(parts, -1))  # (N, D)
-    with torch.no_grad():
-        if router.cfg.head == "token":
-            return _token_head_scores(router, data, x)
-        if router.cfg.arch == "gru":
-            return _gru_scores(router, data, x)
-        return router.net(x).double().numpy()
-
-
-def _token_head_scores(router: LearnedRouter, data: HeldOut, x: torch.Tensor) -> np.ndarray:
-    k = data.cand.q.shape[1]
-    if router.cfg.token_candidates != k:
-        raise RouterError(f"token router scores {router.cfg.token_candidates} candidates, the records hold top-{k}: "
-                          f"record with top_k={router.cfg.token_candidates} or retrain on these records")
-    c = recorded_candidate_features(data.cand)  # (N, K, 5)
-    inputs = torch.cat([x[:, None].expand(-1, k, -1), c], -1)  # (N, K, D + 5)
-    return router.net(inputs).double().numpy()
-
-
-def _gru_scores(router: LearnedRouter, data: HeldOut, x: torch.Tensor) -> np.ndarray:
-    """Each row with its predecessors in the same trajectory, as the GRU was trained."""
-    out = np.zeros(len(x))
-    starts = np.r_[0, np.nonzero(data.traj[1:] != data.traj[:-1])[0] + 1, len(x)]
-    for a, b in zip(starts[:-1], starts[1:]):
-        w = windows(x[a:b], router.cfg.window)  # (T, window, D)
-        out[a:b] = router.net(w).double().numpy()
-    return out
+    return RecordView(folders, split, mode)
 
 
 def relative_latency(rejection: np.ndarray, gamma: int, cost_ratio: float) -> np.ndarray:
@@ -123,26 +42,20 @@ def relative_latency(rejection: np.ndarray, gamma: int, cost_ratio: float) -> np
     return (gamma * cost_ratio + 1.0) / tokens
 
 
-def method_curves(data: HeldOut, routers: dict[str, LearnedRouter]) -> dict[str, Curve]:
-    """Every offline method's curve (points sorted by rejection rate)."""
-    c = data.cols
-    args = (c["tv"], c["q_token"], c["p_token"], data.q_top1, data.p_top1)
-    out = {"oracle": curve(defer_scores("oracle", c["q_max"], c["p_max"], c["tv"], c["q_token"], c["p_token"]),
-                           *args),
-           "oracle_token": token_curve(token_scores("oracle_token", data.cand), data.cand, q_top1=data.q_top1)}
-    for name in CASCADE_RULES:
-        out[name] = curve(defer_scores(name, c["q_max"], c["p_max"], c["tv"]), *args)
-    for name in TOKEN_METHODS:
-        out[name] = token_curve(token_scores(name, data.cand), data.cand, q_top1=data.q_top1)
-    out["drafter"] = _point_curve(0.0, c["q_token"], data.q_top1, 0.0)
-    out["lossless"] = _point_curve(float(np.mean(c["tv"])), c["p_token"], data.p_top1, 1.0)
+def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[str, Curve]:
+    """Every offline method's curve (points sorted by rejection rate): the oracles, every registered
+    rule with an offline score, drafter, lossless, random and every router."""
+    c, q_top1, p_top1 = data.cols, data.q_top1, data.p_top1
+    out = {"oracle": oracle_curve(c, q_top1, p_top1),
+           "oracle_token": token_curve(data.cand.labels, data.cand, q_top1=q_top1),
+           **rule_curves(c, data.cand, q_top1, p_top1)}
+    out["drafter"] = _point_curve(0.0, c["q_token"], q_top1, 0.0)
+    out["lossless"] = _point_curve(float(np.mean(c["tv"])), c["p_token"], p_top1, 1.0)
     rnd = random_curve(c["tv"], c["q_token"], c["p_token"])
-    rnd.top1 = data.q_top1.mean() + rnd.deferral * (data.p_top1.mean() - data.q_top1.mean())
+    rnd.top1 = q_top1.mean() + rnd.deferral * (p_top1.mean() - q_top1.mean())
     out["random"] = rnd
     for name, router in routers.items():
-        s = router_scores(router, data, name)
-        out[name] = token_curve(s, data.cand, q_top1=data.q_top1) if s.ndim == 2 else \
-            curve(defer_scores("learned", c["q_max"], c["p_max"], c["tv"], learned=s), *args)
+        out[name] = router_curve(router_scores(router, data, name=name), c, data.cand, q_top1, p_top1)
     return out
 
 
@@ -152,7 +65,7 @@ def _point_curve(rejection: float, quality: np.ndarray, top1: np.ndarray, deferr
                  np.array([np.nan]), np.array([float(np.mean(top1))]))
 
 
-def summarise(curves: dict[str, Curve], data: HeldOut, gamma: int, cost_ratio: float) -> dict:
+def summarise(curves: dict[str, Curve], data: RecordView, gamma: int, cost_ratio: float) -> dict:
     """Per method: normalised area (0 drafter, 1 oracle), quality at matched rejection rates, and
     the two table forms on the analytic latency; plus the drafter's and verifier's own numbers."""
     c = data.cols
@@ -195,8 +108,9 @@ def curve_rows(curves: dict[str, Curve], gamma: int, cost_ratio: float, max_poin
     return rows
 
 
-def load_routers(folders: list[str]) -> dict[str, LearnedRouter]:
-    """Routers by name (their folder name), each loaded with torch alone."""
+def load_routers(folders: list[str], taken: tuple = ()) -> dict[str, LearnedRouter]:
+    """Routers by name (their folder name), each loaded with torch alone. A name that is already a
+    rule, a baseline or a reference method (`taken`) is refused: eval would mix the two up."""
     from router.model import load_router
 
     routers = {}
@@ -204,5 +118,8 @@ def load_routers(folders: list[str]) -> dict[str, LearnedRouter]:
         name = Path(folder).name
         if name in routers:
             raise RouterError(f"two routers are named {name!r}: give their folders distinct names")
+        if name in taken:
+            raise RouterError(f"router folder {folder} is named {name!r}, which is already a rule, baseline or "
+                              f"reference method here: rename the folder (e.g. {name}-router)")
         routers[name] = load_router(folder)
     return routers

@@ -3,7 +3,7 @@
 Every (method, alpha) point decodes the same held-out prompts with `router.decoding`, one at a
 time by default (batch 1: the latency a user sees; `batch_size` > 1 left-pads several per call,
 every method alike), scores each output with the task's real metric
-(eval/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
+(eval/task_metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
 token, rejection rate and the time spent outside model forwards. Latency is reported relative to
 verifier-only decoding measured in the same run. Each point is written to `online/<point>.json`
 as soon as it finishes (atomically), so an interrupted run resumes where it stopped.
@@ -20,12 +20,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from router.decoding import (PADDING, generate, generate_autoregressive, generate_sequence_cascade,
-                             generate_token_cascade)
+from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.decoding import generate
+from router.loop import PADDING
 from router.layout import left_pad
 from router.prompts import prompt_text
-from router.records import atomic_write_bytes
-from router.rules import RULES
+from router.files import write_bytes
+from router.rules import rule_names
 
 BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
 # methods without an offline curve to match alphas on (verifier/drafter/lossless take no alpha)
@@ -144,8 +145,7 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
         bar.set_description(f"online {point_name(method, alpha)}")
         point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar)
         point["fingerprint"] = fingerprint
-        data = json.dumps(point, indent=1, default=float).encode()
-        atomic_write_bytes(path, lambda f: f.write(data))
+        write_bytes(path, json.dumps(point, indent=1, default=float).encode())
         results.append(point)
     bar.close()
     return results
@@ -180,4 +180,4 @@ def table_forms(points: list[dict]) -> dict:
 
 
 def known_method(name: str, routers: dict) -> bool:
-    return name in RULES or name in BASELINES or name in routers
+    return name in rule_names() or name in BASELINES or name in routers

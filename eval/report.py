@@ -10,12 +10,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from router.report import write_csv, write_text
+from eval.offline import BOUNDS, REFERENCE_METHODS
+from eval.online import BASELINES
+from router.files import write_csv, write_text
+from router.rules import rule_names
 
 REFERENCE_STYLE = {"verifier": dict(color="black", linestyle="--"), "drafter": dict(color="grey", linestyle=":")}
 SKIP_LINES = ("verifier", "drafter")
-PLAIN_METHODS = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "lossy", "lossless", "drafter",
-                 "verifier", "token_cascade", "sequence_cascade")
+
+
+def is_learned(name: str) -> bool:
+    """Routers (drawn strong and thick) vs rules, baselines and references (drawn pale)."""
+    return name not in (*rule_names(), *BASELINES, *REFERENCE_METHODS)
 
 
 def write_curves_csv(path: Path, rows: list[dict]) -> None:
@@ -32,8 +38,8 @@ def _plot(path: Path, title: str, xlabel: str, ylabel: str, lines: dict, refs: d
     strong, pale = plt.get_cmap("tab10").colors, plt.get_cmap("tab20").colors[1::2]
     n_strong = n_pale = 0
     for name, (x, y) in lines.items():
-        reference = name.startswith(("oracle", "random"))
-        learned = name not in PLAIN_METHODS and not reference  # routers stand out: strong colour, thick
+        learned = is_learned(name)  # routers stand out: strong colour, thick
+        reference = name in BOUNDS  # dotted
         if learned:
             color, n_strong = strong[n_strong % 10], n_strong + 1
         else:

@@ -16,18 +16,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eval.metrics import get_metric
-from eval.offline import curve_rows, load_held_out, load_routers, method_curves, summarise
+from eval.task_metrics import get_metric
+from eval.offline import REFERENCE_METHODS, curve_rows, load_held_out, load_routers, method_curves, summarise
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas_at_rejection, known_method,
                          prepare_prompts, run_grid, table_forms)
 from eval.report import offline_plots, online_plots, write_curves_csv, write_report
 from router.config import ConfigError, config_to_dict
 from router.hardware import DTYPE_CHOICES, resolve_dtype
 from router.records import RecordsError, read_examples, read_manifest
-from router.report import summary_table, wandb_offline, write_json
-from router.rules import RULES, get_rule
-
-PLUGIN_RULES = ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "lossy", "lossless")
+from router.console import summary_table, wandb_offline
+from router.files import write_json
+from router.rules import get_rule, online_rules, rule_names
 
 
 @dataclass
@@ -79,10 +78,10 @@ def _task_of(manifests: list[dict]) -> str:
 
 
 def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, routers: dict) -> list[tuple[str, float]]:
-    methods = cfg.online_methods or [*PLUGIN_RULES, *routers, "token_cascade", "sequence_cascade"]
+    methods = cfg.online_methods or [*online_rules(), *routers, "token_cascade", "sequence_cascade"]
     unknown = [m for m in methods if not known_method(m, routers)]
     if unknown:
-        raise ConfigError(f"unknown online methods {unknown}: use rule names {list(RULES)}, router folder names "
+        raise ConfigError(f"unknown online methods {unknown}: use rule names {list(rule_names())}, router folder names "
                           f"{list(routers)} or baselines {list(BASELINES)}")
     grid = [("verifier", 0.0), ("drafter", 0.0)]  # the references, measured first
     targets = [f * verifier_rejection for f in cfg.online_rejection_targets]
@@ -91,14 +90,14 @@ def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, route
             continue
         if m in cfg.alphas:
             alphas = list(cfg.alphas[m])
-        elif m in RULES and get_rule(m).alpha_range is None:  # lossless: alpha unused
+        elif m in rule_names() and get_rule(m).alpha_range is None:  # lossless: alpha unused
             alphas = [0.0]
         elif m in curves:  # matched to the offline rejection targets
-            rng = get_rule(m).alpha_range if m in RULES else None
+            rng = get_rule(m).alpha_range if m in rule_names() else None
             alphas = alphas_at_rejection(curves[m].threshold, curves[m].rejection, targets, rng)
         else:
             alphas = DEFAULT_ALPHAS[m]
-        if m in RULES:
+        if m in rule_names():
             for a in alphas:  # refuse before any model call, not halfway through the grid
                 get_rule(m).check_alpha(float(a))
         grid += [(m, float(a)) for a in alphas]
@@ -106,7 +105,7 @@ def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, route
 
 
 def _load_pair(cfg: EvalConfig, manifest: dict):
-    from router.models import load_pair
+    from router.pair import load_pair
 
     drafter = cfg.drafter or manifest["models"]["drafter"]["spec"]
     verifier = cfg.verifier or manifest["models"]["verifier"]["spec"]
@@ -140,7 +139,7 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict) -> dic
 
 def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:
     """Drafter/verifier seconds per token over 16 greedy tokens each (offline-only runs)."""
-    from router.decoding import generate_autoregressive
+    from router.baselines import generate_autoregressive
 
     ids = torch.tensor([prompt_ids])
     spt = {}
@@ -157,7 +156,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     write_json(out / "eval_config.json", config_to_dict(cfg))
     manifests = [read_manifest(f) for f in cfg.records]
     task = _task_of(manifests) if cfg.online else ",".join(sorted({m["task"] for m in manifests}))
-    routers = load_routers(cfg.routers)
+    routers = load_routers(cfg.routers, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
     held_out = load_held_out(cfg.records)
     curves = method_curves(held_out, routers)
     verifier_rejection = float(np.mean(held_out.cols["tv"]))

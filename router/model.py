@@ -1,6 +1,6 @@
 """Learned deferral routers: small torch networks over `router/features.py` features.
 
-A router predicts, per position, the quality gap of keeping the drafter (paper.md section 3). It
+A router predicts, per position, the quality gap of keeping the drafter (docs/method.md, Learned routers). It
 plugs into `router.decoding.generate` through the same `target(q, p, alpha, q_raw, p_raw)`
 interface as the plug-in rules:
 - cascade head: defer where the predicted gap exceeds `alpha * TV(p, q)`; `pi = (1 - r) q + r p`;
@@ -162,7 +162,16 @@ class LearnedRouter:
         self.cfg = net.cfg
         self.name = name
         self.hidden_inputs = tuple(self.cfg.hidden_inputs)  # generate() supplies these hidden states
+        self.form = self.cfg.head  # "cascade" or "token": the form of pi it gives (router.rules.DeferralPolicy)
+        self.bonus_needs_drafter = True  # its target reads q at the bonus position like any rule's
         check_feature_names(self.cfg.feature_names, name)
+
+    def check_alpha(self, alpha: float) -> float:
+        """alpha as a float; any finite value is a threshold on the predicted gap."""
+        alpha = float(alpha)
+        if not math.isfinite(alpha):
+            raise ValueError(f"router {self.name}: alpha must be a finite number, got {alpha}")
+        return alpha
 
     def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None) -> torch.Tensor:
         """Per-position router input (..., D): token_features, then the requested hidden states."""
@@ -196,7 +205,7 @@ class LearnedRouter:
         hidden maps 'drafter'/'verifier' to last hidden states (..., H) when the router reads them."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         if isinstance(alpha, float) and math.isnan(alpha):
-            raise ValueError("alpha is NaN")
+            raise ValueError(f"router {self.name}: alpha is NaN")
         feats = self.position_inputs(q_raw, p_raw, hidden)  # (..., D)
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
+from router.files import atomic_write_bytes
 
 SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's candidates, for token routers)
 MANIFEST = "manifest.json"
@@ -65,20 +66,6 @@ def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
             arrays.append(_fixed_list(np.asarray(columns[name]), dtype))
             names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
-
-
-def atomic_write_bytes(path: Path, write) -> None:
-    """Call write(file) on a temporary file next to `path`, fsync, then rename into place."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk or an interrupt leaves no partial shard behind
-        raise
 
 
 def write_shard(folder: Path, name: str, table: pa.Table) -> Path:

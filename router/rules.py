@@ -1,9 +1,14 @@
 """Deferral rules of speculative cascades, each a target distribution `pi = T(q, p)`.
 
-Every rule is looked up by name (`get_rule`) and exposes one method,
-`target(q, p, alpha, q_raw=None, p_raw=None) -> pi`, with any leading shape `(..., V)`.
-Decisions use the raw (temperature 1) probabilities; targets use the scaled ones; ties keep the
-drafter. Formulas follow paper.md section 2 (and the paper's JAX notebook).
+The registry here is the one place that knows rule names: each `Rule` carries its form
+(cascade/token/lossy/fixed), its torch target `pi = T(q, p)`, its offline score (the numpy form
+offline curves sweep), its alpha range, whether eval runs it online by default and whether the
+bonus position needs the drafter. Every list of rules elsewhere is derived from it
+(`rules_of_form`, `offline_rules`, `online_rules`), so a rule added with `register_rule` appears
+in train validation, offline and online eval, the reports and the demo with no other edit.
+Every rule exposes `target(q, p, alpha, q_raw=None, p_raw=None) -> pi`, with any leading shape
+`(..., V)`. Decisions use the raw (temperature 1) probabilities; targets use the scaled ones; ties
+keep the drafter. Formulas: docs/method.md (from the paper's section 2 and its JAX notebook).
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 SUM_TOLERANCE = 1e-3  # bf16 softmax rows can drift ~1e-3 from 1 after casting
-DENOM_FLOOR = 1e-10  # paper.md: acceptance denominators are floored here
+DENOM_FLOOR = 1e-10  # docs/method.md: acceptance denominators are floored here
+TV_FLOOR = 1e-12  # positions where p == q cost nothing to defer; their ratio scores become +inf/-inf
 
 
 def _check_dist(name: str, x: torch.Tensor) -> None:
@@ -96,14 +104,44 @@ def _check_alpha(rule: "Rule", alpha: float) -> float:
     return float(alpha)
 
 
+@runtime_checkable
+class DeferralPolicy(Protocol):
+    """What the decoding loop, training and evaluation need of a deferral policy: a plug-in rule
+    (`Rule`) or a learned router (`router.model.LearnedRouter`). Any object with just a `target`
+    method is wrapped into one by `resolve_rule`."""
+
+    name: str
+    form: str                  # "cascade", "token", "lossy", "fixed" (or "custom")
+    hidden_inputs: tuple       # models whose last hidden state target() reads: "drafter", "verifier"
+    bonus_needs_drafter: bool  # False: pi at a whole block's bonus position ignores q (no drafter forward)
+
+    def target(self, q: torch.Tensor, p: torch.Tensor, alpha: float, q_raw: torch.Tensor | None = None,
+               p_raw: torch.Tensor | None = None, **kwargs) -> torch.Tensor: ...
+
+    def check_alpha(self, alpha: float) -> float: ...
+
+
 @dataclass(frozen=True)
 class Rule:
-    """A named plug-in rule. `alpha_range` is (lossless end, drafter end), None if alpha is unused."""
+    """A named plug-in rule: everything any stage needs to know about it, in one place.
+
+    alpha_range: (lossless end, drafter end), None if alpha is unused. pi: the torch target
+    `(q, p, alpha, q_raw, p_raw) -> pi (..., V)`. offline_score: the numpy score that offline curves
+    sweep, `(cols, cand) -> scores` (cascade form: (N,) defer where score > alpha; token form:
+    (N, K) over the recorded candidates, keep where score <= alpha; cols holds q_max, p_max, tv, cand
+    a `router.tradeoff.Candidates`); None where offline curves cannot be computed from records.
+    online: part of eval's default online grid. bonus_needs_drafter: see `DeferralPolicy`.
+    """
 
     name: str
     form: str  # "cascade", "token", "lossy" or "fixed"
     alpha_range: tuple[float, float] | None
     description: str
+    pi: Callable = field(repr=False, compare=False)
+    offline_score: Callable | None = field(default=None, repr=False, compare=False)
+    online: bool = True
+    bonus_needs_drafter: bool = True
+    hidden_inputs: tuple = ()
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
@@ -113,8 +151,7 @@ class Rule:
                q_raw: torch.Tensor | None = None, p_raw: torch.Tensor | None = None) -> torch.Tensor:
         """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
-        alpha = _check_alpha(self, alpha)
-        return _TARGETS[self.name](q, p, alpha, q_raw, p_raw)
+        return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw)
 
 
 # ---- cascade form: one decision r per position, pi = (1 - r) q + r p -----------------------
@@ -182,24 +219,105 @@ def _drafter(q, p, alpha, q_raw, p_raw):
     return q.clone()
 
 
+# ---- offline scores (numpy, from recorded scalars and candidates; see router/tradeoff.py) --------
+
+def ratio_score(numerator: np.ndarray, tv: np.ndarray) -> np.ndarray:
+    """numerator / TV, with TV = 0 mapped to +-inf by the numerator's sign (defer for free or never)."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 where both are 0: never defer, below
+        out = np.where(tv > TV_FLOOR, numerator / np.maximum(tv, TV_FLOOR), np.sign(numerator) * np.inf)
+    return np.nan_to_num(out, nan=-np.inf)
+
+
+def _chow_score(cols, cand):
+    return 1.0 - np.asarray(cols["q_max"])
+
+
+def _diff_score(cols, cand):
+    return np.asarray(cols["p_max"]) - np.asarray(cols["q_max"])
+
+
+def _opt_score(cols, cand):
+    return ratio_score(np.asarray(cols["p_max"]) - np.asarray(cols["q_max"]), np.asarray(cols["tv"]))
+
+
+def _token_v1_score(cols, cand):
+    return cand.p_max[:, None] - cand.q
+
+
+def _token_v2_score(cols, cand):
+    return cand.p_max[:, None] - cand.p
+
+
+def _token_v3_score(cols, cand):
+    return 1.0 - cand.p / np.maximum(cand.p_max[:, None], TV_FLOOR)
+
+
 INF = math.inf
-_RULE_LIST = (
-    Rule("chow", "cascade", (0.0, 1.0), "defer iff max q_raw < 1 - alpha"),
-    Rule("diff", "cascade", (-1.0, 1.0), "defer iff max q_raw < max p_raw - alpha"),
-    Rule("opt", "cascade", (-INF, INF), "defer iff max q_raw < max p_raw - alpha * TV(p, q)"),
-    Rule("token_v1", "token", (-1.0, 1.0), "keep v iff q_raw(v) >= max p_raw - alpha"),
-    Rule("token_v2", "token", (-1.0, 1.0), "keep v iff p_raw(v) >= max p_raw - alpha"),
-    Rule("token_v3", "token", (0.0, 1.0), "keep v iff p_raw(v) >= (1 - alpha) max p_raw"),
-    Rule("lossy", "lossy", (0.0, 1.0), "lossy speculative decoding, accept min(1, p / ((1-alpha) q))"),
-    Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)"),
-    Rule("drafter", "fixed", None, "pi = q (drafter only)"),
+_REGISTRY: dict[str, Rule] = {}
+_BUILT_IN = (
+    Rule("chow", "cascade", (0.0, 1.0), "defer iff max q_raw < 1 - alpha", _chow, _chow_score),
+    Rule("diff", "cascade", (-1.0, 1.0), "defer iff max q_raw < max p_raw - alpha", _diff, _diff_score),
+    Rule("opt", "cascade", (-INF, INF), "defer iff max q_raw < max p_raw - alpha * TV(p, q)", _opt, _opt_score),
+    Rule("token_v1", "token", (-1.0, 1.0), "keep v iff q_raw(v) >= max p_raw - alpha", _token_v1, _token_v1_score),
+    Rule("token_v2", "token", (-1.0, 1.0), "keep v iff p_raw(v) >= max p_raw - alpha", _token_v2, _token_v2_score),
+    Rule("token_v3", "token", (0.0, 1.0), "keep v iff p_raw(v) >= (1 - alpha) max p_raw", _token_v3, _token_v3_score),
+    Rule("lossy", "lossy", (0.0, 1.0), "lossy speculative decoding, accept min(1, p / ((1-alpha) q))", _lossy),
+    # pi = p everywhere, so the bonus position needs no q: the drafter forward there is skipped
+    Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)", _lossless, bonus_needs_drafter=False),
+    # the drafter-only rule; online, eval runs the faster drafter-only baseline of that name instead
+    Rule("drafter", "fixed", None, "pi = q (drafter only)", _drafter, online=False),
 )
-_TARGETS = {
-    "chow": _chow, "diff": _diff, "opt": _opt, "token_v1": _token_v1, "token_v2": _token_v2,
-    "token_v3": _token_v3, "lossy": _lossy, "lossless": _lossless, "drafter": _drafter,
-}
-_REGISTRY = {rule.name: rule for rule in _RULE_LIST}
-RULES: tuple[str, ...] = tuple(_REGISTRY)
+RULES: tuple[str, ...] = ()  # the registered names; `rule_names()` reads them after late registrations
+
+
+def register_rule(rule: Rule) -> Rule:
+    """Add a plug-in rule to the registry: it then appears in `specroute rules`, `generate`, train's
+    validation comparison (with an offline_score), eval's offline curves and online grid, the
+    reports and the demo's choice of the best rule of its form. Names must be new."""
+    global RULES
+    if rule.name in _REGISTRY:
+        raise ValueError(f"a rule named {rule.name!r} is already registered; choose another name")
+    if rule.form not in ("cascade", "token", "lossy", "fixed"):
+        raise ValueError(f"rule {rule.name!r} has form {rule.form!r}; use cascade, token, lossy or fixed")
+    if rule.form in ("cascade", "token") and rule.offline_score is None:
+        raise ValueError(f"a {rule.form}-form rule needs an offline_score (see Rule) so offline curves, "
+                         f"train validation and the demo can compare it")
+    _REGISTRY[rule.name] = rule
+    RULES = tuple(_REGISTRY)
+    return rule
+
+
+def unregister_rule(name: str) -> None:
+    """Remove a rule added with `register_rule` (built-in rules stay)."""
+    global RULES
+    if name in {r.name for r in _BUILT_IN}:
+        raise ValueError(f"{name!r} is a built-in rule and cannot be removed")
+    _REGISTRY.pop(name, None)
+    RULES = tuple(_REGISTRY)
+
+
+for _rule in _BUILT_IN:
+    register_rule(_rule)
+
+
+def rule_names() -> tuple[str, ...]:
+    """Every registered rule's name, built-in first."""
+    return tuple(_REGISTRY)
+
+
+def rules_of_form(*forms: str) -> tuple[str, ...]:
+    """Names of the registered rules of these forms, e.g. rules_of_form("cascade")."""
+    return tuple(name for name, rule in _REGISTRY.items() if rule.form in forms)
+
+
+def offline_rules() -> tuple[str, ...]:
+    """Rules whose curves offline evaluation and train validation compute from records."""
+    return tuple(name for name, rule in _REGISTRY.items() if rule.offline_score is not None)
+
+
+def online_rules() -> tuple[str, ...]:
+    """Rules in eval's default online grid."""
+    return tuple(name for name, rule in _REGISTRY.items() if rule.online)
 
 
 def get_rule(name: str) -> Rule:
@@ -207,14 +325,33 @@ def get_rule(name: str) -> Rule:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(RULES)}") from None
+        raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(_REGISTRY)}") from None
 
 
-def resolve_rule(rule) -> object:
-    """A rule name or any object with a `target(q, p, alpha, q_raw, p_raw)` method."""
+@dataclass(frozen=True)
+class _CustomPolicy:
+    """A bare object with a `target` method, given the defaults of the DeferralPolicy protocol."""
+
+    inner: object
+    name: str
+    form: str = "custom"
+    hidden_inputs: tuple = ()
+    bonus_needs_drafter: bool = True
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
+        return self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)
+
+    def check_alpha(self, alpha: float) -> float:
+        return float(alpha)
+
+
+def resolve_rule(rule) -> DeferralPolicy:
+    """A rule name, a DeferralPolicy, or any object with a `target(q, p, alpha, q_raw, p_raw)` method."""
     if isinstance(rule, str):
         return get_rule(rule)
     if not callable(getattr(rule, "target", None)):
-        raise TypeError(f"rule must be a name ({', '.join(RULES)}) or an object with a "
+        raise TypeError(f"rule must be a name ({', '.join(_REGISTRY)}) or an object with a "
                         f"target(q, p, alpha, q_raw, p_raw) method, got {type(rule).__name__}")
-    return rule
+    if isinstance(rule, DeferralPolicy):
+        return rule
+    return _CustomPolicy(rule, getattr(rule, "name", type(rule).__name__))

@@ -1,4 +1,4 @@
-"""Generic speculative sampling towards a target `pi` (paper.md section 1).
+"""Generic speculative sampling towards a target `pi` (docs/method.md, The decoding loop).
 
 Draft tokens are accepted with probability min(1, pi/q); at the first rejection the replacement
 comes from normalize(max(0, pi - q)); if every draft passes, a bonus token comes from

@@ -3,11 +3,12 @@
 For a cascade decision r at a position with gold token y (temperature 1), pi = (1 - r) q + r p, so
   expected quality   pi(y)     = q(y) + r (p(y) - q(y))        (probability of the gold token)
   greedy top-1       [argmax pi = y] = r ? [argmax p = y] : [argmax q = y]
-  rejection rate     TV(q, pi) = r TV(p, q)                    (paper.md, Lemma 3)
+  rejection rate     TV(q, pi) = r TV(p, q)                    (Lemma 3 of the paper)
 Every cascade method defers where a per-position *defer score* exceeds a threshold (chow:
 1 - max q; diff: max p - max q; opt: (max p - max q) / TV; a learned router: predicted gap / TV;
-the oracle, which knows y: (p(y) - q(y)) / TV), so its whole alpha sweep is one sort. Shared by
-train (validation areas) and eval (offline curves); needs only numpy.
+the oracle, which knows y: (p(y) - q(y)) / TV), so its whole alpha sweep is one sort. Each rule's
+score lives with the rule in the registry (router/rules.py); `rule_curves`, `oracle_curve` and
+`router_curve` are the one way train (validation areas) and eval (offline curves) build curves.
 
 Token-form methods (token_v1/v2/v3, token-head routers) keep a set A of drafter tokens:
 pi = q 1[A] + eta p with eta = q(outside A). From the recorded top-k candidates of q (their q and p
@@ -25,8 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TV_FLOOR = 1e-12  # positions where p == q cost nothing to defer; their ratio scores become +inf/-inf
-
+from router.rules import get_rule, offline_rules, ratio_score
 
 @dataclass
 class Curve:
@@ -39,26 +39,15 @@ class Curve:
     top1: np.ndarray | None = None       # (P,) gold top-1 accuracy of greedy decoding from pi
 
 
-def _ratio(numerator: np.ndarray, tv: np.ndarray) -> np.ndarray:
-    """numerator / TV, with TV = 0 mapped to +-inf by the numerator's sign (defer for free or never)."""
-    with np.errstate(invalid="ignore"):  # 0 * inf where both are 0: a NaN, mapped to never defer below
-        out = np.where(tv > TV_FLOOR, numerator / np.maximum(tv, TV_FLOOR), np.sign(numerator) * np.inf)
-    return np.nan_to_num(out, nan=-np.inf)
+def oracle_scores(cols: dict) -> np.ndarray:
+    """The gold-knowing cascade oracle's defer score (p(y) - q(y)) / TV: defers where it gains most per
+    unit of rejection."""
+    return ratio_score(np.asarray(cols["p_token"]) - np.asarray(cols["q_token"]), np.asarray(cols["tv"]))
 
 
-def defer_scores(method: str, q_max, p_max, tv, q_gold=None, p_gold=None, learned=None) -> np.ndarray:
-    """Per-position defer score of a cascade method: larger defers first."""
-    if method == "chow":
-        return 1.0 - np.asarray(q_max)
-    if method == "diff":
-        return np.asarray(p_max) - np.asarray(q_max)
-    if method == "opt":
-        return _ratio(np.asarray(p_max) - np.asarray(q_max), np.asarray(tv))
-    if method == "oracle":
-        return _ratio(np.asarray(p_gold) - np.asarray(q_gold), np.asarray(tv))
-    if method == "learned":
-        return _ratio(np.asarray(learned), np.asarray(tv))
-    raise KeyError(f"unknown cascade method {method!r}; use chow, diff, opt, oracle or learned")
+def learned_defer_scores(gap: np.ndarray, tv: np.ndarray) -> np.ndarray:
+    """A cascade-head router defers where its predicted gap exceeds alpha * TV: score gap / TV."""
+    return ratio_score(np.asarray(gap), np.asarray(tv))
 
 
 def curve(scores: np.ndarray, tv: np.ndarray, q_quality: np.ndarray, p_quality: np.ndarray,
@@ -143,9 +132,6 @@ def oracle_bound(oracle: Curve, rejection: float) -> float:
     return float(np.interp(min(rejection, x[-1]), x, y))
 
 
-TOKEN_METHODS = ("token_v1", "token_v2", "token_v3")
-
-
 @dataclass
 class Candidates:
     """The drafter's top-k tokens at N positions, for token-form curves."""
@@ -160,7 +146,7 @@ class Candidates:
 
     @property
     def labels(self) -> np.ndarray:
-        """Token-form oracle gap (N, K) per candidate v: 1[v != y] - (1 - p(y)) (paper.md section 3)."""
+        """Token-form oracle gap (N, K) per candidate v: 1[v != y] - (1 - p(y)) (docs/method.md)."""
         return (~self.is_gold).astype(np.float64) - (1.0 - self.p_gold[:, None])
 
 
@@ -177,21 +163,6 @@ def candidates_from_columns(cols: dict) -> Candidates:
                       is_p_argmax=ids == np.asarray(cols["p_argmax"])[:, None],
                       q_gold=np.asarray(cols["q_token"], np.float64), p_gold=np.asarray(cols["p_token"], np.float64),
                       p_max=np.asarray(cols["p_max"], np.float64))
-
-
-def token_scores(method: str, cand: Candidates, learned: np.ndarray | None = None) -> np.ndarray:
-    """Per-candidate scores (N, K): the rule keeps v iff score <= alpha (paper.md token table)."""
-    if method == "token_v1":
-        return cand.p_max[:, None] - cand.q
-    if method == "token_v2":
-        return cand.p_max[:, None] - cand.p
-    if method == "token_v3":
-        return 1.0 - cand.p / np.maximum(cand.p_max[:, None], TV_FLOOR)
-    if method == "oracle_token":
-        return cand.labels
-    if method == "learned":
-        return np.asarray(learned, dtype=np.float64)
-    raise KeyError(f"unknown token method {method!r}; use {', '.join(TOKEN_METHODS)}, oracle_token or learned")
 
 
 def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float, float]:
@@ -229,3 +200,37 @@ def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128, q_top1:
     pts.sort(key=lambda pt: (pt[0], -pt[4]))
     rej, qual, dfr, top1, thr = (np.array(v) for v in zip(*pts))
     return Curve(rej, qual, dfr, thr, top1)
+
+
+# ---- every method's curve, for train validation and offline eval alike ---------------------------
+
+def cascade_curve(scores: np.ndarray, cols: dict, q_top1=None, p_top1=None) -> Curve:
+    """The sweep of a cascade-form score over record columns (tv, q_token, p_token)."""
+    return curve(scores, cols["tv"], cols["q_token"], cols["p_token"], q_top1, p_top1)
+
+
+def rule_curve(name: str, cols: dict, cand: Candidates, q_top1=None, p_top1=None) -> Curve:
+    """A registered rule's offline curve from its own offline score (router.rules)."""
+    rule = get_rule(name)
+    scores = rule.offline_score(cols, cand)
+    if rule.form == "token":
+        return token_curve(scores, cand, q_top1=q_top1)
+    return cascade_curve(scores, cols, q_top1, p_top1)
+
+
+def rule_curves(cols: dict, cand: Candidates, q_top1=None, p_top1=None) -> dict[str, Curve]:
+    """Every rule with an offline score, by name."""
+    return {name: rule_curve(name, cols, cand, q_top1, p_top1) for name in offline_rules()}
+
+
+def oracle_curve(cols: dict, q_top1=None, p_top1=None) -> Curve:
+    """The cascade oracle: the 1 of normalised areas."""
+    return cascade_curve(oracle_scores(cols), cols, q_top1, p_top1)
+
+
+def router_curve(scores: np.ndarray, cols: dict, cand: Candidates, q_top1=None, p_top1=None) -> Curve:
+    """A learned router's curve: token form for (N, K) candidate scores, cascade form for (N,) gaps."""
+    scores = np.asarray(scores)
+    if scores.ndim == 2:
+        return token_curve(scores, cand, q_top1=q_top1)
+    return cascade_curve(learned_defer_scores(scores, cols["tv"]), cols, q_top1, p_top1)

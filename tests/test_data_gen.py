@@ -11,7 +11,7 @@ import torch
 from data_gen import recorder as rec
 from data_gen.recorder import GenConfig, Recorder, assign_split, run_gen
 from data_gen.tasks import TASKS, load_task
-from router import cli
+from specroute import cli
 from router.config import ConfigError, load_config
 from router.features import FEATURE_NAMES, token_features
 from router.records import RecordsError, load_records, read_examples, read_manifest

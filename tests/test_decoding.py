@@ -5,8 +5,9 @@ import torch
 
 from conftest import StubLM, left_padded, tiny_qwen
 from router.tiny import tiny_pair
-from router.decoding import (FROM_DRAFTER, PADDING, generate, generate_autoregressive,
-                             generate_sequence_cascade, generate_token_cascade)
+from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.decoding import generate
+from router.loop import FROM_DRAFTER, PADDING
 
 PROMPTS = [[5, 17, 33, 41, 8], [9, 3], [11, 12, 13, 14, 15, 16, 17, 18]]
 NEW = 40

@@ -2,7 +2,7 @@
 
 import json
 
-from router import cli
+from specroute import cli
 
 
 def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):

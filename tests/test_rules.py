@@ -82,7 +82,7 @@ def test_targets_are_distributions_any_leading_shape(name):
     ("lossy", True, False),
 ])
 def test_alpha_endpoints(name, lossless_exact, drafter_exact):
-    """paper.md: each rule's lossless end gives pi = p and its drafter end pi = q, where exact."""
+    """docs/method.md: each rule's lossless end gives pi = p and its drafter end pi = q, where exact."""
     q, p = rand_dist(50, 13, seed=5, sharp=2), rand_dist(50, 13, seed=6, sharp=2)
     rule = get_rule(name)
     lossless_end, drafter_end = rule.alpha_range

@@ -5,8 +5,17 @@ import pytest
 import torch
 
 from router.rules import get_rule, token_mix, tv_distance
-from router.tradeoff import (Candidates, at_threshold, curve, defer_scores, normalised_area, oracle_bound,
-                             quality_at, random_curve, token_curve, token_point, token_scores)
+from router.tradeoff import (Candidates, at_threshold, curve, learned_defer_scores, normalised_area, oracle_bound,
+                             oracle_scores, quality_at, random_curve, rule_curve, token_curve, token_point)
+
+
+def rule_scores(name, s, cand=None):
+    """The registered rule's offline score on the fixture's columns (and candidates)."""
+    return get_rule(name).offline_score(s, cand)
+
+
+def oracle(s):
+    return oracle_scores({"p_token": s["p_gold"], "q_token": s["q_gold"], "tv": s["tv"]})
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +35,7 @@ def positions():
                                          ("opt", [-1.0, 0.0, 0.5, 2.0])])
 def test_threshold_points_equal_the_rules_targets(positions, name, alphas):
     s = positions
-    scores = defer_scores(name, s["q_max"], s["p_max"], s["tv"])
+    scores = rule_scores(name, s)
     for alpha in alphas:
         pi = get_rule(name).target(s["q"], s["p"], alpha)
         quality = pi[torch.arange(3000), s["y"]].mean().item()
@@ -39,7 +48,7 @@ def test_curve_endpoints_are_drafter_and_lossless(positions):
     s = positions
     q_top1 = (s["q"].argmax(-1) == s["y"]).numpy()
     p_top1 = (s["p"].argmax(-1) == s["y"]).numpy()
-    c = curve(defer_scores("opt", s["q_max"], s["p_max"], s["tv"]), s["tv"], s["q_gold"], s["p_gold"], q_top1, p_top1)
+    c = curve(rule_scores("opt", s), s["tv"], s["q_gold"], s["p_gold"], q_top1, p_top1)
     assert c.rejection[0] == 0 and c.quality[0] == pytest.approx(s["q_gold"].mean())
     assert c.top1[0] == pytest.approx(q_top1.mean()) and c.top1[-1] == pytest.approx(p_top1.mean())
     assert c.threshold[0] == np.inf
@@ -53,19 +62,19 @@ def test_curve_endpoints_are_drafter_and_lossless(positions):
 def test_oracle_is_never_beaten_and_areas_are_normalised(positions):
     s = positions
     args = (s["tv"], s["q_gold"], s["p_gold"])
-    oracle = curve(defer_scores("oracle", s["q_max"], s["p_max"], s["tv"], s["q_gold"], s["p_gold"]), *args)
+    best = curve(oracle(s), *args)
     g = np.random.default_rng(1)
-    methods = {name: curve(defer_scores(name, s["q_max"], s["p_max"], s["tv"]), *args) for name in ("chow", "diff", "opt")}
-    methods["noise"] = curve(defer_scores("learned", s["q_max"], s["p_max"], s["tv"], learned=g.normal(size=3000)), *args)
+    methods = {name: curve(rule_scores(name, s), *args) for name in ("chow", "diff", "opt")}
+    methods["noise"] = curve(learned_defer_scores(g.normal(size=3000), s["tv"]), *args)
     for name, c in methods.items():
         for rej, qual in zip(c.rejection, c.quality):
-            assert qual <= oracle_bound(oracle, rej) + 1e-9, name
-        assert normalised_area(c, oracle) <= 1 + 1e-9
-    assert normalised_area(oracle, oracle) == pytest.approx(1.0)
-    assert normalised_area(methods["opt"], oracle) > normalised_area(random_curve(*args), oracle)
-    assert quality_at(oracle, 0.0) == pytest.approx(s["q_gold"].mean())
-    with pytest.raises(KeyError, match="unknown cascade method"):
-        defer_scores("token_v3", s["q_max"], s["p_max"], s["tv"])
+            assert qual <= oracle_bound(best, rej) + 1e-9, name
+        assert normalised_area(c, best) <= 1 + 1e-9
+    assert normalised_area(best, best) == pytest.approx(1.0)
+    assert normalised_area(methods["opt"], best) > normalised_area(random_curve(*args), best)
+    assert quality_at(best, 0.0) == pytest.approx(s["q_gold"].mean())
+    with pytest.raises(KeyError, match="unknown rule 'bleu'"):
+        rule_scores("bleu", s)
 
 
 def _candidates(s, k):
@@ -84,7 +93,7 @@ def _candidates(s, k):
 def test_token_points_equal_the_rules_targets_when_every_token_is_a_candidate(positions, name, alphas):
     s = positions
     _, cand = _candidates(s, 12)
-    scores = token_scores(name, cand)
+    scores = rule_scores(name, s, cand)
     for alpha in alphas:
         pi = get_rule(name).target(s["q"], s["p"], alpha)
         rej, qual, _, top1 = token_point(scores <= alpha, cand)
@@ -98,7 +107,7 @@ def test_token_points_with_truncated_candidates(positions):
     and the rejection rate a lower bound on the exact one."""
     s = positions
     ids, cand = _candidates(s, 4)
-    keep = token_scores("token_v2", cand) <= 0.3
+    keep = rule_scores("token_v2", s, cand) <= 0.3
     full_keep = torch.zeros(3000, 12, dtype=torch.bool).scatter(-1, ids, torch.from_numpy(keep))
     pi = token_mix(s["q"], s["p"], full_keep)
     rej, qual, deferral, top1 = token_point(keep, cand)
@@ -111,15 +120,15 @@ def test_token_points_with_truncated_candidates(positions):
 def test_token_curve_ends_and_oracle(positions):
     s = positions
     _, cand = _candidates(s, 12)
-    c = token_curve(token_scores("token_v3", cand), cand)
+    c = token_curve(rule_scores("token_v3", s, cand), cand)
     assert c.rejection[0] == 0 and c.quality[0] == pytest.approx(s["q_gold"].mean())  # keep all: the drafter
     assert np.all(np.diff(c.rejection) >= 0)
     defer_all = token_point(np.zeros_like(cand.is_gold), cand)
     assert defer_all[1] == pytest.approx(s["p_gold"].mean()) and defer_all[0] == pytest.approx(s["tv"].mean())
-    oracle = token_curve(token_scores("oracle_token", cand), cand)
-    assert oracle.quality.max() >= c.quality.max() - 1e-9
-    with pytest.raises(KeyError, match="unknown token method"):
-        token_scores("bleu", cand)
+    token_oracle = token_curve(cand.labels, cand)
+    assert token_oracle.quality.max() >= c.quality.max() - 1e-9
+    cols = {"tv": s["tv"], "q_token": s["q_gold"], "p_token": s["p_gold"]}
+    assert np.allclose(rule_curve("token_v3", cols, cand).quality, c.quality)  # the registry picks the token form
 
 
 def test_area_uses_the_frontier_of_non_monotone_curves():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from router import cli
+from specroute import cli
 from router.decoding import generate
 from router.features import FEATURE_NAMES
 from router.tiny import tiny_pair

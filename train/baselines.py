@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from train.data import RecordSplit
-from train.metrics import router_metrics
+from train.validation import router_metrics
 
 
 def sklearn_baselines(train: RecordSplit, val: RecordSplit, seed: int, max_rows: int = 200_000) -> dict:
@@ -24,19 +24,14 @@ def _fit_baselines(train: RecordSplit, val: RecordSplit, seed: int, max_rows: in
     from sklearn.preprocessing import StandardScaler
 
     idx = np.sort(np.random.default_rng(seed).permutation(len(train))[:max_rows])
-    x, gap, w = _flat(train.inputs(idx)), train.y[idx].reshape(-1), train.w[idx].reshape(-1)
-    val_x = _flat(val.inputs(np.arange(len(val))))
+    x, gap, w = train.flat_inputs(idx), train.y[idx].reshape(-1), train.w[idx].reshape(-1)
+    val_x = val.flat_inputs(np.arange(len(val)))
     out = {}
     if len(np.unique(gap > 0)) == 2:
         logreg = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500))
         logreg.fit(x, gap > 0, logisticregression__sample_weight=w * np.abs(gap) + 1e-6)
         pred = logreg.decision_function(val_x).reshape(val.y.shape)
-        out["logistic_regression"] = router_metrics(pred, val.y, val.aux, False)
+        out["logistic_regression"] = router_metrics(pred, val.y, val, False)
     gbm = HistGradientBoostingRegressor(max_iter=200, random_state=seed).fit(x, gap, sample_weight=w)
-    out["gradient_boosting"] = router_metrics(gbm.predict(val_x).reshape(val.y.shape), val.y, val.aux, True)
+    out["gradient_boosting"] = router_metrics(gbm.predict(val_x).reshape(val.y.shape), val.y, val, True)
     return out
-
-
-def _flat(x: np.ndarray) -> np.ndarray:
-    """(N, D) rows, or (N, K, D) token-head candidates -> (N * K, D)."""
-    return x.reshape(-1, x.shape[-1])

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from router.model import RouterConfig, RouterNet
-from train.metrics import router_metrics
+from train.validation import router_metrics
 
 LOSSES = ("mse", "cost_sensitive")
 
@@ -18,14 +18,14 @@ class RouterModule(L.LightningModule):
     (defer iff gap > 0, each row weighted by |gap|: mistakes cost what they lose)."""
 
     def __init__(self, router: dict, loss: str = "mse", lr: float = 1e-3, weight_decay: float = 0.0,
-                 val_aux: dict | None = None, val_gap: np.ndarray | None = None):
+                 val_view=None, val_gap: np.ndarray | None = None):
         super().__init__()
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; use one of {LOSSES}")
-        self.save_hyperparameters(ignore=["val_aux", "val_gap"])
+        self.save_hyperparameters(ignore=["val_view", "val_gap"])
         self.net = RouterNet(RouterConfig(**router))
         self.loss_name, self.lr, self.weight_decay = loss, lr, weight_decay
-        self.val_aux, self.val_gap = val_aux, val_gap
+        self.val_view, self.val_gap = val_view, val_gap  # a router.record_view.RecordView and its labels
         self._val_preds: list[torch.Tensor] = []
         self._val_idx: list[torch.Tensor] = []
 
@@ -52,13 +52,13 @@ class RouterModule(L.LightningModule):
         self._val_idx.append(idx.cpu())
 
     def on_validation_epoch_end(self):
-        if not self._val_preds or self.val_aux is None:
+        if not self._val_preds or self.val_view is None:
             return
         idx = torch.cat(self._val_idx).numpy()
         pred = np.zeros(self.val_gap.shape, dtype=np.float64)
         pred[idx] = torch.cat(self._val_preds).double().numpy()
         self._val_preds, self._val_idx = [], []
-        metrics = router_metrics(pred, self.val_gap, self.val_aux, regression=self.loss_name == "mse")
+        metrics = router_metrics(pred, self.val_gap, self.val_view, regression=self.loss_name == "mse")
         self.log_dict({f"val_{k}": float(v) for k, v in metrics.items()}, prog_bar=True)
 
     def configure_optimizers(self):

@@ -19,9 +19,11 @@ from router.config import config_to_dict
 from router.features import FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, pair_of, save_router
 from router.records import RecordsError, manifest_id, read_manifest
-from router.report import summary_table, wandb_offline, write_csv, write_json
-from train.data import BatchIterable, RecordDataModule, RecordSplit, hidden_size
-from train.metrics import PLUGINS, plugin_areas, router_metrics, tradeoff_table
+from router.console import summary_table, wandb_offline
+from router.files import write_csv, write_json
+from router.record_view import router_scores
+from train.data import RecordDataModule, RecordSplit, hidden_size
+from train.validation import plugin_areas, router_metrics, tradeoff_table
 from train.module import RouterModule
 
 
@@ -100,7 +102,7 @@ def run_train(cfg: TrainConfig) -> dict:
                               hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
                               records_id=",".join(manifest_id(m) for m in manifests), pair=pair_of(manifests[0]),
                               alpha_grid=list(cfg.alpha_grid))
-    module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val.aux, val.y)
+    module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y)
     _standardise(module, train)
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
     trainer = L.Trainer(max_epochs=cfg.max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
@@ -116,23 +118,16 @@ def run_train(cfg: TrainConfig) -> dict:
 def _standardise(module: RouterModule, train: RecordSplit) -> None:
     """Set the network's input mean/std from (a sample of) the training rows."""
     idx = np.random.default_rng(0).permutation(len(train))[:20000]
-    x = train.inputs(np.sort(idx))
-    x = x.reshape(-1, x.shape[-1])  # token head: (n, K, D) -> every candidate
+    x = train.flat_inputs(np.sort(idx))  # token head: every candidate
     module.net.mean.copy_(torch.from_numpy(x.mean(0)))
     module.net.std.copy_(torch.from_numpy(x.std(0) + 1e-6))
 
 
-def _predict(net, data: RecordSplit, windowed: bool, batch: int = 4096) -> np.ndarray:
-    it = BatchIterable(data, batch, shuffle=False, seed=0, windowed=windowed)
-    with torch.no_grad():
-        return np.concatenate([net.eval()(x).double().numpy() for x, *_ in it])
-
-
 def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
     windowed = cfg.arch == "gru"
-    pred = _predict(module.net, val, windowed)
-    metrics = {"router": router_metrics(pred, val.y, val.aux, regression=cfg.loss == "mse"),
-               "plugins": plugin_areas(val.aux), "epochs": trainer.current_epoch,
+    pred = router_scores(module.net, val)  # as eval will score it: the same inputs, the same code
+    metrics = {"router": router_metrics(pred, val.y, val, regression=cfg.loss == "mse"),
+               "plugins": plugin_areas(val), "epochs": trainer.current_epoch,
                "train_rows": len(train), "val_rows": len(val)}
     if cfg.baselines and not cfg.hidden_inputs and not windowed:
         from train.baselines import sklearn_baselines
@@ -141,7 +136,7 @@ def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: Rec
     module.net.cfg.metrics = metrics
     save_router(LearnedRouter(module.net, name=out.name), out)
     write_json(out / "metrics.json", metrics)
-    table = tradeoff_table(pred, val.aux)
+    table = tradeoff_table(pred, val)
     write_csv(out / "tradeoff.csv", ["method", "rejection", "quality"], table)
     _log_wandb(trainer, table, out)
     print_train_summary(cfg, metrics)
@@ -175,7 +170,7 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
             ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
             ("val area (0 drafter, 1 oracle)", f"{r['area']:.4f}"),
             ("best plug-in area", f"{pl['best_plugin']:.4f} ("
-             + ", ".join(f"{name} {pl[name]:.4f}" for name in PLUGINS) + ")"),
+             + ", ".join(f"{name} {area:.4f}" for name, area in pl.items() if name != "best_plugin") + ")"),
             ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),
             ("val calibration error", f"{r['calibration']:.4f}")]
     for name, b in metrics.get("baselines", {}).items():

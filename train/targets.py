@@ -1,4 +1,4 @@
-"""Per-token router labels from records (paper.md section 3): the quality gap of keeping the drafter.
+"""Per-token router labels from records (docs/method.md, Learned routers): the quality gap of keeping the drafter.
 
 gap > 0 means the verifier is better at that position (deferring pays). `y` is the trajectory's
 next token (the gold token in gold mode).

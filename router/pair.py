@@ -1,7 +1,7 @@
 """Load a drafter/verifier pair: hub ids, local folders, GGUF files, or the embedded default.
 
 The embedded default is Qwen2.5-Coder-0.5B-Instruct (drafter) and Qwen2.5-Coder-1.5B-Instruct
-(verifier), shipped on the package index as byte-split GGUF chunks (see design.md). The first
+(verifier), shipped on the package index as byte-split GGUF chunks (docs/method.md cites the pair's source; README, The embedded default). The first
 load assembles the chunks, checks the sha256, dequantises the GGUF with transformers and caches
 the result as bf16 safetensors, so every later load takes about a second.
 """

@@ -16,7 +16,7 @@ import sys
 import time
 
 from router.hardware import DTYPE_CHOICES
-from router.rules import RULES, get_rule
+from router.rules import get_rule, rule_names
 
 VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
 VERIFIER_BRACKETS = ("[[", "]]")  # elsewhere (pipes, files)
@@ -27,7 +27,7 @@ def _generate_parser(sub) -> None:
     g.add_argument("--prompt", required=True, help="the prompt text")
     g.add_argument("--drafter", default="embedded:drafter", help="hub id, local folder, .gguf file or embedded:drafter")
     g.add_argument("--verifier", default="embedded:verifier", help="hub id, local folder, .gguf file or embedded:verifier")
-    g.add_argument("--rule", default="opt", choices=RULES, help="deferral rule (default: opt)")
+    g.add_argument("--rule", default="opt", choices=rule_names(), help="deferral rule (default: opt)")
     g.add_argument("--alpha", type=float, default=0.3, help="trade-off knob, see `specroute rules` for ranges")
     g.add_argument("--gamma", type=int, default=4, help="draft block length")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
     demo = sub.add_parser("demo", help="the whole pipeline: gen -> train -> eval on the embedded pair")
     demo.add_argument("--preset", default="cpu", choices=["tiny", "cpu", "gpu"],
-                      help="tiny: random models, under a minute; cpu: the real pair, ~30 min on 2 cores; gpu: bigger")
+                      help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it expects here); gpu: bigger")
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_demo(args) -> int:
-    from router.demo import run_demo
+    from specroute.demo import run_demo
 
     run_demo(args.preset, args.output, args.fresh)
     return 0
@@ -130,10 +130,12 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
 
 
 def cmd_generate(args) -> int:
-    from router.decoding import generate, generate_autoregressive
+    from router.baselines import generate_autoregressive
+    from router.decoding import generate
     from router.hardware import cpu_kind
-    from router.models import load_pair
-    from router.report import summary_table, write_json
+    from router.pair import load_pair
+    from router.console import summary_table
+    from router.files import write_json
 
     rule = get_rule(args.rule)
     if rule.alpha_range is not None:
@@ -182,7 +184,7 @@ def cmd_generate(args) -> int:
 
 def cmd_rules(_args) -> int:
     print(f"{'rule':<10} {'form':<8} {'alpha: lossless end -> drafter end':<36} decision")
-    for name in RULES:
+    for name in rule_names():
         rule = get_rule(name)
         rng = "(alpha unused)" if rule.alpha_range is None else f"{rule.alpha_range[0]} -> {rule.alpha_range[1]}"
         print(f"{name:<10} {rule.form:<8} {rng:<36} {rule.description}")

@@ -4,8 +4,9 @@ data_gen (gold records for training and evaluation, a few rollout records to mea
 between gold and drafted prefixes) -> train (an MLP and a GRU cascade router and an MLP token
 router on all tasks' gold records) -> eval per task (offline sweep of every method on the held-out
 records, then an online run of the best learned router and the best plug-in rules of each form on
-held-out prompts). Each stage is a `specroute` subcommand reached through `router.cli`, so the
-stages meet only through folders on disk; a rerun reuses finished stages unless --fresh.
+held-out prompts). Each stage runs in this process through its own run function with its config
+object (`run_stage` prints the equivalent `specroute` command line); the stages meet only through
+folders on disk, and a rerun reuses finished stages unless --fresh.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
+from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
 
 ROUTERS = {"mlp": ["arch=mlp"], "gru": ["arch=gru", "window=4"], "token": ["arch=mlp", "head=token",
                                                                           "target=token_label"]}
@@ -51,14 +52,34 @@ PRESETS = {
 ONLINE_SPECULATIVE = 4  # online methods besides verifier/drafter: best router, best rule of each form, lossless
 
 
-def _run(argv: list[str]) -> None:
-    from router import cli
+def _stage_functions(command: str):
+    """(config class, run function) of a stage, imported when first used."""
+    if command == "gen":
+        from data_gen.recorder import GenConfig, run_gen
 
-    print(f"\n$ specroute {' '.join(argv)}", flush=True)
-    code = cli.main(argv)
-    if code != 0:
-        raise SystemExit(f"demo stopped: `specroute {' '.join(argv)}` failed (exit {code}); fix the error above "
-                         f"and rerun the demo: finished stages are kept")
+        return GenConfig, run_gen
+    if command == "train":
+        from train.run import TrainConfig, run_train
+
+        return TrainConfig, run_train
+    from eval.run import EvalConfig, run_eval
+
+    return EvalConfig, run_eval
+
+
+def run_stage(command: str, config: str | None, overrides: list[str]) -> dict:
+    """Run one stage in this process with its config object and return what it returns (gen: the
+    manifest, train and eval: their metrics), printing the equivalent command line first."""
+    from router.config import load_config
+
+    shown = " ".join([*(["--config", config] if config else []), *overrides])
+    print(f"\n$ specroute {command} {shown}", flush=True)
+    config_cls, run = _stage_functions(command)
+    try:
+        return run(load_config(config_cls, config, overrides))
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        raise SystemExit(f"demo stopped in `specroute {command} {shown}`: {err}\nfix that and rerun the demo: "
+                         f"finished stages are kept") from None
 
 
 def gen_overrides(task: str, p: Preset, out: Path, mode: str) -> list[str]:
@@ -75,7 +96,7 @@ def record(out: Path, p: Preset) -> dict:
     folders = {}
     for task in p.tasks:
         for mode in ("gold", "rollout"):
-            _run(["gen", "--config", f"configs/gen/{task}.yaml", *gen_overrides(task, p, out, mode)])
+            run_stage("gen", f"configs/gen/{task}.yaml", gen_overrides(task, p, out, mode))
         folders[task] = {"gold": out / "records" / task, "rollout": out / "records" / f"{task}-rollout"}
     return folders
 
@@ -91,7 +112,7 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     from router.config import load_config
     from router.costs import measure_pair_costs
     from router.hardware import cpu_kind, resolve_dtype
-    from router.models import load_pair
+    from router.pair import load_pair
 
     gen_left = [(t, m) for t in p.tasks for m in ("gold", "rollout")
                 if not (out / "records" / (t if m == "gold" else f"{t}-rollout") / "manifest.json").exists()]
@@ -133,11 +154,12 @@ def train(out: Path, p: Preset, folders: dict) -> dict:
     for name, extra in ROUTERS.items():
         folder = out / "routers" / name
         if not _router_done(folder):
-            _run(["train", "--config", "configs/train/mlp.yaml", f"records={records}", *extra, f"output={folder}",
-                  f"max_epochs={p.train_epochs}", "patience=4", f"baselines={'true' if name == 'mlp' else 'false'}"])
+            trained[name] = run_stage("train", "configs/train/mlp.yaml", [
+                f"records={records}", *extra, f"output={folder}", f"max_epochs={p.train_epochs}", "patience=4",
+                f"baselines={'true' if name == 'mlp' else 'false'}"])
         else:
             print(f"\n{folder} is trained (metrics.json present): reusing it")
-        trained[name] = json.loads((folder / "metrics.json").read_text())
+            trained[name] = json.loads((folder / "metrics.json").read_text())
     return trained
 
 
@@ -151,23 +173,23 @@ def _timed(seconds: dict, stage: str, run):
 def choose_online_methods(trained: dict) -> list[str]:
     """The best learned router and the best plug-in rule of each form, by *validation* area (the test
     split stays untouched for the comparison), plus lossless."""
+    from router.rules import rules_of_form
+
     best_router = max(trained, key=lambda n: trained[n]["router"]["area"])
-    plugins = next(iter(trained.values()))["plugins"]
-    best_cascade = max(("chow", "diff", "opt"), key=lambda n: plugins[n])
-    best_token = max(("token_v1", "token_v2", "token_v3"), key=lambda n: plugins[n])
-    return [best_router, best_cascade, best_token, "lossless"]
+    plugins = next(iter(trained.values()))["plugins"]  # validation areas of every rule with an offline score
+    best_rules = [max((n for n in rules_of_form(form) if n in plugins), key=lambda n: plugins[n])
+                  for form in ("cascade", "token") if any(n in plugins for n in rules_of_form(form))]
+    return [best_router, *best_rules, "lossless"]  # lossless: standard speculative decoding, the reference
 
 
 def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:
     results = {}
     routers = "[" + ",".join(str(out / "routers" / n) for n in ROUTERS) + "]"
     for task, f in folders.items():
-        target = out / "eval" / task
-        _run(["eval", f"name={task}", f"records=[{f['gold']}]",
-              f"routers={routers}", f"online_methods=[{','.join(methods)}]", f"max_prompts={p.prompts}",
-              f"max_new_tokens={p.new_tokens}", f"batch_size={p.online_batch}", "online_rejection_targets=[0.5]",
-              f"output={target}", *p.eval_extra])
-        results[task] = json.loads((target / "metrics.json").read_text())
+        results[task] = run_stage("eval", None, [
+            f"name={task}", f"records=[{f['gold']}]", f"routers={routers}", f"online_methods=[{','.join(methods)}]",
+            f"max_prompts={p.prompts}", f"max_new_tokens={p.new_tokens}", f"batch_size={p.online_batch}",
+            "online_rejection_targets=[0.5]", f"output={out / 'eval' / task}", *p.eval_extra])
     return results
 
 
@@ -210,7 +232,7 @@ def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False
         if not torch.cuda.is_available():
             raise ValueError("--preset gpu needs a CUDA device and none is visible: use --preset cpu")
     if preset != "tiny":
-        from router.models import embedded_installed
+        from router.pair import embedded_installed
 
         if not embedded_installed():
             raise ValueError("the embedded model pair is not installed: run `bash scripts/setup.sh models` "
@@ -237,7 +259,7 @@ def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False
                "gold_vs_rollout": shift(folders),
                "online": {task: m["online"] for task, m in results.items()},
                "reports": {task: str(out / "eval" / task / "report.md") for task in results}}
-    from router.report import write_json
+    from router.files import write_json
 
     write_json(out / "demo_summary.json", summary)
     print("\n" + "=" * 90 + f"\nspecroute demo ({preset}) results: online, held-out prompts, real task metrics\n")

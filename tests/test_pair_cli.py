@@ -7,7 +7,8 @@ from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast
 
 from conftest import tiny_qwen
-from router import cli, models as rmodels
+from router import pair as rmodels
+from specroute import cli
 
 TOK_VOCAB = 300  # byte-level BPE: 256 bytes + specials + a few merges
 

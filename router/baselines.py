@@ -1,0 +1,131 @@
+"""Decoding baselines the speculative cascade is measured against.
+
+- `generate_autoregressive`: one model alone (drafter-only or verifier-only), one token per forward;
+- `generate_token_cascade`: the sequential token-level cascade with Chow's rule, where the drafter
+  writes every position and the verifier is called only where it defers;
+- `generate_sequence_cascade`: the drafter writes whole answers and the verifier rewrites those
+  whose mean drafter confidence is low.
+All take the same sampling arguments as `router.decoding.generate` and return its `GenerateOutput`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from router.layout import CachedModel, Layout
+from router.loop import (FROM_DRAFTER, FROM_VERIFIER, PADDING, GenerateOutput, Rows, Sampling, check_inputs,
+                         check_pair, eos_ids, finish, forward_stats, pad_id, vocab_size)
+from router.rules import chow_defer
+from router.sampling import sample
+
+
+def generate_autoregressive(model, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
+                            max_new_tokens: int = 64, seed: int = 0, attention_mask=None,
+                            role: str = "verifier") -> GenerateOutput:
+    """One model alone, one token per forward, KV-cached; `role` names it in the stats."""
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
+    out, _ = _autoregressive(model, input_ids, check_inputs(input_ids, attention_mask), sampling, role)
+    return out
+
+
+def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: str):
+    """Autoregressive loop; also returns each row's mean raw probability of its chosen tokens."""
+    eos = eos_ids(model)
+    gen = sampling.generator(input_ids.device)
+    started = time.perf_counter()
+    batch = input_ids.shape[0]
+    rows = Rows.start(batch, eos, sampling.max_new_tokens)
+    source = FROM_DRAFTER if role == "drafter" else FROM_VERIFIER
+    confidence = [[] for _ in range(batch)]
+    layout, m = Layout(input_ids, attention_mask), CachedModel(model, vocab_size(model))
+    active = list(range(batch))
+    with torch.inference_mode():
+        while active:
+            raw, scaled = sampling.probs(m.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
+            x = sample(scaled, gen)  # (B,)
+            x_prob = raw.gather(-1, x[:, None]).squeeze(-1).tolist()
+            for i, b in enumerate(active):
+                if rows.emit(b, [int(x[i])], [source]):
+                    confidence[b].append(x_prob[i])
+            layout.append(x[:, None])
+            active = rows.drop_finished(active, layout, m)
+    stats = dict(method=f"{role}_only", blocks=0, **forward_stats(m, role))
+    out = finish(input_ids, rows, pad_id(model, eos), stats, started)
+    mean_conf = [sum(c) / len(c) if c else 0.0 for c in confidence]
+    return out, mean_conf
+
+
+def _check_unit_alpha(alpha: float, what: str) -> None:
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha={alpha} is outside {what}'s range [0, 1]")
+
+
+def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: float = 0.3,
+                           temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64,
+                           seed: int = 0, attention_mask=None) -> GenerateOutput:
+    """Sequential token-level cascade with Chow's rule: the drafter writes every position and the
+    verifier is called only where max q_raw < 1 - alpha, catching up on the skipped tokens in that
+    same forward. Deferred positions take the verifier's token."""
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
+    attention_mask = check_inputs(input_ids, attention_mask)
+    _check_unit_alpha(alpha, "chow")
+    vocab = check_pair(drafter, verifier)
+    eos = eos_ids(verifier)
+    gen = sampling.generator(input_ids.device)
+    started = time.perf_counter()
+    rows = Rows.start(input_ids.shape[0], eos, max_new_tokens)
+    layout = Layout(input_ids, attention_mask)
+    d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
+    active, deferrals = list(range(input_ids.shape[0])), 0
+    with torch.inference_mode():
+        while active:
+            q_raw, q = sampling.probs(d.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
+            defer = chow_defer(q_raw, alpha)  # (B,)
+            dist = q
+            if defer.any():
+                _, p = sampling.probs(v.feed(layout, layout.length, keep=1)[:, -1])
+                dist = torch.where(defer[:, None], p, q)
+            x = sample(dist, gen)
+            for i, b in enumerate(active):
+                deferrals += rows.emit(b, [int(x[i])], [int(defer[i])]) * int(defer[i])
+            layout.append(x[:, None])
+            active = rows.drop_finished(active, layout, d, v)
+    stats = dict(method="token_cascade", rule="chow", alpha=alpha, deferrals=deferrals,
+                 **forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
+    return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
+
+
+def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: float = 0.3,
+                              temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64,
+                              seed: int = 0, attention_mask=None) -> GenerateOutput:
+    """Sequence-level cascade: the drafter writes each whole answer; rows whose mean token
+    confidence (raw drafter probability of its chosen tokens) is below 1 - alpha are rewritten
+    by the verifier from scratch. alpha 0 -> (almost) always the verifier, 1 -> the drafter."""
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
+    attention_mask = check_inputs(input_ids, attention_mask)
+    _check_unit_alpha(alpha, "the sequence cascade")
+    check_pair(drafter, verifier)
+    started = time.perf_counter()
+    draft, confidence = _autoregressive(drafter, input_ids, attention_mask, sampling, "drafter")
+    redo = [b for b, c in enumerate(confidence) if c < 1 - alpha]
+    stats = dict(method="sequence_cascade", alpha=alpha, deferrals=len(redo), deferred_rows=redo,
+                 **{k: draft.stats[k] for k in ("drafter_forwards", "drafter_row_forwards", "drafter_seconds")},
+                 verifier_forwards=0, verifier_row_forwards=0, verifier_seconds=0.0)
+    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens)
+    width = input_ids.shape[1]
+    for b in range(input_ids.shape[0]):
+        toks = [t for t, s in zip(draft.sequences[b, width:].tolist(), draft.sources[b].tolist()) if s != PADDING]
+        rows.tokens[b], rows.sources[b] = toks, [FROM_DRAFTER] * len(toks)
+    if redo:
+        idx = torch.tensor(redo, device=input_ids.device)
+        redone = generate_autoregressive(verifier, input_ids[idx], temperature, top_p, max_new_tokens, seed,
+                                         attention_mask[idx])
+        for k in ("verifier_forwards", "verifier_row_forwards", "verifier_seconds"):
+            stats[k] = redone.stats[k]
+        for i, b in enumerate(redo):
+            keep = redone.sources[i] != PADDING
+            rows.tokens[b] = redone.sequences[i, width:][keep].tolist()
+            rows.sources[b] = [FROM_VERIFIER] * len(rows.tokens[b])
+    return finish(input_ids, rows, pad_id(verifier, eos_ids(verifier)), stats, started)

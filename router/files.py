@@ -1,0 +1,55 @@
+"""Atomic file writes: every file a command writes appears whole or not at all.
+
+A crash, an interrupt or a full disk leaves the previous file (or none) in place, never half a
+file: the data goes to a temporary file next to the target, is fsynced, then renamed over it.
+Record shards, manifests, online points, reports, curves and router metrics all go through here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+
+def atomic_write_bytes(path: Path, write) -> None:
+    """Call write(file) on a temporary file next to `path`, fsync, then rename into place."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk or an interrupt leaves no partial file behind
+        raise
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write bytes atomically, creating the parent folder."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, lambda f: f.write(data))
+
+
+def write_json(path: str | Path, obj) -> None:
+    """Write JSON atomically."""
+    write_bytes(path, json.dumps(obj, indent=2, default=str).encode())
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write a text file atomically."""
+    write_bytes(path, text.encode())
+
+
+def write_csv(path: str | Path, fields: list[str], rows: list[dict]) -> None:
+    """Write rows as CSV with these columns (other keys ignored), atomically."""
+    buf = io.StringIO(newline="")
+    writer = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(path, buf.getvalue())

@@ -1,0 +1,188 @@
+"""What every decoding loop shares: sampling settings, input checks, per-row outputs and stats.
+
+The speculative cascade (`router.decoding.generate`) and the baselines (`router.baselines`) all
+decode a batch of left-padded prompts with KV-cached models (`router.layout`), emit tokens per row
+until EOS or the length limit, drop finished rows from the batch and report the same statistics.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from router.layout import CachedModel, Layout, keep_rows
+from router.sampling import process_logits
+
+FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How tokens are drawn and how many: one value for every decoding entry point.
+
+    temperature 0 is greedy; temperature and top-p shape the *scaled* distributions tokens are
+    drawn from, while deferral decisions read the raw (temperature-1) ones.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+    max_new_tokens: int = 64
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= 1")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"temperature must be >= 0 (got {self.temperature}) and top_p in (0, 1] "
+                             f"(got {self.top_p})")
+
+    def generator(self, device) -> torch.Generator:
+        return torch.Generator(device=device).manual_seed(self.seed)
+
+    def probs(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(raw, scaled) probabilities (..., V) from logits (..., V)."""
+        return process_logits(logits, self.temperature, self.top_p)
+
+
+@dataclass
+class GenerateOutput:
+    """sequences (B, prompt + new); sources (B, new): 0 drafter token kept, 1 from the verifier
+    step (resampled or bonus token, or a deferred token), -1 padding after the end."""
+
+    sequences: torch.Tensor
+    stats: dict
+    sources: torch.Tensor
+
+
+@dataclass
+class Rows:
+    """Per-row bookkeeping of what was generated, in the caller's row order."""
+
+    eos: set
+    max_new: int
+    tokens: list = field(default_factory=list)
+    sources: list = field(default_factory=list)
+    done: list = field(default_factory=list)
+
+    @classmethod
+    def start(cls, batch: int, eos: set, max_new: int) -> "Rows":
+        return cls(eos, max_new, [[] for _ in range(batch)], [[] for _ in range(batch)], [False] * batch)
+
+    def emit(self, row: int, tokens: list[int], sources: list[int]) -> int:
+        """Append tokens to a row up to EOS / the length limit; return how many were kept."""
+        room = self.max_new - len(self.tokens[row])
+        kept = 0
+        for tok, src in zip(tokens[:room], sources[:room]):
+            self.tokens[row].append(tok)
+            self.sources[row].append(src)
+            kept += 1
+            if tok in self.eos:
+                break
+        if len(self.tokens[row]) >= self.max_new or (kept and self.tokens[row][-1] in self.eos):
+            self.done[row] = True
+        return kept
+
+    def new_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    def drop_finished(self, active: list[int], layout: Layout, *models: CachedModel) -> list[int]:
+        """Remove finished rows from the batch (layout and caches); return the still-active row ids."""
+        still = [i for i, b in enumerate(active) if not self.done[b]]
+        if len(still) < len(active) and still:
+            keep_rows(torch.tensor(still, device=layout.tokens.device), layout, *models)
+        return [active[i] for i in still]
+
+
+# ---- input checks ------------------------------------------------------------------------------
+
+def eos_ids(model) -> set:
+    """The model's end-of-sequence token ids (generation config first, then model config)."""
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    if ids is None:
+        ids = model.config.eos_token_id
+    return set(ids if isinstance(ids, (list, tuple)) else [ids] if ids is not None else [])
+
+
+def pad_id(model, eos: set) -> int:
+    pad = getattr(model.generation_config, "pad_token_id", None)
+    return pad if pad is not None else (min(eos) if eos else 0)
+
+
+def vocab_size(model) -> int:
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def check_pair(drafter, verifier) -> int:
+    """Vocabulary size the two models share; a clear error when they cannot form a cascade."""
+    v_d, v_v = vocab_size(drafter), vocab_size(verifier)
+    e_d, e_v = eos_ids(drafter), eos_ids(verifier)
+    if e_d and e_v and not e_d & e_v:
+        raise ValueError(f"drafter and verifier disagree on the end-of-sequence token ({sorted(e_d)} vs "
+                         f"{sorted(e_v)}): they do not share one tokenizer; use a pair from one family")
+    shared = min(v_d, v_v)
+    if abs(v_d - v_v) > 1024:  # padded embedding matrices differ by a few hundred rows at most
+        raise ValueError(f"drafter vocabulary ({v_d}) and verifier vocabulary ({v_v}) differ by more than "
+                         f"padding: they do not share one tokenizer; use a pair from one family")
+    return shared
+
+
+def check_inputs(input_ids, attention_mask) -> torch.Tensor:
+    """The attention mask (all ones when None), or a ValueError naming what is wrong with the batch."""
+    if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
+        shape = tuple(input_ids.shape) if torch.is_tensor(input_ids) else type(input_ids).__name__
+        raise ValueError(f"input_ids must be a LongTensor of shape (B, T), got {shape}; "
+                         f"for one prompt use ids[None] or tokenizer(..., return_tensors='pt')")
+    if input_ids.shape[1] == 0:
+        raise ValueError("input_ids is empty: every prompt needs at least one token")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    if attention_mask.shape != input_ids.shape:
+        raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must match input_ids "
+                         f"{tuple(input_ids.shape)}")
+    if (attention_mask[:, -1] == 0).any():
+        raise ValueError("prompts must be left-padded (the last column is padding in some row): "
+                         "set tokenizer.padding_side = 'left'")
+    if (attention_mask.sum(-1) == 0).any():
+        raise ValueError("a prompt is empty (its attention_mask is all zero): every prompt needs a token")
+    return attention_mask
+
+
+# ---- outputs and statistics ------------------------------------------------------------------------
+
+def finish(input_ids, rows: Rows, pad: int, stats: dict, started: float) -> GenerateOutput:
+    """The output tensors of a finished loop, with the derived statistics filled in."""
+    width = max((len(t) for t in rows.tokens), default=0)
+    new = torch.full((len(rows.tokens), width), pad, dtype=torch.long)
+    src = torch.full((len(rows.tokens), width), PADDING, dtype=torch.long)
+    for b, (toks, srcs) in enumerate(zip(rows.tokens, rows.sources)):
+        new[b, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+        src[b, : len(srcs)] = torch.tensor(srcs, dtype=torch.long)
+    wall = time.perf_counter() - started
+    n_new = rows.new_tokens()
+    stats.update(new_tokens=n_new, wall_seconds=wall, tokens_per_second=n_new / wall if wall > 0 else 0.0)
+    _summarise(stats)
+    return GenerateOutput(torch.cat([input_ids.cpu(), new], 1), stats, src)
+
+
+def forward_stats(model: CachedModel, role: str) -> dict:
+    return {f"{role}_forwards": model.forwards, f"{role}_row_forwards": model.row_forwards,
+            f"{role}_seconds": model.seconds}
+
+
+def _summarise(stats: dict) -> None:
+    """Derived rates, guarded against empty runs."""
+    n_new = max(stats["new_tokens"], 1)
+    evaluated = max(stats.get("drafts_evaluated", 0), 1)
+    if "rejections" in stats:
+        stats["rejection_rate"] = stats["rejections"] / evaluated
+        stats["expected_rejection_rate"] = stats["expected_rejections"] / evaluated
+        row_blocks = max(sum(stats["accepted_hist"]), 1)
+        stats["mean_accepted"] = sum(n * c for n, c in enumerate(stats["accepted_hist"])) / row_blocks
+    if "deferrals" in stats:  # per evaluated draft in the speculative loop, per token in the baselines
+        stats["deferral_rate"] = stats["deferrals"] / (evaluated if "rejections" in stats else n_new)
+    stats["verifier_calls_per_token"] = stats.get("verifier_row_forwards", 0) / n_new
+    model_s = stats.get("drafter_seconds", 0.0) + stats.get("verifier_seconds", 0.0)
+    stats["overhead_fraction"] = max(0.0, 1 - model_s / stats["wall_seconds"]) if stats["wall_seconds"] else 0.0
+    stats["drafter_calls_per_token"] = stats.get("drafter_row_forwards", 0) / n_new

@@ -1,0 +1,144 @@
+"""Router inputs from records: the one place that turns record folders into what routers read.
+
+Training (train/) and offline evaluation (eval/) both read records through `RecordView`, and both
+score routers with `router_scores`, so a router sees exactly the same inputs when it is fitted,
+validated and evaluated (no train/eval skew). A view holds one split and mode of one or more
+record folders: the scalar columns curves need, the drafter's recorded top-k candidates, the
+feature vectors, trajectory keys, and the models' hidden states read from the memory-mapped shards
+on demand. Router inputs per row are
+  position inputs (D,)        features, then the hidden states the router reads (in its order);
+  windows (window, D)         a position with its window-1 predecessors of the same trajectory;
+  candidate inputs (K, D + 5) the position inputs next to each candidate's own features.
+In the decoding loop `router.model.LearnedRouter` builds the same inputs from full distributions
+with the same functions (`router.features`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from router.features import FEATURE_NAMES
+from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair, recorded_candidate_features
+from router.records import RecordsError, load_records, read_manifest, require_hidden_states
+from router.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
+
+SCALAR_COLUMNS = ("q_max", "p_max", "tv", "q_token", "p_token", "q_argmax", "p_argmax", "token", "position")
+
+
+class RecordView:
+    """One split and mode of record folders, concatenated in folder order (rows of a trajectory
+    stay consecutive and in position order)."""
+
+    def __init__(self, folders: list[str], split: str, mode: str = "gold", hidden_inputs: tuple = (),
+                 max_rows: int | None = None):
+        """hidden_inputs: hidden states the folders must hold (checked now, read later, on demand)."""
+        import datasets
+
+        self.folders, self.split, self.mode = list(folders), split, mode
+        self.manifests, parts = [], []
+        for folder in self.folders:
+            manifest = read_manifest(folder)
+            if manifest["feature_names"] != list(FEATURE_NAMES):
+                raise RecordsError(f"{folder} was recorded with features {manifest['feature_names']}, this "
+                                   f"specroute uses {list(FEATURE_NAMES)}: re-record it")
+            for role in hidden_inputs:
+                require_hidden_states(folder, manifest, role)
+            self.manifests.append(manifest)
+            try:
+                parts.append(load_records(folder, split=split, mode=mode))
+            except RecordsError:
+                continue  # this folder has no rows of that split and mode
+        if not parts or not sum(len(p) for p in parts):
+            raise RecordsError(f"no {mode}-mode rows in the {split} split of {self.folders}: record with modes "
+                               f"including {mode} and enough examples for a {split} split")
+        ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+        if max_rows is not None and len(ds) > max_rows:
+            ds = ds.select(range(max_rows))
+        self.ds = ds.with_format("numpy")
+        small = self.ds.select_columns(sorted({*SCALAR_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id",
+                                               "mode"}))[:]
+        self.cols = {k: np.asarray(small[k]) for k in SCALAR_COLUMNS}  # (N,) each
+        self.cand = candidates_from_columns(small)  # the drafter's top-k, column 0 = its argmax
+        self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
+        self.traj = np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str))
+        self._cand_x = None
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    @property
+    def q_top1(self) -> np.ndarray:
+        """(N,) 1 where the drafter's argmax is the trajectory's token."""
+        return (self.cols["q_argmax"] == self.cols["token"]).astype(np.float64)
+
+    @property
+    def p_top1(self) -> np.ndarray:
+        return (self.cols["p_argmax"] == self.cols["token"]).astype(np.float64)
+
+    # ---- router inputs ----------------------------------------------------------------------------
+    def hidden(self, idx: np.ndarray, roles: tuple) -> np.ndarray | None:
+        """(len(idx), H) these models' hidden states, concatenated in order, read from the shards."""
+        if not roles:
+            return None
+        for folder, manifest in zip(self.folders, self.manifests):
+            for role in roles:
+                require_hidden_states(folder, manifest, role)
+        order = np.argsort(idx)  # sorted reads are sequential on the memory map
+        got = self.ds[np.asarray(idx)[order].tolist()]
+        out = np.concatenate([np.asarray(got[f"{role}_hidden"], dtype=np.float32) for role in roles], -1)
+        return out[np.argsort(order)]
+
+    def position_inputs(self, idx: np.ndarray, hidden: tuple = ()) -> np.ndarray:
+        """(len(idx), D): features, then the hidden states of the models named in `hidden`."""
+        h = self.hidden(idx, tuple(hidden))
+        return self.features[idx] if h is None else np.concatenate([self.features[idx], h], -1)
+
+    def window_inputs(self, idx: np.ndarray, window: int, hidden: tuple = ()) -> np.ndarray:
+        """(len(idx), window, D): each row with its predecessors in the same trajectory, zero-padded."""
+        back = idx[:, None] - np.arange(window - 1, -1, -1)[None]  # (n, window) oldest first
+        valid = back >= 0
+        safe = np.where(valid, back, 0)
+        valid &= self.traj[safe] == self.traj[idx][:, None]
+        rows, where = np.unique(safe, return_inverse=True)  # read each needed row once
+        out = self.position_inputs(rows, hidden)[where.reshape(-1)].reshape(len(idx), window, -1)
+        return np.where(valid[..., None], out, 0.0).astype(np.float32)
+
+    def candidate_inputs(self, idx: np.ndarray, hidden: tuple = ()) -> np.ndarray:
+        """(len(idx), K, D + 5): position inputs next to each recorded candidate's features."""
+        if self._cand_x is None:
+            self._cand_x = recorded_candidate_features(self.cand).numpy()  # (N, K, 5)
+        x, c = self.position_inputs(idx, hidden), self._cand_x[idx]
+        return np.concatenate([np.broadcast_to(x[:, None], (*c.shape[:2], x.shape[-1])), c], -1)
+
+    def inputs(self, idx: np.ndarray, head: str = "cascade", window: int = 1, hidden: tuple = ()) -> np.ndarray:
+        """What a router with this head, GRU window (1 for other archs) and hidden inputs reads."""
+        if head == "token":
+            return self.candidate_inputs(idx, hidden)
+        return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
+
+
+def input_window(net: RouterNet) -> int:
+    """Positions of context a router network reads per row (1 unless it is a GRU)."""
+    return net.cfg.window if net.cfg.arch == "gru" else 1
+
+
+@torch.no_grad()
+def router_scores(router: LearnedRouter | RouterNet, view: RecordView, batch: int = 8192,
+                  name: str = "router") -> np.ndarray:
+    """A router's predicted gaps on every row of a view: (N,) cascade head, (N, K) token head.
+    A LearnedRouter is first checked against the view's model pair."""
+    if isinstance(router, LearnedRouter):
+        for manifest in view.manifests:
+            check_router_pair(router.cfg, manifest, name)
+        router = router.net
+    k = view.cand.q.shape[1]
+    if router.cfg.head == "token" and router.cfg.token_candidates != k:
+        raise RouterError(f"token router {name} scores {router.cfg.token_candidates} candidates, the records hold "
+                          f"top-{k}: record with top_k={router.cfg.token_candidates} or retrain on these records")
+    net, window, hidden = router.eval(), input_window(router), tuple(router.cfg.hidden_inputs)
+    parts = []
+    for start in range(0, len(view), batch):
+        idx = np.arange(start, min(start + batch, len(view)))
+        parts.append(net(torch.from_numpy(np.ascontiguousarray(view.inputs(idx, router.cfg.head, window, hidden)))))
+    return torch.cat(parts).double().numpy()

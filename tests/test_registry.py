@@ -1,0 +1,91 @@
+"""The rule registry is the single source: a rule added with one `register_rule` call appears in
+`specroute rules`, train validation, offline and online eval, the report and the demo with no other
+edit; names of rules, baselines and references cannot be taken by routers."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from router.model import RouterConfig, RouterError, RouterNet, LearnedRouter, save_router
+from router.rules import (DeferralPolicy, Rule, cascade_mix, get_rule, offline_rules, online_rules, register_rule,
+                          resolve_rule, rule_names, rules_of_form, unregister_rule)
+from specroute import cli
+
+
+def _peek_target(q, p, alpha, q_raw, p_raw):
+    """opt's decision with a small fixed margin (what the rule does online)."""
+    return cascade_mix(q, p, q_raw.amax(-1) < p_raw.amax(-1) - alpha * (p - q).clamp_min(0).sum(-1) - 0.01)
+
+
+def _peek_score(cols, cand):
+    """Offline, this test rule peeks at the gold token (the oracle's score), so it is the best cascade rule by
+    validation area and the demo must pick it for the online run."""
+    tv = np.asarray(cols["tv"])
+    return (np.asarray(cols["p_token"]) - np.asarray(cols["q_token"])) / np.maximum(tv, 1e-12)
+
+
+@pytest.fixture
+def peek_rule():
+    rule = register_rule(Rule("peek", "cascade", (-10.0, 10.0), "test rule", _peek_target, _peek_score))
+    yield rule
+    unregister_rule("peek")
+
+
+def test_registered_rule_is_everywhere(peek_rule):
+    assert "peek" in rule_names() and "peek" in rules_of_form("cascade") and "peek" in offline_rules()
+    assert "peek" in online_rules() and get_rule("peek") is peek_rule
+    assert isinstance(peek_rule, DeferralPolicy) and resolve_rule("peek") is peek_rule
+    with pytest.raises(ValueError, match="already registered"):
+        register_rule(peek_rule)
+    with pytest.raises(ValueError, match="offline_score"):
+        register_rule(Rule("no_score", "token", (0.0, 1.0), "x", _peek_target))
+    with pytest.raises(ValueError, match="built-in"):
+        unregister_rule("opt")
+
+
+def test_registered_rule_runs_through_the_tiny_pipeline(peek_rule, tmp_path, capsys):
+    assert cli.main(["rules"]) == 0
+    assert "peek" in capsys.readouterr().out
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--preset", "tiny", "--output", str(out)]) == 0
+    for router in ("mlp", "gru", "token"):  # train validation compares it
+        assert "peek" in json.loads((out / "routers" / router / "metrics.json").read_text())["plugins"]
+    summary = json.loads((out / "demo_summary.json").read_text())
+    assert "peek" in summary["online_methods"]  # the demo picked it as the best cascade rule
+    for task in ("gsm8k", "mbpp"):
+        metrics = json.loads((out / "eval" / task / "metrics.json").read_text())
+        assert "peek" in metrics["offline"]["summary"]["methods"]  # offline eval
+        assert "peek" in {p["method"] for p in metrics["online"]["points"]}  # online eval
+        report = (out / "eval" / task / "report.md").read_text()
+        assert report.count("| peek |") >= 2  # offline and online tables
+
+
+def test_a_router_cannot_take_a_rule_or_baseline_name(tmp_path):
+    from eval.offline import load_routers
+
+    for name in ("lossless", "opt", "verifier", "oracle"):
+        save_router(RouterNet(RouterConfig()), tmp_path / name)
+        with pytest.raises(RouterError, match="rename the folder"):
+            load_routers([str(tmp_path / name)], taken=(*rule_names(), "verifier", "drafter", "oracle"))
+
+
+def test_bonus_shortcut_follows_the_policy_not_its_name():
+    """A router named `lossless` gets no lossless shortcut: the loop asks the policy, not its name."""
+    router = LearnedRouter(RouterNet(RouterConfig()), name="lossless")
+    assert router.bonus_needs_drafter and not get_rule("lossless").bonus_needs_drafter
+    assert router.form == "cascade" and router.check_alpha(0.5) == 0.5
+    with pytest.raises(ValueError, match="finite"):
+        router.check_alpha(float("inf"))
+
+
+def test_plain_objects_with_target_are_wrapped():
+    class Half:
+        def target(self, q, p, alpha, q_raw=None, p_raw=None):
+            return (q + p) / 2
+
+    policy = resolve_rule(Half())
+    assert isinstance(policy, DeferralPolicy) and policy.name == "Half" and policy.hidden_inputs == ()
+    q, p = torch.tensor([[0.5, 0.5]]), torch.tensor([[1.0, 0.0]])
+    assert torch.allclose(policy.target(q, p, 0.0), torch.tensor([[0.75, 0.25]]))
