@@ -64,6 +64,7 @@ def _model_costs(model, vocab: int, batch: int, n_values: tuple[int, ...]) -> tu
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(3, vocab, (batch, PROBE_CONTEXT), generator=gen).to(device)
     layout, cached = Layout(ids, torch.ones_like(ids)), CachedModel(model, vocab)
+    model(input_ids=ids[:, :8])  # warm-up: touches every weight once (memory-mapped files page in here)
     _sync(model)
     started = time.perf_counter()
     cached.feed(layout, layout.length, 1)
