@@ -1,16 +1,32 @@
-"""Run generated programs (MBPP / HumanEval tests) in a separate, locked-down Python process.
+"""Run generated programs (MBPP / HumanEval tests) isolated from the machine, and judge them fairly.
 
-Never in the evaluator's own process: each program runs in `python -I` (isolated mode: no user
-site, no PYTHON* variables) in a fresh temporary folder, in its own session so a timeout kills the
-whole process group, with CPU-time, memory, file-size and process limits, and an audit hook,
-installed before the program runs and impossible to remove from Python, that refuses sockets,
-subprocesses, forks and exec. A program that loops forever is killed at the timeout and counted,
-never hangs the evaluator.
+Isolation is the operating system's, not Python's (README, "What the sandbox guarantees"):
+each program runs under bubblewrap in its own user, network, mount, PID, IPC and UTS namespaces,
+with a read-only view of /usr and the Python installation only (no /etc, /home, /root, /work, no
+other process's /proc), a private 16 MB tmpfs as /tmp, no network (its own empty loopback), all
+capabilities dropped, and no way to start a process: a seccomp filter installed before the
+program runs refuses fork, vfork, execve and every clone that is not a thread. CPU time, address
+space and file size are limited (rlimits); stdout is discarded and stderr goes to a file capped at
+1 MB, so output cannot grow the evaluator's memory or block it. On timeout the whole namespace is
+killed (its init dies with bubblewrap), grandchildren included.
+
+Where bubblewrap is missing, programs are refused with the fix (`apt-get install bubblewrap`;
+scripts/setup.sh installs it where it can) unless the caller opts into `sandbox="python"`: the same
+limits, seccomp filter and judging, but no namespaces (the program can read what the user can),
+with a warning printed once.
+
+Judging follows the HumanEval harness: the candidate and its tests run as one program inside a
+`try`; only reaching the end of the tests counts as a pass. `sys.exit(0)`, `raise SystemExit`,
+`os._exit(0)` or a crash before the tests finish is a failure, whatever the exit status.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
+import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,30 +34,69 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# runs first in the child: what a generated program may not do, enforced by an audit hook
+SANDBOXES = ("auto", "bwrap", "python")
+STDERR_CAP = 1 << 20   # bytes of stderr (and of any file the program writes) at most
+TMPFS_BYTES = 16 << 20  # the program's private /tmp
+
+# Runs first in the child, before the program: limits, the no-new-process seccomp filter, then the
+# program inside a try. Only the tests reaching their end writes the parent's one-time token (read
+# from stdin, which is then empty) to the result file: exiting early cannot look like a pass.
 GUARD = r'''
-import resource, sys
-_mem, _cpu = int(sys.argv[2]), int(sys.argv[3])
+import ctypes, os, platform, resource, struct, sys
+_token = sys.stdin.readline().strip()
+_mem, _cpu, _fsize, _result_fd = (int(a) for a in sys.argv[2:6])
 resource.setrlimit(resource.RLIMIT_AS, (_mem, _mem))
 resource.setrlimit(resource.RLIMIT_CPU, (_cpu, _cpu))
-resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))  # 1 MB of files at most
+resource.setrlimit(resource.RLIMIT_FSIZE, (_fsize, _fsize))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-_BLOCKED = ("socket.", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.fork",
-            "os.forkpty", "os.kill", "os.killpg", "shutil.rmtree", "os.remove", "os.unlink", "os.rmdir")
-def _guard(event, args):
-    if event.startswith(_BLOCKED):
-        raise PermissionError(f"sandbox: {event} is not allowed in evaluated programs")
-sys.addaudithook(_guard)
-del _guard
+
+def _no_new_processes():
+    """seccomp: fork, vfork, execve, execveat and non-thread clones fail with EPERM (clone3 with
+    ENOSYS, so the C library falls back to clone, which is checked)."""
+    arch = {"x86_64": (0xC000003E, 57, 58, 59, 322, 56), "aarch64": (0xC00000B7, -1, -1, 221, 281, 220)}
+    if platform.machine() not in arch:
+        raise OSError(f"no seccomp filter for {platform.machine()}")
+    audit, fork, vfork, execve, execveat, clone = arch[platform.machine()]
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    deny = [n for n in (fork, vfork, execve, execveat) if n >= 0]
+    prog = [ins(ld, 0, 0, 4), ins(jeq, 1, 0, audit), ins(ret, 0, 0, eperm), ins(ld, 0, 0, 0)]
+    for n in deny:
+        prog += [ins(jeq, 0, 1, n), ins(ret, 0, 0, eperm)]
+    prog += [ins(jeq, 0, 1, 435), ins(ret, 0, 0, enosys),  # clone3
+             ins(jeq, 0, 3, clone), ins(ld, 0, 0, 16), ins(jset, 1, 0, 0x10000),  # clone: CLONE_THREAD?
+             ins(ret, 0, 0, eperm), ins(ret, 0, 0, allow)]
+    blob = b"".join(prog)
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(Prog(len(prog), blob)), 0, 0):
+        raise OSError(ctypes.get_errno(), "seccomp filter refused")
+
+_no_new_processes()
+del _no_new_processes
 with open(sys.argv[1]) as _f:
     _code = compile(_f.read(), "program.py", "exec")
-exec(_code, {"__name__": "__main__"})
+try:
+    exec(_code, {"__name__": "__main__"})
+except BaseException as _err:  # SystemExit included: exiting before the tests end is a failure
+    import traceback
+    traceback.print_exception(_err)
+    os._exit(1)
+os.write(_result_fd, _token.encode())
+os._exit(0)
 '''
+
+
+class SandboxUnavailable(ValueError):
+    """Programs cannot be isolated here; the message says how to fix it or opt out. (A ValueError, so
+    the `specroute` command reports it as a one-line error like any other setting that cannot work.)"""
 
 
 @dataclass
 class Outcome:
-    """How one program ended: passed | failed (an exception, e.g. a failing assert) | timeout."""
+    """How one program ended: passed | failed (an exception, a failing assert, an early exit) | timeout."""
 
     status: str
     detail: str = ""
@@ -51,23 +106,118 @@ class Outcome:
         return self.status == "passed"
 
 
-def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024) -> Outcome:
-    """Run `code` (a program with its tests) in a sandboxed subprocess; pass = exit status 0."""
+def _python_prefix() -> str:
+    return sys.base_prefix  # the interpreter and its standard library (a venv's packages are not needed)
+
+
+def _interpreter() -> str:
+    real = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    return str(real)
+
+
+def _system_binds() -> list[str]:
+    """/usr read-only, and /bin, /lib... as they are here (symlinks into /usr on merged-usr systems)."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+        path = Path(top)
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            argv += ["--ro-bind", top, top]
+    return argv
+
+
+def _bwrap_argv(folder: Path) -> list[str]:
+    """bubblewrap: namespaces, a read-only view of /usr and the Python installation, private /tmp."""
+    argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv",
+            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
+            "--setenv", "PYTHONHASHSEED", "0", *_system_binds()]
+    prefix = _python_prefix()
+    if not prefix.startswith("/usr/"):
+        argv += ["--ro-bind", prefix, prefix]
+    interpreter = _interpreter()
+    if not interpreter.startswith(("/usr/", prefix)):
+        argv += ["--ro-bind", interpreter, interpreter]
+    return argv + ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
+                   "--ro-bind", str(folder / "program.py"), "/tmp/program.py", "--chdir", "/tmp"]
+
+
+@functools.lru_cache(maxsize=None)
+def bwrap_works() -> bool:
+    """True when bubblewrap is installed and can create its namespaces here (checked once)."""
+    if not shutil.which("bwrap") or platform.system() != "Linux":
+        return False
+    probe = ["bwrap", "--unshare-all", "--unshare-user", *_system_binds(), "/usr/bin/true"]
+    try:
+        return subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+_WARNED: set = set()
+
+
+def resolve_sandbox(sandbox: str | None = None) -> str:
+    """The isolation to use: "bwrap", or "python" only when asked for; refuses otherwise."""
+    mode = sandbox or os.environ.get("SPECROUTE_SANDBOX", "auto")
+    if mode not in SANDBOXES:
+        raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, got {mode!r}")
+    if mode in ("auto", "bwrap"):
+        if bwrap_works():
+            return "bwrap"
+        raise SandboxUnavailable(
+            "running generated programs (MBPP/HumanEval pass@1) needs bubblewrap for isolation, and it is not "
+            "installed or cannot create namespaces here: `apt-get install bubblewrap` (scripts/setup.sh does this "
+            "where it can). To run them anyway with only rlimits and a seccomp filter (no namespaces: programs can "
+            "read your files), set sandbox=python in the eval config or SPECROUTE_SANDBOX=python")
+    if "python" not in _WARNED:
+        _WARNED.add("python")
+        print("[specroute] WARNING: sandbox=python runs generated programs without OS isolation (rlimits and a "
+              "no-new-process seccomp filter only): they can read your files. Install bubblewrap to isolate them.",
+              file=sys.stderr, flush=True)
+    return "python"
+
+
+def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, sandbox: str | None = None) -> Outcome:
+    """Run `code` (the candidate followed by its tests) isolated; passed = the tests ran to their end."""
+    mode = resolve_sandbox(sandbox)
+    token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="specroute-exec-") as folder:
-        path = Path(folder) / "program.py"
-        path.write_text(code)
-        env = {"PATH": "/usr/bin:/bin", "HOME": folder, "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
-        # limits are set by the child itself (GUARD): no preexec_fn, which is unsafe in a threaded parent
-        argv = [sys.executable, "-I", "-c", GUARD, str(path), str(memory_mb << 20), str(int(timeout_s) + 1)]
-        proc = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, start_new_session=True)
-        try:
-            _, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the program may have spawned threads
-            proc.communicate()
+        folder = Path(folder)
+        (folder / "program.py").write_text(code)
+        (folder / "guard.py").write_text(GUARD)
+        with open(folder / "stderr", "wb") as err, open(folder / "result", "wb") as result:
+            limits = [str(memory_mb << 20), str(int(timeout_s) + 1), str(STDERR_CAP), str(result.fileno())]
+            if mode == "bwrap":
+                argv = _bwrap_argv(folder) + ["--ro-bind", str(folder / "guard.py"), "/tmp/guard.py",
+                                              _interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
+                env = {"PATH": "/usr/bin:/bin"}
+            else:
+                argv = [_interpreter(), "-I", str(folder / "guard.py"), str(folder / "program.py"), *limits]
+                env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
+            status = _run(argv, env, folder, token, err, result, timeout_s)
+        if status == "timeout":
             return Outcome("timeout", f"killed after {timeout_s:g} s")
-        if proc.returncode == 0:
+        if (folder / "result").read_bytes() == token.encode():
             return Outcome("passed")
-        lines = err.decode(errors="replace").strip().splitlines()
-        return Outcome("failed", lines[-1][:300] if lines else f"exit status {proc.returncode}")
+        tail = (folder / "stderr").read_bytes()[-2000:].decode(errors="replace").strip().splitlines()
+        return Outcome("failed", tail[-1][:300] if tail else f"exit status {status}")
+
+
+def _run(argv, env, folder: Path, token: str, err, result, timeout_s: float) -> str | int:
+    """Start the program with stdout discarded, stderr and the result going to files (never pipes, so
+    nothing it leaves behind can block us), the token on stdin; its exit status or "timeout"."""
+    proc = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=err, pass_fds=(result.fileno(),), start_new_session=True)
+    try:
+        proc.stdin.write(token.encode() + b"\n")
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # it ended before reading: judged by the missing token
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap dies, and its namespace with it
+        proc.wait()
+        return "timeout"

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from eval.executor import SANDBOXES
 from eval.task_metrics import get_metric
 from eval.offline import REFERENCE_METHODS, curve_rows, load_held_out, load_routers, method_curves, summarise
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas_at_rejection, known_method,
@@ -54,6 +55,7 @@ class EvalConfig:
     device: str = "cpu"
     cost_ratio: float | None = None      # drafter/verifier seconds per token; default measured
     metric: str | None = None            # default: the task's metric
+    sandbox: str = "auto"                # code tasks: auto/bwrap (isolated; refused without bubblewrap) or python
     logger: str = "csv"                  # csv | wandb
     wandb_project: str = "specroute"
     output: str = "runs/eval/eval"
@@ -65,6 +67,8 @@ class EvalConfig:
             raise ConfigError("gamma, max_prompts, max_new_tokens and batch_size must be >= 1")
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
+        if self.sandbox not in SANDBOXES:
+            raise ConfigError(f"sandbox must be one of {', '.join(SANDBOXES)}, got {self.sandbox!r}")
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")
 
@@ -188,7 +192,7 @@ def run_eval(cfg: EvalConfig) -> dict:
 def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifier_rejection: float,
                 routers: dict) -> tuple[dict, tuple]:
     """The online grid on held-out prompts; returns its results and the loaded pair."""
-    metric = get_metric(task, cfg.metric)
+    metric = get_metric(task, cfg.metric, cfg.sandbox)
     examples = read_examples(cfg.records[0], split="test")
     if not examples:
         raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")

@@ -1,7 +1,8 @@
 """Real task metrics for generated outputs, keyed by task name.
 
 - gsm8k: exact match of the final number (after '####' when present, else the last number);
-- mbpp, humaneval: pass@1, the tests run by `eval.executor` in a sandboxed subprocess;
+- mbpp, humaneval: pass@1, the candidate and then its tests run by `eval.executor` in an isolated
+  sandbox; a pass means the tests ran to their end (an early exit fails, as in the HumanEval harness);
 - triviaqa, nq, squad: exact match and token F1 against the answer aliases (SQuAD normalisation).
 Each metric takes the generated text and the example's `meta` (written by data_gen into the record
 folder's examples file) and returns a dict of scores in [0, 1]; `quality` is the headline one.
@@ -9,12 +10,13 @@ folder's examples file) and returns a dict of scores in [0, 1]; `quality` is the
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections import Counter
 from typing import Callable
 
-from eval.executor import run_program
+from eval.executor import resolve_sandbox, run_program
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -72,19 +74,19 @@ def extract_code(output: str) -> str:
     return match.group(1) if match else output
 
 
-def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0) -> dict:
+def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
     code = extract_code(output)
     program = "\n".join([meta.get("test_setup_code") or "", code, *meta["tests"]]) + "\n"
-    outcome = run_program(program, timeout_s)
+    outcome = run_program(program, timeout_s, sandbox=sandbox)
     return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout")}
 
 
-def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0) -> dict:
+def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
     code = extract_code(output)
     if f"def {meta['entry_point']}" not in code:  # a bare body: complete the given prompt
         code = meta["function_prompt"] + code
     program = f"{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
-    outcome = run_program(program, timeout_s)
+    outcome = run_program(program, timeout_s, sandbox=sandbox)
     return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout")}
 
 
@@ -95,10 +97,16 @@ METRICS: dict[str, Callable[[str, dict], dict]] = {
 }
 
 
-def get_metric(task: str, override: str | None = None) -> Callable[[str, dict], dict]:
-    """The metric of a task (or the one named in the eval config), or a clear error."""
+CODE_METRICS = ("mbpp", "humaneval")  # run generated programs: need the sandbox
+
+
+def get_metric(task: str, override: str | None = None, sandbox: str | None = None) -> Callable[[str, dict], dict]:
+    """The metric of a task (or the one named in the eval config), or a clear error. Metrics that run
+    generated programs check the sandbox now (before any decoding) and use it."""
     name = override or task
     if name not in METRICS:
         raise KeyError(f"no task metric for {name!r}: known metrics are {', '.join(METRICS)}; for custom data set "
                        f"`metric:` in the eval config (e.g. exact_match with meta['aliases']) or run offline only")
+    if name in CODE_METRICS:
+        return functools.partial(METRICS[name], sandbox=resolve_sandbox(sandbox))
     return METRICS[name]

@@ -1,0 +1,170 @@
+"""The sandbox for generated programs holds: every escape an adversarial review found is attempted
+and fails (targets: this test's own temp dir, its own processes and 127.0.0.1 only); judging counts
+a pass only when the tests run to their end."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from eval import executor
+from eval.executor import SandboxUnavailable, run_program
+
+needs_bwrap = pytest.mark.skipif(not executor.bwrap_works(), reason="bubblewrap is not installed or cannot run here "
+                                                                     "(scripts/setup.sh installs it as root)")
+
+
+def _ran(code: str, **kw) -> str:
+    return run_program(code, timeout_s=kw.pop("timeout_s", 5.0), **kw).status
+
+
+@pytest.mark.parametrize("early_exit", ["import sys\nsys.exit(0)", "raise SystemExit(0)", "import os\nos._exit(0)",
+                                        "import sys\nsys.exit()"])
+@pytest.mark.parametrize("sandbox", [None, "python"])
+def test_exiting_before_the_tests_is_a_failure(early_exit, sandbox):
+    """A completion ending in `sys.exit(0)` used to pass without running a test."""
+    assert _ran(f"{early_exit}\nassert 1 == 2\n", sandbox=sandbox) == "failed"
+    assert _ran("def f():\n    return 2\nassert f() == 2\n", sandbox=sandbox) == "passed"
+
+
+@needs_bwrap
+def test_the_guard_cannot_be_switched_off_and_nothing_reaches_outside(tmp_path):
+    target = tmp_path / "pwned"
+    escapes = [
+        f"import sys\nsys.modules['__main__']._BLOCKED = ('x',)\nimport os\nos.system('touch {target}')",
+        f"import ctypes\nctypes.CDLL(None).system(b'touch {target}')",
+        f"open('{target}', 'w').write('x')",
+        f"import os\nos.rename('{tmp_path / 'keep'}', '{target}')",
+    ]
+    (tmp_path / "keep").write_text("mine")
+    for code in escapes:
+        run_program(code + "\n", timeout_s=5)
+        assert not target.exists(), code
+    assert (tmp_path / "keep").read_text() == "mine"
+
+
+@needs_bwrap
+def test_files_outside_cannot_be_deleted_truncated_or_read(tmp_path, monkeypatch):
+    keep, folder = tmp_path / "keep.txt", tmp_path / "folder"
+    keep.write_text("precious")
+    folder.mkdir()
+    for code in (f"import os\nos.unlink('{keep}')", f"import os\nos.rmdir('{folder}')",
+                 f"open('{keep}', 'w')", f"import ctypes\nctypes.CDLL(None).unlink(b'{keep}')",
+                 f"import shutil\nshutil.rmtree('{tmp_path}')"):
+        run_program(code + "\n", timeout_s=5)
+    assert keep.read_text() == "precious" and folder.is_dir()
+    assert _ran("open('/etc/passwd').read()\n") == "failed"
+    assert _ran(f"open('{keep}').read()\n") == "failed"
+    # the evaluator's environment is not visible through /proc
+    monkeypatch.setenv("SPECROUTE_TEST_SECRET", "s3cr3t-value")
+    leak = ("import glob\nfor f in glob.glob('/proc/*/environ'):\n    try:\n        data = open(f, 'rb').read()\n"
+            "    except OSError:\n        continue\n    assert b's3cr3t-value' not in data, f\n")
+    assert _ran(leak) == "passed"
+    assert _ran(f"import os\nos.stat('/proc/{os.getpid()}')\n") == "failed"
+
+
+@needs_bwrap
+def test_no_network_even_to_localhost():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    accepted = []
+
+    def accept():
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    waiter = threading.Thread(target=accept)
+    waiter.start()
+    code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+    assert _ran(code) == "failed"
+    ctypes_code = ("import ctypes, socket, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                   "fd = libc.socket(2, 1, 0)\n"
+                   f"addr = struct.pack('<HH4s8x', 2, socket.htons({port}), bytes([127, 0, 0, 1]))\n"
+                   "assert libc.connect(fd, addr, len(addr)) == 0\n")
+    assert _ran(ctypes_code) == "failed"
+    waiter.join()
+    server.close()
+    assert not accepted
+
+
+@needs_bwrap
+def test_no_new_processes_and_no_signals_outside():
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        attempts = [
+            f"import os, signal\nos.kill({victim.pid}, signal.SIGKILL)",
+            f"import ctypes\nassert ctypes.CDLL(None).kill({victim.pid}, 9) == 0",
+            f"import signal\nfd = signal.pidfd_open({victim.pid})\nsignal.pidfd_send_signal(fd, signal.SIGKILL)",
+            "import os\nassert os.fork() >= 0",
+            "import ctypes\nassert ctypes.CDLL(None).fork() >= 0",
+            "import subprocess\nsubprocess.run(['true'])",
+            "import os\nassert os.system('true') == 0",
+            "import multiprocessing as mp\np = mp.get_context('spawn').Process(target=print)\np.start()\np.join()\n"
+            "assert p.exitcode == 0",
+            "import multiprocessing.util, sys\nmultiprocessing.util.spawnv_passfds(sys.executable, [sys.executable, "
+            "'-c', 'pass'], [])",
+            "import os\nos.posix_spawn('/usr/bin/true', ['true'], {})",
+        ]
+        for code in attempts:
+            assert _ran(code + "\n") == "failed", code
+        assert victim.poll() is None  # still alive
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@needs_bwrap
+def test_a_fork_bomb_is_contained():
+    started = time.monotonic()
+    outcome = run_program("import os\nwhile True:\n    os.fork()\n", timeout_s=3)
+    assert outcome.status == "failed" and "Operation not permitted" in outcome.detail
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("sandbox", [None, "python"])
+def test_output_floods_are_capped_and_the_timeout_holds(sandbox):
+    if sandbox is None and not executor.bwrap_works():
+        pytest.skip("bubblewrap unavailable")
+    started = time.monotonic()
+    outcome = run_program("import sys\nwhile True:\n    sys.stderr.write('x' * 65536)\n", timeout_s=3, sandbox=sandbox)
+    elapsed = time.monotonic() - started
+    assert outcome.status in ("failed", "timeout") and elapsed < 8  # stderr stops at 1 MB (SIGXFSZ)
+    flood = run_program("import sys\nwhile True:\n    print('y' * 65536)\n", timeout_s=2, sandbox=sandbox)
+    assert flood.status == "timeout" and time.monotonic() - started < 16  # stdout is discarded, not buffered
+
+
+def test_without_bubblewrap_programs_are_refused_unless_opted_out(monkeypatch, capsys):
+    monkeypatch.setattr(executor, "bwrap_works", lambda: False)
+    monkeypatch.delenv("SPECROUTE_SANDBOX", raising=False)
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        run_program("pass\n")
+    executor._WARNED.clear()
+    assert run_program("assert True\n", sandbox="python").passed
+    assert "WARNING" in capsys.readouterr().err
+    monkeypatch.setenv("SPECROUTE_SANDBOX", "python")
+    assert run_program("assert True\n").passed
+    with pytest.raises(ValueError, match="sandbox must be one of"):
+        run_program("pass\n", sandbox="docker")
+
+
+def test_code_metrics_check_the_sandbox_before_any_decoding(monkeypatch):
+    from eval.task_metrics import get_metric
+
+    monkeypatch.setattr(executor, "bwrap_works", lambda: False)
+    monkeypatch.delenv("SPECROUTE_SANDBOX", raising=False)
+    with pytest.raises(SandboxUnavailable):
+        get_metric("mbpp")
+    assert get_metric("gsm8k")  # no programs: no sandbox needed
+    mbpp = get_metric("mbpp", sandbox="python")
+    assert mbpp("```python\ndef add(a, b):\n    return a + b\n```", {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1
+    exits = "```python\ndef add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n```"
+    assert mbpp(exits, {"tests": ["assert add(1, 2) == 3"]})["quality"] == 0
