@@ -30,7 +30,7 @@ from router.features import FEATURE_NAMES
 from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
 from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
 from router.console import summary_table
-from router.files import write_bytes
+from router.files import output_lock, write_bytes
 from router.prompts import prompt_text
 from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError,
                             manifest_id, rows_to_table, write_manifest, write_shard)
@@ -243,6 +243,12 @@ def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, 
 
 
 def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
+    """`specroute gen`: holds a lock on cfg.output for the whole run (a second writer is refused)."""
+    with output_lock(cfg.output, "gen"):
+        return _run_gen(cfg, recorder)
+
+
+def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     """Record a task into cfg.output; returns the manifest (and prints a summary)."""
     out = Path(cfg.output)
     if _prepare_folder(out, cfg):

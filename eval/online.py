@@ -128,6 +128,18 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
             "examples": per_example}
 
 
+# fingerprint keys added after points were first written, with the value those points were made with
+FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu"}
+
+
+def same_fingerprint(done: dict | None, now: dict) -> bool:
+    """A finished point is reused only if everything it depends on is unchanged (keys an older point
+    file lacks count as their default, so a finished folder stays valid)."""
+    if done is None:
+        return False
+    return all(done.get(k, FINGERPRINT_DEFAULTS.get(k)) == v for k, v in now.items())
+
+
 def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, metric, rules: dict,
              folder: Path, fingerprint: dict) -> list[dict]:
     """Every grid point, resuming from finished point files with the same fingerprint."""
@@ -136,7 +148,7 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
     for method, alpha in grid:
         path = folder / f"{point_name(method, alpha)}.json"
         done = json.loads(path.read_text()) if path.exists() else None
-        if done is not None and done.get("fingerprint") == fingerprint:
+        if done is not None and same_fingerprint(done.get("fingerprint"), fingerprint):
             results.append(done)
         else:
             todo.append((method, alpha, path))

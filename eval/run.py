@@ -26,7 +26,7 @@ from router.config import ConfigError, config_to_dict
 from router.hardware import DTYPE_CHOICES, resolve_dtype
 from router.records import RecordsError, read_examples, read_manifest
 from router.console import summary_table, wandb_offline
-from router.files import write_json
+from router.files import output_lock, write_json
 from router.rules import get_rule, online_rules, rule_names
 
 
@@ -138,7 +138,7 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict) -> dic
     return {"models": manifest["models"], "prompts": [p.example_id for p in prompts], "routers": weights,
             "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
             **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
-                                      "batch_size")}}
+                                      "batch_size", "drafter", "verifier", "device")}}
 
 
 def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:
@@ -154,6 +154,12 @@ def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:
 
 
 def run_eval(cfg: EvalConfig) -> dict:
+    """`specroute eval`: holds a lock on cfg.output for the whole run (a second writer is refused)."""
+    with output_lock(cfg.output, "eval"):
+        return _run_eval(cfg)
+
+
+def _run_eval(cfg: EvalConfig) -> dict:
     started = time.perf_counter()
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)

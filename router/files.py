@@ -3,11 +3,14 @@
 A crash, an interrupt or a full disk leaves the previous file (or none) in place, never half a
 file: the data goes to a temporary file next to the target, is fsynced, then renamed over it.
 Record shards, manifests, online points, reports, curves and router metrics all go through here.
+`output_lock` keeps two commands from writing one output folder at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import json
 import os
@@ -53,3 +56,35 @@ def write_csv(path: str | Path, fields: list[str], rows: list[dict]) -> None:
     writer.writeheader()
     writer.writerows(rows)
     write_text(path, buf.getvalue())
+
+
+class OutputBusy(ValueError):
+    """Another command is writing the same output folder."""
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | Path, command: str):
+    """Hold an exclusive lock on an output folder while a command writes it; a second writer (another
+    process, or another call in this one) is refused at once with who holds it. The lock file sits
+    next to the folder, so `overwrite` may delete the folder itself; the kernel drops the lock when
+    the holder exits, even on SIGKILL."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(folder.parent / f".{folder.name}.specroute-lock", "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "specroute command"
+        handle.close()
+        raise OutputBusy(f"{folder} is being written by another {holder}: wait for it to finish, or choose another "
+                         f"output folder") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"`specroute {command}` (pid {os.getpid()})")
+    handle.flush()
+    try:
+        yield folder
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

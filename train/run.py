@@ -20,7 +20,7 @@ from router.features import FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, pair_of, save_router
 from router.records import RecordsError, manifest_id, read_manifest
 from router.console import summary_table, wandb_offline
-from router.files import write_csv, write_json
+from router.files import output_lock, write_csv, write_json
 from router.record_view import router_scores
 from train.data import RecordDataModule, RecordSplit, hidden_size
 from train.validation import plugin_areas, router_metrics, tradeoff_table
@@ -77,6 +77,12 @@ def _loggers(cfg: TrainConfig, out: Path):
 
 
 def run_train(cfg: TrainConfig) -> dict:
+    """`specroute train`: holds a lock on cfg.output for the whole run (a second writer is refused)."""
+    with output_lock(cfg.output, "train"):
+        return _run_train(cfg)
+
+
+def _run_train(cfg: TrainConfig) -> dict:
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
