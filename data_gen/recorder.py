@@ -23,7 +23,7 @@ from tqdm import tqdm
 from data_gen.scoring import example_seed, score_batch
 from router.layout import left_pad
 from data_gen.tasks import Example, load_task
-from router.config import ConfigError, config_to_dict
+from router.config import ConfigError, check_minimum, config_to_dict
 from router.baselines import generate_autoregressive
 from router.loop import check_pair
 from router.features import FEATURE_NAMES
@@ -77,8 +77,10 @@ class GenConfig:
             raise ValueError(f"modes must be a non-empty subset of [gold, rollout], got {self.modes}")
         if len(self.split_fractions) != 3 or abs(sum(self.split_fractions) - 1) > 1e-6 or min(self.split_fractions) < 0:
             raise ValueError(f"split_fractions must be 3 non-negative numbers summing to 1, got {self.split_fractions}")
-        if self.top_k < 1 or self.batch_size < 1 or self.examples_per_shard < 1:
-            raise ValueError("top_k, batch_size and examples_per_shard must be >= 1")
+        check_minimum(self, 1, "top_k", "batch_size", "examples_per_shard", "max_continuation_tokens",
+                      "rollout_max_new_tokens")
+        check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
+        check_minimum(self, 0, "rollout_temperature")
         if self.task == "custom" and not self.data_path:
             raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
 

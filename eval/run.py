@@ -22,7 +22,7 @@ from eval.offline import REFERENCE_METHODS, curve_rows, load_held_out, load_rout
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas_at_rejection, known_method,
                          prepare_prompts, run_grid, table_forms)
 from eval.report import offline_plots, online_plots, write_curves_csv, write_report
-from router.config import ConfigError, config_to_dict
+from router.config import ConfigError, check_minimum, config_to_dict
 from router.hardware import DTYPE_CHOICES, resolve_dtype
 from router.records import RecordsError, read_examples, read_manifest
 from router.console import summary_table, wandb_offline
@@ -63,8 +63,10 @@ class EvalConfig:
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
-        if min(self.gamma, self.max_prompts, self.max_new_tokens, self.batch_size) < 1:
-            raise ConfigError("gamma, max_prompts, max_new_tokens and batch_size must be >= 1")
+        check_minimum(self, 1, "gamma", "max_prompts", "max_new_tokens", "batch_size")
+        check_minimum(self, 0, "temperature")
+        if self.cost_ratio is not None and not self.cost_ratio > 0:
+            raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
         if self.sandbox not in SANDBOXES:
@@ -87,6 +89,10 @@ def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, route
     if unknown:
         raise ConfigError(f"unknown online methods {unknown}: use rule names {list(rule_names())}, router folder names "
                           f"{list(routers)} or baselines {list(BASELINES)}")
+    stray = sorted(set(cfg.alphas) - set(methods))
+    if stray:
+        raise ConfigError(f"alphas are set for {stray}, which are not among the online methods {methods}: "
+                          f"add them to online_methods or drop their alphas")
     grid = [("verifier", 0.0), ("drafter", 0.0)]  # the references, measured first
     targets = [f * verifier_rejection for f in cfg.online_rejection_targets]
     for m in methods:

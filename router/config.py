@@ -30,12 +30,44 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,),
+          "None": (type(None),)}
+
+
+def check_type(name: str, annotation: str, value: Any) -> None:
+    """Refuse a value whose type the field's annotation (e.g. "int | None") does not allow."""
+    allowed = [t.strip() for t in str(annotation).split("|")]
+    if not all(a in _TYPES for a in allowed):
+        return  # an annotation this check does not know: left to the config's own validation
+    ok = any(isinstance(value, _TYPES[a]) for a in allowed)
+    if isinstance(value, bool) and "bool" not in allowed:
+        ok = False  # YAML reads `true` as a bool, which Python would also accept as the int 1
+    if not ok:
+        raise ConfigError(f"{name} must be {' or '.join(allowed)}, got {value!r} ({type(value).__name__})")
+
+
+def check_minimum(cfg, minimum: float, *names: str, allow_none: bool = False) -> None:
+    """Refuse fields below `minimum` (NaN too); None passes only where it means "no limit"."""
+    for name in names:
+        value = getattr(cfg, name)
+        if value is None and allow_none:
+            continue
+        if value is None or not value >= minimum:
+            hint = " (or null for no limit)" if allow_none else ""
+            raise ConfigError(f"{name} must be >= {minimum}{hint}, got {value!r}")
+
+
 def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
-    """Instantiate dataclass `cls` from a dict, refusing unknown keys."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
+    """Instantiate dataclass `cls` from a dict, refusing unknown keys and values of the wrong type."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {source}; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(f"unknown key(s) {unknown} in {source}; known keys: {', '.join(sorted(fields))}")
+    for key, value in values.items():
+        try:
+            check_type(key, fields[key].type, value)
+        except ConfigError as err:
+            raise ConfigError(f"invalid {source}: {err}") from None
     try:
         return cls(**values)
     except (TypeError, ValueError) as err:

@@ -34,7 +34,7 @@ class Sampling:
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= 1")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
+        if not self.temperature >= 0 or not 0 < self.top_p <= 1:  # NaN fails both
             raise ValueError(f"temperature must be >= 0 (got {self.temperature}) and top_p in (0, 1] "
                              f"(got {self.top_p})")
 

@@ -205,10 +205,15 @@ def _token_v3(q, p, alpha, q_raw, p_raw):
 # ---- lossy speculative decoding and the two fixed targets ------------------------------------
 
 def _lossy(q, p, alpha, q_raw, p_raw):
-    accept = (p / ((1 - alpha) * q).clamp_min(DENOM_FLOOR)).clamp_max(1)
-    kept = q * accept
+    # in float32 at least: the 1e-10 floor of the acceptance denominator underflows in float16 (NaN)
+    q32, p32 = q.float(), p.float()
+    denom = (1 - alpha) * q32
+    # a zero denominator accepts: at alpha = 1 every draft is kept (pi = q exactly, even where p = 0);
+    # below it a zero q(v) is never drafted, so its acceptance does not matter
+    accept = torch.where(denom > 0, p32 / denom.clamp_min(DENOM_FLOOR), torch.ones_like(p32)).clamp_max(1)
+    kept = q32 * accept
     rejected_mass = (1 - kept.sum(-1, keepdim=True)).clamp_min(0)
-    return kept + rejected_mass * safe_normalize((p - q).clamp_min(0), p)
+    return (kept + rejected_mass * safe_normalize((p32 - q32).clamp_min(0), p32)).to(q.dtype)
 
 
 def _lossless(q, p, alpha, q_raw, p_raw):

@@ -32,3 +32,59 @@ def test_online_points_are_redone_when_device_or_models_change():
     assert not same_fingerprint(older, {**now, "drafter": "./other-drafter"})
     assert not same_fingerprint({**now, "dtype": "bfloat16"}, now)
     assert not same_fingerprint(None, now)
+
+
+@pytest.mark.parametrize("cls,overrides,message", [
+    ("gen", ["max_prompt_tokens=-5"], "max_prompt_tokens must be >= 1"),
+    ("gen", ["max_prompt_tokens=0"], "max_prompt_tokens must be >= 1"),
+    ("gen", ["max_continuation_tokens=0"], "max_continuation_tokens must be >= 1"),
+    ("gen", ["max_examples=abc"], "max_examples must be int or None"),
+    ("gen", ["dtype=float33"], "dtype must be one of"),
+    ("train", ["width=0"], "width must be >= 1"),
+    ("train", ["depth=-1"], "depth must be >= 1"),
+    ("train", ["max_epochs=0"], "max_epochs must be >= 1"),
+    ("train", ["arch=transformer"], "arch must be one of"),
+    ("eval", ["cost_ratio=-1"], "cost_ratio"),
+    ("eval", ["alphas=[0.5]"], "alphas must be dict"),
+    ("eval", ["temperature=.nan"], "temperature must be >= 0"),
+])
+def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, message):
+    from data_gen.recorder import GenConfig
+    from eval.run import EvalConfig
+    from router.config import ConfigError, load_config
+    from train.run import TrainConfig
+
+    config_cls = {"gen": GenConfig, "train": TrainConfig, "eval": EvalConfig}[cls]
+    with pytest.raises(ConfigError, match=message):
+        load_config(config_cls, None, overrides)
+
+
+def test_alphas_for_methods_not_run_are_refused():
+    from eval.run import EvalConfig, _online_grid
+    from router.config import ConfigError
+
+    cfg = EvalConfig(online_methods=["lossless"], alphas={"opt": [0.5]})
+    with pytest.raises(ConfigError, match=r"alphas are set for \['opt'\]"):
+        _online_grid(cfg, {}, 0.1, {})
+
+
+def test_cli_reports_bad_settings_in_one_line(capsys):
+    assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", "max_examples=abc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "max_examples must be int or None" in err and "Traceback" not in err
+
+
+def test_lossy_is_exact_at_the_drafter_end_and_finite_in_float16():
+    import torch
+
+    from router.loop import Sampling
+    from router.rules import get_rule
+
+    q = torch.tensor([[0.5, 0.3, 0.2]])
+    p = torch.tensor([[0.0, 0.0, 1.0]])  # the verifier gives the drafter's favourites probability 0
+    assert torch.equal(get_rule("lossy").target(q, p, 1.0), q)
+    half = get_rule("lossy").target(q.half(), p.half(), 0.5)
+    assert half.dtype == torch.float16 and torch.isfinite(half).all()
+    assert torch.allclose(half.float(), get_rule("lossy").target(q, p, 0.5), atol=1e-3)
+    with pytest.raises(ValueError, match="temperature must be >= 0"):
+        Sampling(temperature=float("nan"))

@@ -15,16 +15,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from router.config import config_to_dict
+from router.config import ConfigError, check_minimum, config_to_dict
 from router.features import FEATURE_NAMES
-from router.model import LearnedRouter, RouterConfig, pair_of, save_router
+from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, pair_of, save_router
 from router.records import RecordsError, manifest_id, read_manifest
 from router.console import summary_table, wandb_offline
 from router.files import output_lock, write_csv, write_json
 from router.record_view import router_scores
 from train.data import RecordDataModule, RecordSplit, hidden_size
 from train.validation import plugin_areas, router_metrics, tradeoff_table
-from train.module import RouterModule
+from train.module import LOSSES, RouterModule
+from train.targets import TARGETS
 
 
 @dataclass
@@ -56,6 +57,20 @@ class TrainConfig:
     baselines: bool = True             # sklearn logistic regression + gradient boosting
     alpha_grid: list = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
     output: str = "runs/routers/mlp"
+
+    def __post_init__(self):
+        if not self.records:
+            raise ConfigError("records is empty: name the record folder(s) to train on")
+        check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices")
+        check_minimum(self, 1, "max_train_rows", allow_none=True)
+        check_minimum(self, 0, "patience", "weight_decay")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        choices = {"mode": ("gold", "rollout"), "arch": ARCHS, "head": HEADS, "loss": LOSSES, "target": TARGETS,
+                   "logger": ("csv", "wandb")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
 
 def _hidden_sizes(cfg: TrainConfig) -> dict:
