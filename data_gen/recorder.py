@@ -31,7 +31,7 @@ from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
 from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
 from router.console import summary_table
 from router.files import output_lock, write_bytes
-from router.prompts import prompt_text
+from router.prompts import context_length, fit_prompt, prompt_limit, prompt_text
 from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError,
                             manifest_id, rows_to_table, write_manifest, write_shard)
 
@@ -135,7 +135,7 @@ class Recorder:
         self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
         self.vocab = check_pair(drafter, verifier)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.context = min(getattr(m.config, "max_position_embeddings", 1 << 30) for m in (drafter, verifier))
+        self.context = context_length(drafter, verifier)
         self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0)
 
     # ---- one example -> token ids -------------------------------------------------------------
@@ -145,14 +145,12 @@ class Recorder:
 
     def fit(self, prompt: list[int], cont: list[int]) -> list[int] | None:
         """The prompt cut to fit the context (or None to skip), per `long_prompts`."""
-        limit = self.cfg.max_prompt_tokens or (self.context - len(cont) - 1)
-        if len(prompt) <= limit:
-            return prompt
-        if self.cfg.long_prompts == "skip":
+        fitted, cut = fit_prompt(prompt, prompt_limit(self.context, len(cont), self.cfg.max_prompt_tokens))
+        if cut and self.cfg.long_prompts == "skip":
             self.counts["skipped_long"] += 1
             return None
-        self.counts["truncated_prompts"] += 1
-        return prompt[len(prompt) - limit:]
+        self.counts["truncated_prompts"] += int(cut)
+        return fitted
 
     def prepare(self, ex: Example, mode: str):
         """(prompt ids, gold continuation ids or None for rollout), or None to skip the example."""

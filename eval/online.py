@@ -24,7 +24,7 @@ from router.baselines import generate_autoregressive, generate_sequence_cascade,
 from router.decoding import generate
 from router.loop import PADDING
 from router.layout import left_pad
-from router.prompts import prompt_text
+from router.prompts import fit_prompt, prompt_text, warn_truncated
 from router.files import write_bytes
 from router.rules import rule_names
 
@@ -40,13 +40,17 @@ class Prompt:
     meta: dict
 
 
-def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: int) -> list[Prompt]:
-    """Token ids of the first max_prompts held-out examples, as data_gen formatted them."""
-    out = []
+def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: int, limit: int) -> list[Prompt]:
+    """Token ids of the first max_prompts held-out examples, as data_gen formatted them, cut from the
+    left to `limit` tokens as recording cuts them (counted and warned)."""
+    out, cut = [], 0
     for ex in examples[:max_prompts]:
         text = prompt_text(tokenizer, ex["prompt"], ex.get("question", ""), chat)
         meta = {**ex.get("meta", {}), "reference": ex.get("reference", "")}  # the gold answer, for custom data
-        out.append(Prompt(ex["example_id"], tokenizer.encode(text, add_special_tokens=False), meta))
+        ids, was_cut = fit_prompt(tokenizer.encode(text, add_special_tokens=False), limit)
+        cut += was_cut
+        out.append(Prompt(ex["example_id"], ids, meta))
+    warn_truncated(cut, limit, "online evaluation")
     return out
 
 

@@ -24,6 +24,7 @@ from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas
 from eval.report import offline_plots, online_plots, write_curves_csv, write_report
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.hardware import DTYPE_CHOICES, resolve_dtype
+from router.prompts import context_length, prompt_limit
 from router.records import RecordsError, read_examples, read_manifest
 from router.console import summary_table, wandb_offline
 from router.files import output_lock, write_json
@@ -210,7 +211,8 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
         raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
     grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
     pair = _load_pair(cfg, manifest)
-    prompts = prepare_prompts(pair[2], examples, manifest["config"].get("chat", False), cfg.max_prompts)
+    limit = prompt_limit(context_length(pair[0], pair[1]), cfg.max_new_tokens, manifest["config"].get("max_prompt_tokens"))
+    prompts = prepare_prompts(pair[2], examples, manifest["config"].get("chat", False), cfg.max_prompts, limit)
     points = run_grid(pair, grid, prompts, cfg, metric, routers, Path(cfg.output) / "online",
                       _fingerprint(cfg, manifest, prompts, routers))
     add_relative_latency(points)

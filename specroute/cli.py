@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from router.hardware import DTYPE_CHOICES
 from router.rules import get_rule, rule_names
@@ -101,7 +102,13 @@ def cmd_gen(args) -> int:
     return 0
 
 
-def _encode(tokenizer, prompt: str, chat: bool):
+def _encode(tokenizer, prompt: str, chat: bool, limit: int, device: str):
+    """(input_ids, attention_mask) (1, T) of the prompt, cut from the left to `limit` tokens as
+    recording cuts long prompts (with a warning)."""
+    import torch
+
+    from router.prompts import fit_prompt, warn_truncated
+
     if chat:
         if not getattr(tokenizer, "chat_template", None):
             raise SystemExit("error: --chat needs a tokenizer with a chat template; drop --chat for plain text")
@@ -109,7 +116,10 @@ def _encode(tokenizer, prompt: str, chat: bool):
                                              add_generation_prompt=True)
     else:
         text = prompt
-    return tokenizer(text, return_tensors="pt")
+    ids, cut = fit_prompt(tokenizer.encode(text, add_special_tokens=False), limit)
+    warn_truncated(int(cut), limit, "decoding")
+    ids = torch.tensor([ids], device=device)
+    return ids, torch.ones_like(ids)
 
 
 def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool) -> str:
@@ -133,24 +143,30 @@ def cmd_generate(args) -> int:
     from router.baselines import generate_autoregressive
     from router.decoding import generate
     from router.hardware import cpu_kind
+    from router.loop import Sampling
     from router.pair import load_pair
+    from router.prompts import context_length, prompt_limit
     from router.console import summary_table
     from router.files import write_json
 
     rule = get_rule(args.rule)
-    if rule.alpha_range is not None:
-        lo, hi = sorted(rule.alpha_range)
-        if not lo <= args.alpha <= hi:
-            raise SystemExit(f"error: --alpha {args.alpha} is outside {rule.name}'s range [{lo}, {hi}]")
+    try:
+        rule.check_alpha(args.alpha)
+        Sampling(args.temperature, args.top_p, args.seed, args.max_new_tokens)
+    except ValueError as err:  # refused before loading any model
+        raise SystemExit(f"error: {err}") from None
+    if Path(args.output).is_dir():
+        raise SystemExit(f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
+                         f"{Path(args.output) / 'result.json'}")
     t0 = time.perf_counter()
     drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device)
     load_s = time.perf_counter() - t0
-    enc = _encode(tokenizer, args.prompt, args.chat)
-    enc.input_ids, enc.attention_mask = enc.input_ids.to(args.device), enc.attention_mask.to(args.device)
-    out = generate(drafter, verifier, enc.input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
+    limit = prompt_limit(context_length(drafter, verifier), args.max_new_tokens)
+    input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
+    out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                   seed=args.seed, attention_mask=enc.attention_mask)
-    new_tokens = out.sequences[0, enc.input_ids.shape[1]:].tolist()
+                   seed=args.seed, attention_mask=mask)
+    new_tokens = out.sequences[0, input_ids.shape[1]:].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     print(render_marked(tokenizer, new_tokens, sources, color))
@@ -170,13 +186,13 @@ def cmd_generate(args) -> int:
     result = {"args": vars(args), "text": tokenizer.decode(new_tokens, skip_special_tokens=True),
               "tokens": new_tokens, "sources": sources, "stats": stats}
     if args.compare:
-        base = generate_autoregressive(verifier, enc.input_ids, args.temperature, args.top_p,
-                                       args.max_new_tokens, args.seed, enc.attention_mask)
+        base = generate_autoregressive(verifier, input_ids, args.temperature, args.top_p,
+                                       args.max_new_tokens, args.seed, mask)
         speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
         rows += [("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
                  ("speed-up vs verifier", f"{speedup:.2f}x")]
         result["verifier_only"] = {"stats": base.stats, "text": tokenizer.decode(
-            base.sequences[0, enc.input_ids.shape[1]:], skip_special_tokens=True)}
+            base.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)}
     write_json(args.output, result)
     print("\n" + summary_table(rows) + f"\n  results written to {args.output}")
     return 0
