@@ -33,7 +33,7 @@ from router.console import summary_table
 from router.files import output_lock, write_bytes
 from router.prompts import context_length, fit_prompt, prompt_limit, prompt_text
 from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError,
-                            manifest_id, rows_to_table, write_manifest, write_shard)
+                            intact_shard, manifest_id, rows_to_table, write_manifest, write_shard)
 
 
 @dataclass
@@ -264,7 +264,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     started, tokens_done = time.perf_counter(), 0
     bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
     for name, split, shard_examples in plan:
-        if (out / name).exists():  # finished by an earlier run: atomic writes make it whole
+        if intact_shard(out, name) is not None:  # finished by an earlier run, and unchanged since
             bar.update(len(shard_examples))
             continue
         rows = []
@@ -311,10 +311,10 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
     split_examples = {s: 0 for s in SPLITS}
     split_rows = {s: 0 for s in SPLITS}
     for name, split, shard_examples in plan:
-        path = out / name
-        if not path.exists():
-            continue  # every example of this shard was skipped
-        ds = datasets.Dataset.from_file(str(path))
+        receipt = intact_shard(out, name)
+        if receipt is None:
+            continue  # every example of this shard was skipped (the loop above redid any damaged one)
+        ds = datasets.Dataset.from_file(str(out / name))
         feats = np.asarray(ds["features"])
         gold = np.asarray(ds["mode"]) == "gold"
         token, qa, pa_ = (np.asarray(ds[c]) for c in ("token", "q_argmax", "p_argmax"))
@@ -324,7 +324,8 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
         stats["q_top1"] += float((qa == token)[gold].sum())
         stats["p_top1"] += float((pa_ == token)[gold].sum())
         n_ex = len(set(ds["example_id"]))
-        shards.append({"file": name, "split": split, "rows": len(ds), "examples": n_ex, "bytes": path.stat().st_size})
+        shards.append({"file": name, "split": split, "rows": len(ds), "examples": n_ex, "bytes": receipt["bytes"],
+                       "sha256": receipt["sha256"]})
         split_examples[split] += n_ex
         split_rows[split] += len(ds)
     total_bytes = sum(s["bytes"] for s in shards)

@@ -68,8 +68,17 @@ def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def write_shard(folder: Path, name: str, table: pa.Table) -> Path:
-    """Write one Arrow stream shard atomically; return its path."""
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_shard(folder: Path, name: str, table: pa.Table) -> dict:
+    """Write one Arrow stream shard atomically, then its receipt `<name>.json` (rows, bytes, sha256),
+    which the manifest copies and a resume checks; return the receipt."""
     path = Path(folder) / name
 
     def write(f):
@@ -77,7 +86,25 @@ def write_shard(folder: Path, name: str, table: pa.Table) -> Path:
             writer.write_table(table)
 
     atomic_write_bytes(path, write)
-    return path
+    receipt = {"rows": table.num_rows, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+    data = json.dumps(receipt).encode()
+    atomic_write_bytes(Path(folder) / f"{name}.json", lambda f: f.write(data))
+    return receipt
+
+
+def intact_shard(folder: Path, name: str) -> dict | None:
+    """The receipt of a finished shard whose file still matches it, else None (missing, cut short,
+    changed, or written before its receipt: a resume redoes it)."""
+    path, receipt_path = Path(folder) / name, Path(folder) / f"{name}.json"
+    if not (path.exists() and receipt_path.exists()):
+        return None
+    try:
+        receipt = json.loads(receipt_path.read_text())
+    except ValueError:
+        return None
+    if path.stat().st_size != receipt.get("bytes") or file_sha256(path) != receipt.get("sha256"):
+        return None
+    return receipt
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
@@ -95,7 +122,11 @@ def read_manifest(folder: str | Path) -> dict:
     if not path.exists():
         raise RecordsError(f"{folder} has no {MANIFEST}: the recording is incomplete or was interrupted; "
                            f"rerun `specroute gen` with the same config to resume it")
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except ValueError as err:
+        raise RecordsError(f"{path} is not valid JSON ({err}): the folder is damaged; re-record it "
+                           f"(`specroute gen ... --overwrite`)") from None
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise RecordsError(f"{folder} holds records of schema version {version}, this specroute reads version "
@@ -125,12 +156,42 @@ def load_records(folder: str | Path, split: str | None = None, mode: str | None 
     shards = [s for s in manifest["shards"] if split is None or s["split"] == split]
     if not shards:
         raise RecordsError(f"{folder} has no shards for split={split!r}")
-    parts = [datasets.Dataset.from_file(str(Path(folder) / s["file"])) for s in shards]
+    parts = [_checked_shard(Path(folder), s) for s in shards]
     ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
     if mode is not None:
         # an index selection, not ds.filter: filter would write cache files into the record folder
         modes = np.asarray(ds.data.column("mode").to_numpy(zero_copy_only=False))
         ds = ds.select(np.nonzero(modes == mode)[0])
+    return ds
+
+
+_VERIFIED: dict = {}  # (path, size, mtime) -> sha256, so a process checks each shard file once
+
+
+def _checked_shard(folder: Path, shard: dict):
+    """A shard as a Dataset, after checking it is the one the manifest recorded (size, checksum, rows)."""
+    import datasets
+
+    path = folder / shard["file"]
+    damaged = (f"{path} is damaged ({{}}): its records cannot be trusted; re-record the folder "
+               f"(`specroute gen ... --overwrite`)")
+    if not path.exists():
+        raise RecordsError(damaged.format("missing"))
+    stat = path.stat()
+    if "bytes" in shard and stat.st_size != shard["bytes"]:
+        raise RecordsError(damaged.format(f"{stat.st_size} bytes, the manifest says {shard['bytes']}"))
+    if "sha256" in shard:
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in _VERIFIED:
+            _VERIFIED[key] = file_sha256(path)
+        if _VERIFIED[key] != shard["sha256"]:
+            raise RecordsError(damaged.format("its checksum differs from the manifest's"))
+    try:
+        ds = datasets.Dataset.from_file(str(path))
+    except Exception as err:  # pyarrow raises several types for a cut or garbled stream
+        raise RecordsError(damaged.format(f"unreadable: {err}")) from None
+    if len(ds) != shard["rows"]:
+        raise RecordsError(damaged.format(f"{len(ds)} rows, the manifest says {shard['rows']}"))
     return ds
 
 

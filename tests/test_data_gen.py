@@ -221,3 +221,44 @@ def test_tiny_config_records_real_gsm8k(tmp_path):
     cfg = load_config(GenConfig, "configs/gen/tiny.yaml", [f"output={tmp_path / 'tiny'}", "max_examples=8"])
     manifest = run_gen(cfg)
     assert manifest["tokens"] > 0 and set(manifest["modes"]) == {"gold", "rollout"}
+
+
+def _cut_shard(path):
+    """Cut a shard back to its schema (as a bad copy or a full disk outside specroute would)."""
+    import pyarrow as pa
+
+    with pa.ipc.open_stream(path) as reader:
+        schema = reader.schema
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema):
+        pass
+    path.write_bytes(sink.getvalue().to_pybytes())
+
+
+def test_a_damaged_shard_is_refused_on_load_and_redone_on_resume(qa_file, tmp_path):
+    whole = tmp_path / "whole"
+    manifest = run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
+    assert all(len(s["sha256"]) == 64 and s["rows"] > 0 for s in manifest["shards"])
+    victim = whole / manifest["shards"][0]["file"]
+    original = victim.read_bytes()
+    _cut_shard(victim)
+    with pytest.raises(RecordsError, match="is damaged"):
+        load_records(whole)
+    victim.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # same size, one bit flipped
+    with pytest.raises(RecordsError, match="checksum"):
+        load_records(whole)
+    # in an unfinished folder the damaged shard is recorded again, not trusted
+    victim.write_bytes(original)
+    (whole / "manifest.json").unlink()
+    _cut_shard(victim)
+    run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
+    assert victim.read_bytes() == original
+    assert len(load_records(whole)) == sum(s["rows"] for s in manifest["shards"])
+
+
+def test_a_broken_manifest_is_named(qa_file, tmp_path):
+    out = tmp_path / "r"
+    run_gen(cfg_for(qa_file, out), Recorder(cfg_for(qa_file, out), *PAIR))
+    (out / "manifest.json").write_text("{ not json")
+    with pytest.raises(RecordsError, match=r"manifest.json is not valid JSON"):
+        load_records(out)
