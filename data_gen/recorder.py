@@ -216,7 +216,11 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
         return True
     out.mkdir(parents=True, exist_ok=True)
     if config_path.exists():
-        earlier = json.loads(config_path.read_text())
+        try:
+            earlier = json.loads(config_path.read_text())
+        except ValueError:
+            raise ConfigError(f"{config_path} is not valid JSON: the unfinished recording in {out} cannot be checked "
+                              f"against this config; pass overwrite=true to start it again") from None
         if earlier != json.loads(json.dumps(resolved)):
             changed = sorted(k for k in set(earlier) | set(resolved) if earlier.get(k) != resolved.get(k))
             raise ConfigError(f"{out} holds an unfinished recording made with a different config (differs in "

@@ -140,9 +140,20 @@ def load_user_data(path: str, prompt_field: str, reference_field: str, id_field:
     if local.exists():
         if local.suffix not in kinds:
             raise ValueError(f"unsupported data file {local.name}: use .jsonl, .json, .csv or .parquet")
-        ds = datasets.load_dataset(kinds[local.suffix], data_files=str(local), split="train")
+        if local.stat().st_size == 0:
+            raise ValueError(f"data file {local} is empty: it needs one example per row with fields "
+                             f"{prompt_field!r} and {reference_field!r}")
+        try:
+            ds = datasets.load_dataset(kinds[local.suffix], data_files=str(local), split="train")
+        except Exception as err:  # datasets wraps parser errors in several types
+            raise ValueError(f"cannot read {local} as {local.suffix[1:]} ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0][:200] if str(err) else 'no detail'}): check its format") from None
     else:
-        ds = datasets.load_dataset(path, split=split)
+        try:
+            ds = datasets.load_dataset(path, split=split)
+        except Exception as err:  # no hub here, or no such dataset
+            raise ValueError(f"{path} is neither a local file nor a dataset `datasets.load_dataset` can open "
+                             f"({type(err).__name__}): pass a .jsonl/.json/.csv/.parquet path") from None
     for name in (prompt_field, reference_field, id_field):
         if name is not None and name not in ds.column_names:
             raise ValueError(f"field {name!r} is not in {path}; its fields are {ds.column_names}")

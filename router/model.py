@@ -245,7 +245,10 @@ def load_router(folder: str | Path) -> LearnedRouter:
     if not cfg_path.exists() or not weights.exists():
         raise RouterError(f"{folder} is not a router folder (needs config.json and model.safetensors): "
                           f"train one with `specroute train`")
-    raw = json.loads(cfg_path.read_text())
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except ValueError as err:
+        raise RouterError(f"{cfg_path} is not valid JSON ({err}): re-export the router with `specroute train`") from None
     if raw.get("format") != ROUTER_FORMAT or raw.get("schema_version") != SCHEMA_VERSION:
         raise RouterError(f"{folder} holds a router of format {raw.get('format')} / record schema "
                           f"{raw.get('schema_version')}; this specroute reads format {ROUTER_FORMAT} / schema "
@@ -256,5 +259,10 @@ def load_router(folder: str | Path) -> LearnedRouter:
         raise RouterError(f"{cfg_path} is not a router config this version understands: {err}") from None
     check_feature_names(cfg.feature_names, folder.name)
     net = RouterNet(cfg)
-    net.load_state_dict(load_file(str(weights)))
+    try:
+        net.load_state_dict(load_file(str(weights)))
+    except Exception as err:  # safetensors and torch raise several types for bad files and shapes
+        raise RouterError(f"{weights} does not hold the weights {cfg_path.name} describes ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0][:200]}): the folder is damaged or was edited; retrain or "
+                          f"restore it") from None
     return LearnedRouter(net, name=folder.name)

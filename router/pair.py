@@ -227,6 +227,19 @@ def resolve_model_path(spec: str, dtype: torch.dtype = torch.bfloat16) -> tuple[
     return spec, {}
 
 
+def check_device(device: str) -> None:
+    """Refuse a device this machine does not have, before loading anything."""
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not a device name: use cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} was asked for but this machine has no CUDA device (torch "
+                         f"{torch.__version__}): use device=cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
 def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"):
     """Load one causal LM and its tokenizer from any spec `resolve_model_path` accepts.
 
@@ -235,6 +248,7 @@ def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_device(device)
     choice = resolve_dtype(dtype, device)
     announce(choice, device)
     path, extra = resolve_model_path(spec, choice.dtype)
@@ -290,6 +304,7 @@ def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
             raise ValueError("the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models")
         from router.tiny import tiny_pair
 
+        check_device(device)
         choice = resolve_dtype(dtype, device)
         d_model, v_model, tok = tiny_pair()
         return d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok

@@ -113,3 +113,54 @@ def test_generate_refuses_a_folder_as_output_before_loading_models(tmp_path):
                   "--output", str(tmp_path)])
     with pytest.raises(SystemExit, match="temperature must be >= 0"):
         cli.main(["generate", "--prompt", "hi", "--temperature", "nan", "--output", str(tmp_path / "r.json")])
+
+
+def test_damaged_router_folders_are_named_not_tracebacks(tmp_path):
+    import json as _json
+
+    from router.model import RouterConfig, RouterError, RouterNet, load_router, save_router
+
+    folder = save_router(RouterNet(RouterConfig()), tmp_path / "r")
+    (folder / "model.safetensors").write_bytes(b"garbage" * 10)
+    with pytest.raises(RouterError, match="does not hold the weights"):
+        load_router(folder)
+    folder = save_router(RouterNet(RouterConfig()), tmp_path / "r2")
+    cfg = _json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(_json.dumps({**cfg, "width": 8}))
+    with pytest.raises(RouterError, match="does not hold the weights"):
+        load_router(folder)
+    (folder / "config.json").write_text("{ broken")
+    with pytest.raises(RouterError, match="config.json is not valid JSON"):
+        load_router(folder)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_a_message(tmp_path, capsys):
+    from router.pair import load_pair
+
+    with pytest.raises(ValueError, match="no CUDA device"):
+        load_pair("tiny:drafter", "tiny:verifier", device="cuda")
+    assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", "device=cuda", "max_examples=2",
+                     f"output={tmp_path / 'r'}"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,message", [("", "is empty"), ("this is { not json\n", "cannot read")])
+def test_bad_custom_data_files_are_named(tmp_path, content, message):
+    from data_gen.tasks import load_user_data
+
+    data = tmp_path / "mine.jsonl"
+    data.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        list(load_user_data(str(data), "prompt", "reference"))
+
+
+def test_a_broken_gen_config_in_an_unfinished_folder_is_named(tmp_path):
+    from data_gen.recorder import GenConfig, run_gen
+    from router.config import ConfigError
+
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "gen_config.json").write_text("{ broken")
+    with pytest.raises(ConfigError, match="gen_config.json is not valid JSON"):
+        run_gen(GenConfig(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", output=str(out)))
