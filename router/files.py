@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -30,6 +31,15 @@ def atomic_write_bytes(path: Path, write) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk or an interrupt leaves no partial file behind
         raise
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, read in 16 MB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_bytes(path: str | Path, data: bytes) -> None:

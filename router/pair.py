@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from router.files import file_sha256
 from router.hardware import announce, resolve_dtype
 
 DEFAULT_DRAFTER = "embedded:drafter"
@@ -96,17 +97,9 @@ def embedded_installed() -> bool:
     return True
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _assemble_gguf(model: EmbeddedModel, out: Path) -> Path:
     """Concatenate the chunks into one GGUF file, check size and sha256, write atomically."""
-    if out.is_file() and out.stat().st_size == model.size and _sha256(out) == model.sha256:
+    if out.is_file() and out.stat().st_size == model.size and file_sha256(out) == model.sha256:
         return out  # an earlier run assembled it and stopped before converting
     parts = _part_files(model)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from router.files import atomic_write_bytes
+from router.files import atomic_write_bytes, file_sha256
 
 SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's candidates, for token routers)
 MANIFEST = "manifest.json"
@@ -66,14 +66,6 @@ def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
             arrays.append(_fixed_list(np.asarray(columns[name]), dtype))
             names.append(name)
     return pa.Table.from_arrays(arrays, names=names)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_shard(folder: Path, name: str, table: pa.Table) -> dict:
