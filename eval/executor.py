@@ -10,10 +10,14 @@ space and file size are limited (rlimits); stdout is discarded and stderr goes t
 1 MB, so output cannot grow the evaluator's memory or block it. On timeout the whole namespace is
 killed (its init dies with bubblewrap), grandchildren included.
 
-Where bubblewrap is missing, programs are refused with the fix (`apt-get install bubblewrap`;
-scripts/setup.sh installs it where it can) unless the caller opts into `sandbox="python"`: the same
-limits, seccomp filter and judging, but no namespaces (the program can read what the user can),
-with a warning printed once.
+Where bubblewrap is missing, util-linux's `unshare` builds the same isolation (user, network,
+mount, PID, IPC, UTS namespaces; a tmpfs root with /usr and the Python installation bound
+read-only; its own /proc; chroot), running as root inside its user namespace, so the seccomp
+filter also refuses mount, umount, chroot, pivot_root, unshare and setns: the view cannot be
+remounted writable. Where neither works, programs are refused with the fix (`apt-get install
+bubblewrap`; scripts/setup.sh installs it where it can) unless the caller opts into
+`sandbox="python"`: the same limits, seccomp filter and judging, but no namespaces (the program can
+read what the user can), with a warning printed once.
 
 Judging follows the HumanEval harness: the candidate and its tests run as one program inside a
 `try`; only reaching the end of the tests counts as a pass. `sys.exit(0)`, `raise SystemExit`,
@@ -34,7 +38,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-SANDBOXES = ("auto", "bwrap", "python")
+SANDBOXES = ("auto", "bwrap", "unshare", "python")
 STDERR_CAP = 1 << 20   # bytes of stderr (and of any file the program writes) at most
 TMPFS_BYTES = 16 << 20  # the program's private /tmp
 
@@ -52,15 +56,18 @@ resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 def _no_new_processes():
     """seccomp: fork, vfork, execve, execveat and non-thread clones fail with EPERM (clone3 with
-    ENOSYS, so the C library falls back to clone, which is checked)."""
-    arch = {"x86_64": (0xC000003E, 57, 58, 59, 322, 56), "aarch64": (0xC00000B7, -1, -1, 221, 281, 220)}
+    ENOSYS, so the C library falls back to clone, which is checked); so do mount, umount, chroot,
+    pivot_root, unshare and setns (root inside an unshare namespace must not remount its view rw)."""
+    mounts = (428, 429, 430, 431, 432, 433, 442)  # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
+    arch = {"x86_64": (0xC000003E, 57, 58, 59, 322, 56, (165, 166, 155, 161, 272, 308)),
+            "aarch64": (0xC00000B7, -1, -1, 221, 281, 220, (40, 39, 41, 51, 97, 268))}
     if platform.machine() not in arch:
         raise OSError(f"no seccomp filter for {platform.machine()}")
-    audit, fork, vfork, execve, execveat, clone = arch[platform.machine()]
+    audit, fork, vfork, execve, execveat, clone, fs = arch[platform.machine()]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    deny = [n for n in (fork, vfork, execve, execveat) if n >= 0]
+    deny = [n for n in (fork, vfork, execve, execveat, *fs, *mounts) if n >= 0]
     prog = [ins(ld, 0, 0, 4), ins(jeq, 1, 0, audit), ins(ret, 0, 0, eperm), ins(ld, 0, 0, 0)]
     for n in deny:
         prog += [ins(jeq, 0, 1, n), ins(ret, 0, 0, eperm)]
@@ -86,6 +93,24 @@ except BaseException as _err:  # SystemExit included: exiting before the tests e
     os._exit(1)
 os.write(_result_fd, _token.encode())
 os._exit(0)
+'''
+
+
+# unshare's namespace init (util-linux only): a tmpfs root with /usr and the Python prefix bound
+# read-only, its own /proc, a few devices, the program and guard copied in; then chroot and run.
+NS_INIT = r'''
+set -e
+R="$SANDBOX_DIR/root"
+mount -t tmpfs -o size=16m tmpfs "$R"
+mkdir -p "$R/usr" "$R/tmp" "$R/proc" "$R/dev" "$R$PYPREFIX"
+mount --rbind /usr "$R/usr"; mount -o remount,ro,bind "$R/usr"
+mount --rbind "$PYPREFIX" "$R$PYPREFIX"; mount -o remount,ro,bind "$R$PYPREFIX"
+for l in bin lib lib64 lib32 sbin; do if [ -L "/$l" ]; then ln -s "$(readlink "/$l")" "$R/$l"; fi; done
+mount -t proc proc "$R/proc"
+for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
+cp "$SANDBOX_DIR/program.py" "$SANDBOX_DIR/guard.py" "$R/tmp/"
+cd "$R/tmp"
+exec chroot "$R" "$@"
 '''
 
 
@@ -143,6 +168,31 @@ def _bwrap_argv(folder: Path) -> list[str]:
                    "--ro-bind", str(folder / "program.py"), "/tmp/program.py", "--chdir", "/tmp"]
 
 
+UNSHARE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # mount and chroot live in sbin
+
+
+def _unshare_argv(folder: Path) -> list[str]:
+    return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount", "--ipc",
+            "--uts", "sh", "-c", NS_INIT, "sandbox-init"]
+
+
+@functools.lru_cache(maxsize=None)
+def unshare_works() -> bool:
+    """True when util-linux's unshare can build the sandbox here (checked once, with a real run)."""
+    if not (shutil.which("unshare") and shutil.which("chroot")) or platform.system() != "Linux":
+        return False
+    with tempfile.TemporaryDirectory(prefix="specroute-probe-") as folder:
+        for name in ("program.py", "guard.py", "root"):
+            (Path(folder) / name).mkdir() if name == "root" else (Path(folder) / name).write_text("")
+        env = {"PATH": UNSHARE_PATH, "SANDBOX_DIR": folder, "PYPREFIX": _python_prefix()}
+        try:
+            run = subprocess.run(_unshare_argv(Path(folder)) + [_interpreter(), "-I", "-c", "pass"], env=env,
+                                 stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return run.returncode == 0
+
+
 @functools.lru_cache(maxsize=None)
 def bwrap_works() -> bool:
     """True when bubblewrap is installed and can create its namespaces here (checked once)."""
@@ -163,14 +213,18 @@ def resolve_sandbox(sandbox: str | None = None) -> str:
     mode = sandbox or os.environ.get("SPECROUTE_SANDBOX", "auto")
     if mode not in SANDBOXES:
         raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, got {mode!r}")
-    if mode in ("auto", "bwrap"):
-        if bwrap_works():
-            return "bwrap"
+    if mode in ("auto", "bwrap") and bwrap_works():
+        return "bwrap"
+    if mode in ("auto", "unshare") and unshare_works():
+        return "unshare"
+    if mode != "python":
         raise SandboxUnavailable(
-            "running generated programs (MBPP/HumanEval pass@1) needs bubblewrap for isolation, and it is not "
-            "installed or cannot create namespaces here: `apt-get install bubblewrap` (scripts/setup.sh does this "
-            "where it can). To run them anyway with only rlimits and a seccomp filter (no namespaces: programs can "
-            "read your files), set sandbox=python in the eval config or SPECROUTE_SANDBOX=python")
+            f"running generated programs (MBPP/HumanEval pass@1) needs OS isolation, and "
+            f"{ {'bwrap': 'bubblewrap', 'unshare': 'unshare'}.get(mode, 'neither bubblewrap nor unshare')} "
+            f"can{'not' if mode != 'auto' else ''} create namespaces here: `apt-get install bubblewrap` (scripts/setup.sh does this where it can), or "
+            f"enable unprivileged user namespaces. To run them anyway with only rlimits and a seccomp filter (no "
+            f"namespaces: programs can read your files), set sandbox=python in the eval config or "
+            f"SPECROUTE_SANDBOX=python")
     if "python" not in _WARNED:
         _WARNED.add("python")
         print("[specroute] WARNING: sandbox=python runs generated programs without OS isolation (rlimits and a "
@@ -193,6 +247,11 @@ def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, sandb
                 argv = _bwrap_argv(folder) + ["--ro-bind", str(folder / "guard.py"), "/tmp/guard.py",
                                               _interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
                 env = {"PATH": "/usr/bin:/bin"}
+            elif mode == "unshare":
+                (folder / "root").mkdir()
+                argv = _unshare_argv(folder) + [_interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
+                env = {"PATH": UNSHARE_PATH, "SANDBOX_DIR": str(folder), "PYPREFIX": _python_prefix(),
+                       "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
             else:
                 argv = [_interpreter(), "-I", str(folder / "guard.py"), str(folder / "program.py"), *limits]
                 env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}

@@ -8,14 +8,23 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from eval import executor
 from eval.executor import SandboxUnavailable, run_program
 
-needs_bwrap = pytest.mark.skipif(not executor.bwrap_works(), reason="bubblewrap is not installed or cannot run here "
-                                                                     "(scripts/setup.sh installs it as root)")
+WORKS = {"bwrap": executor.bwrap_works, "unshare": executor.unshare_works}
+
+
+@pytest.fixture(params=["bwrap", "unshare"])
+def isolation(request):
+    """Each OS-isolated sandbox this machine can run (bubblewrap: scripts/setup.sh installs it as root;
+    unshare: util-linux with user namespaces)."""
+    if not WORKS[request.param]():
+        pytest.skip(f"{request.param} cannot create namespaces here")
+    return request.param
 
 
 def _ran(code: str, **kw) -> str:
@@ -25,14 +34,13 @@ def _ran(code: str, **kw) -> str:
 @pytest.mark.parametrize("early_exit", ["import sys\nsys.exit(0)", "raise SystemExit(0)", "import os\nos._exit(0)",
                                         "import sys\nsys.exit()"])
 @pytest.mark.parametrize("sandbox", [None, "python"])
-def test_exiting_before_the_tests_is_a_failure(early_exit, sandbox):
+def test_exiting_before_the_tests_is_a_failure(early_exit, sandbox):  # None: the best isolation here
     """A completion ending in `sys.exit(0)` used to pass without running a test."""
     assert _ran(f"{early_exit}\nassert 1 == 2\n", sandbox=sandbox) == "failed"
     assert _ran("def f():\n    return 2\nassert f() == 2\n", sandbox=sandbox) == "passed"
 
 
-@needs_bwrap
-def test_the_guard_cannot_be_switched_off_and_nothing_reaches_outside(tmp_path):
+def test_the_guard_cannot_be_switched_off_and_nothing_reaches_outside(tmp_path, isolation):
     target = tmp_path / "pwned"
     escapes = [
         f"import sys\nsys.modules['__main__']._BLOCKED = ('x',)\nimport os\nos.system('touch {target}')",
@@ -42,33 +50,36 @@ def test_the_guard_cannot_be_switched_off_and_nothing_reaches_outside(tmp_path):
     ]
     (tmp_path / "keep").write_text("mine")
     for code in escapes:
-        run_program(code + "\n", timeout_s=5)
+        run_program(code + "\n", timeout_s=5, sandbox=isolation)
         assert not target.exists(), code
     assert (tmp_path / "keep").read_text() == "mine"
 
 
-@needs_bwrap
-def test_files_outside_cannot_be_deleted_truncated_or_read(tmp_path, monkeypatch):
+def test_files_outside_cannot_be_deleted_truncated_or_read(tmp_path, monkeypatch, isolation):
     keep, folder = tmp_path / "keep.txt", tmp_path / "folder"
     keep.write_text("precious")
     folder.mkdir()
     for code in (f"import os\nos.unlink('{keep}')", f"import os\nos.rmdir('{folder}')",
                  f"open('{keep}', 'w')", f"import ctypes\nctypes.CDLL(None).unlink(b'{keep}')",
                  f"import shutil\nshutil.rmtree('{tmp_path}')"):
-        run_program(code + "\n", timeout_s=5)
+        run_program(code + "\n", timeout_s=5, sandbox=isolation)
     assert keep.read_text() == "precious" and folder.is_dir()
-    assert _ran("open('/etc/passwd').read()\n") == "failed"
-    assert _ran(f"open('{keep}').read()\n") == "failed"
+    assert _ran("open('/etc/passwd').read()\n", sandbox=isolation) == "failed"
+    assert _ran(f"open('{keep}').read()\n", sandbox=isolation) == "failed"
+    assert _ran("open('/usr/specroute-was-here', 'w')\n", sandbox=isolation) == "failed"
+    remount = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               "assert libc.mount(b'none', b'/usr', None, 32 | 4096, None) == 0\n")  # MS_REMOUNT | MS_BIND, rw
+    assert _ran(remount, sandbox=isolation) == "failed"
+    assert not Path("/usr/specroute-was-here").exists()
     # the evaluator's environment is not visible through /proc
     monkeypatch.setenv("SPECROUTE_TEST_SECRET", "s3cr3t-value")
     leak = ("import glob\nfor f in glob.glob('/proc/*/environ'):\n    try:\n        data = open(f, 'rb').read()\n"
             "    except OSError:\n        continue\n    assert b's3cr3t-value' not in data, f\n")
-    assert _ran(leak) == "passed"
-    assert _ran(f"import os\nos.stat('/proc/{os.getpid()}')\n") == "failed"
+    assert _ran(leak, sandbox=isolation) == "passed"
+    assert _ran(f"import os\nos.stat('/proc/{os.getpid()}')\n", sandbox=isolation) == "failed"
 
 
-@needs_bwrap
-def test_no_network_even_to_localhost():
+def test_no_network_even_to_localhost(isolation):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -85,19 +96,18 @@ def test_no_network_even_to_localhost():
     waiter = threading.Thread(target=accept)
     waiter.start()
     code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-    assert _ran(code) == "failed"
+    assert _ran(code, sandbox=isolation) == "failed"
     ctypes_code = ("import ctypes, socket, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                    "fd = libc.socket(2, 1, 0)\n"
                    f"addr = struct.pack('<HH4s8x', 2, socket.htons({port}), bytes([127, 0, 0, 1]))\n"
                    "assert libc.connect(fd, addr, len(addr)) == 0\n")
-    assert _ran(ctypes_code) == "failed"
+    assert _ran(ctypes_code, sandbox=isolation) == "failed"
     waiter.join()
     server.close()
     assert not accepted
 
 
-@needs_bwrap
-def test_no_new_processes_and_no_signals_outside():
+def test_no_new_processes_and_no_signals_outside(isolation):
     victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         attempts = [
@@ -115,25 +125,24 @@ def test_no_new_processes_and_no_signals_outside():
             "import os\nos.posix_spawn('/usr/bin/true', ['true'], {})",
         ]
         for code in attempts:
-            assert _ran(code + "\n") == "failed", code
+            assert _ran(code + "\n", sandbox=isolation) == "failed", code
         assert victim.poll() is None  # still alive
     finally:
         victim.kill()
         victim.wait()
 
 
-@needs_bwrap
-def test_a_fork_bomb_is_contained():
+def test_a_fork_bomb_is_contained(isolation):
     started = time.monotonic()
-    outcome = run_program("import os\nwhile True:\n    os.fork()\n", timeout_s=3)
+    outcome = run_program("import os\nwhile True:\n    os.fork()\n", timeout_s=3, sandbox=isolation)
     assert outcome.status == "failed" and "Operation not permitted" in outcome.detail
     assert time.monotonic() - started < 10
 
 
-@pytest.mark.parametrize("sandbox", [None, "python"])
+@pytest.mark.parametrize("sandbox", ["bwrap", "unshare", "python"])
 def test_output_floods_are_capped_and_the_timeout_holds(sandbox):
-    if sandbox is None and not executor.bwrap_works():
-        pytest.skip("bubblewrap unavailable")
+    if sandbox in WORKS and not WORKS[sandbox]():
+        pytest.skip(f"{sandbox} cannot create namespaces here")
     started = time.monotonic()
     outcome = run_program("import sys\nwhile True:\n    sys.stderr.write('x' * 65536)\n", timeout_s=3, sandbox=sandbox)
     elapsed = time.monotonic() - started
@@ -142,8 +151,12 @@ def test_output_floods_are_capped_and_the_timeout_holds(sandbox):
     assert flood.status == "timeout" and time.monotonic() - started < 16  # stdout is discarded, not buffered
 
 
-def test_without_bubblewrap_programs_are_refused_unless_opted_out(monkeypatch, capsys):
+def test_without_bubblewrap_unshare_isolates_and_without_both_programs_are_refused(monkeypatch, capsys):
     monkeypatch.setattr(executor, "bwrap_works", lambda: False)
+    monkeypatch.delenv("SPECROUTE_SANDBOX", raising=False)
+    if executor.unshare_works():
+        assert executor.resolve_sandbox() == "unshare"
+    monkeypatch.setattr(executor, "unshare_works", lambda: False)
     monkeypatch.delenv("SPECROUTE_SANDBOX", raising=False)
     with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
         run_program("pass\n")
@@ -160,6 +173,7 @@ def test_code_metrics_check_the_sandbox_before_any_decoding(monkeypatch):
     from eval.task_metrics import get_metric
 
     monkeypatch.setattr(executor, "bwrap_works", lambda: False)
+    monkeypatch.setattr(executor, "unshare_works", lambda: False)
     monkeypatch.delenv("SPECROUTE_SANDBOX", raising=False)
     with pytest.raises(SandboxUnavailable):
         get_metric("mbpp")
