@@ -26,13 +26,13 @@ from data_gen.tasks import Example, load_task
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.baselines import generate_autoregressive
 from router.loop import check_pair
-from router.features import FEATURE_NAMES
+from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
 from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
 from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
 from router.console import summary_table
 from router.files import output_lock, write_bytes
 from router.prompts import context_length, fit_prompt, prompt_limit, prompt_text
-from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, RecordsError,
+from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, TOKEN_CLASSES, RecordsError,
                             intact_shard, manifest_id, rows_to_table, write_manifest, write_shard)
 
 
@@ -61,6 +61,7 @@ class GenConfig:
     long_prompts: str = "truncate"         # truncate (from the left, counted) or skip
     top_k: int = 8
     hidden_states: str = "none"            # none, drafter, verifier or both (stored as float16)
+    judge: bool = False                    # the verifier's view of the drafted tokens (judge routers; +1 verifier pass)
     batch_size: int = 4
     examples_per_shard: int = 32
     output: str = "runs/records/gsm8k"
@@ -194,7 +195,8 @@ class Recorder:
         if not exs:
             return []
         rows = score_batch(self.drafter, self.verifier, prompts, conts, self.vocab, self.pad_id, self.cfg.top_k,
-                           self.cfg.hidden_states, [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs])
+                           self.cfg.hidden_states, [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs],
+                           judge=self.cfg.judge)
         for ex, row in zip(exs, rows):
             n = len(row["token"])
             row.update(example_id=[ex.example_id] * n, task=[self.cfg.task] * n, split=[split] * n, mode=[mode] * n)
@@ -297,6 +299,17 @@ def write_examples(out: Path, plan) -> None:
     write_bytes(out / EXAMPLES, "".join(lines).encode())
 
 
+def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:
+    """token_classes.npy: the class bits of every token id (router.features.TOKEN_CLASS_NAMES), which
+    judge routers read for the drafted token and carry into their export (decoding has no tokenizer)."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, token_class_table(tokenizer, vocab))
+    write_bytes(out / TOKEN_CLASSES, buf.getvalue())
+    return {"file": TOKEN_CLASSES, "names": list(TOKEN_CLASS_NAMES), "sha256": hashlib.sha256(buf.getvalue()).hexdigest()}
+
+
 def _write_shard_or_explain(out: Path, name: str, rows: list[dict]) -> None:
     try:
         write_shard(out, name, rows_to_table(_concat(rows)))
@@ -343,6 +356,7 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
         "tokenizer_hash": tokenizer_fingerprint(recorder.tok)[:16], "vocab": recorder.vocab,
         "dtype": recorder.dtype.as_dict(),
         "feature_names": list(FEATURE_NAMES), "top_k": cfg.top_k, "hidden_states": cfg.hidden_states,
+        "judge": cfg.judge, "token_classes": write_token_classes(out, recorder.tok, recorder.vocab),
         "splits": {s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
         "shards": shards, "tokens": stats["tokens"], "bytes": total_bytes, "bytes_per_token": total_bytes / tokens,
         "counts": recorder.counts, "seconds": seconds,

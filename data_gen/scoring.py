@@ -8,10 +8,12 @@ tail mass are stored), and the feature vector from `router.features.token_featur
 from __future__ import annotations
 
 import hashlib
+import inspect
 
 import numpy as np
 import torch
 
+from data_gen.judge import judge_inputs
 from router.features import FEATURE_NAMES, token_features
 from router.layout import Layout, left_pad
 
@@ -22,17 +24,25 @@ def example_seed(seed: int, example_id: str, mode: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool):
-    """Logits (B, keep, V) of the last `keep` columns, and their last hidden states if asked."""
+def cache_argument(model) -> str:
+    """transformers >= 5.24 names the cache argument `cache`; older releases `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool, cache: bool = False):
+    """Logits (B, keep, V) of the last `keep` columns, their last hidden states if asked, and the
+    KV cache of every column if asked (else None)."""
     out = model(input_ids=layout.tokens, attention_mask=layout.mask, position_ids=layout.pos,
-                use_cache=False, logits_to_keep=keep, output_hidden_states=hidden)
+                use_cache=cache, logits_to_keep=keep, output_hidden_states=hidden)
     states = out.hidden_states[-1][:, -keep:] if hidden else None  # (B, keep, H)
-    return out.logits[:, -keep:, :vocab], states
+    kv = (getattr(out, "cache", None) or out.past_key_values) if cache else None
+    return out.logits[:, -keep:, :vocab], states, kv
 
 
 def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list[list[int]], vocab: int,
-                pad_id: int, top_k: int, hidden: str, draft_seeds: list[int]) -> list[dict]:
-    """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode)."""
+                pad_id: int, top_k: int, hidden: str, draft_seeds: list[int], judge: bool = False) -> list[dict]:
+    """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode);
+    with judge, also the verifier's view of the drafted tokens (data_gen/judge.py)."""
     seqs = [p + c for p, c in zip(prompts, continuations)]
     ids, mask = left_pad(seqs, pad_id)
     device = next(drafter.parameters()).device
@@ -40,8 +50,9 @@ def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list
     layout = Layout(ids, mask)
     keep = max(len(c) for c in continuations) + 1  # the logit before the first continuation token too
     with torch.inference_mode():
-        q_logits, q_hidden = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"))
-        p_logits, p_hidden = forward_tail(verifier, layout, keep, vocab, hidden in ("verifier", "both"))
+        q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"))
+        p_logits, p_hidden, p_cache = forward_tail(verifier, layout, keep, vocab,
+                                                   judge or hidden in ("verifier", "both"), cache=judge)
         rows = []
         for b, cont in enumerate(continuations):
             n = len(cont)
@@ -49,9 +60,15 @@ def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list
             row = position_stats(q_logits[b, sel], p_logits[b, sel], torch.tensor(cont), top_k, draft_seeds[b])
             if q_hidden is not None:
                 row["drafter_hidden"] = q_hidden[b, sel].to(torch.float16).cpu().numpy()
-            if p_hidden is not None:
+            if hidden in ("verifier", "both"):
                 row["verifier_hidden"] = p_hidden[b, sel].to(torch.float16).cpu().numpy()
             rows.append(row)
+        if judge:
+            drafted = {"argmax": [r["q_argmax"] for r in rows], "sample": [r["draft_token"] for r in rows]}
+            views = judge_inputs(verifier, p_cache, cache_argument(verifier), layout, p_logits, p_hidden,
+                                 continuations, drafted, vocab)
+            for row, view in zip(rows, views):
+                row.update(view)
     return rows
 
 
@@ -91,9 +108,12 @@ def _chunk_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.T
     q_ids, q_lp, q_tail = _topk(q, top_k)
     p_ids, p_lp, p_tail = _topk(p, top_k)
     at = tokens[:, None]
+    drafts = sample_rows(q, gen)  # (n,) the drafter's sample at temperature 1
     return {
         "token": tokens.int().numpy(),
-        "draft_token": sample_rows(q, gen).int().numpy(),
+        "draft_token": drafts.int().numpy(),
+        "q_draft": q.gather(-1, drafts[:, None]).squeeze(-1).numpy(),
+        "p_draft": p.gather(-1, drafts[:, None]).squeeze(-1).numpy(),
         "q_topk_ids": q_ids, "q_topk_logprobs": q_lp, "q_tail": q_tail,
         "p_topk_ids": p_ids, "p_topk_logprobs": p_lp, "p_tail": p_tail,
         "p_at_q_topk_logprobs": p.gather(-1, torch.from_numpy(q_ids).long()).clamp_min(1e-30).log().numpy(),

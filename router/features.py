@@ -91,3 +91,62 @@ def candidate_features(cand_q: torch.Tensor, cand_p: torch.Tensor, is_p_argmax: 
     either model's argmax (..., K); the same call serves records (top-k columns) and decoding."""
     ratio = cand_q.clamp_min(EPS).log() - cand_p.clamp_min(EPS).log()
     return torch.stack([cand_q, cand_p, ratio, is_p_argmax.float(), is_q_argmax.float()], -1)
+
+
+# ---- the verifier's view of the drafted token (judge routers) --------------------------------------
+# After the verifier reads a drafted token d it holds a state (its last hidden state at d's input
+# column) and a distribution over the next token. The loop computes both anyway: the verification
+# forward over [last, d_1..d_g] gives, at d_j's column, the state after d_j and p_{j+1}.
+LOOKAHEAD_NAMES: tuple[str, ...] = ("next_p_max", "next_p_entropy")
+# Token classes of the drafted token, bit i of `token_class_table`: digits, punctuation, newlines and
+# leading spaces mark where a slip changes an answer (numbers) or only the layout.
+TOKEN_CLASS_NAMES: tuple[str, ...] = ("special", "newline", "digit", "punctuation", "letter", "leading_space")
+
+
+@torch.no_grad()
+def lookahead_features(next_p_raw: torch.Tensor) -> torch.Tensor:
+    """(..., 2) max and entropy (nats) of the verifier's next-token distribution (..., V) after d."""
+    p = next_p_raw.float()
+    entropy = -(p * p.clamp_min(EPS).log()).sum(-1)
+    return torch.stack([p.amax(-1), entropy], -1)
+
+
+def _token_class(text: str, special: bool) -> int:
+    bits = 1 << TOKEN_CLASS_NAMES.index("leading_space") if text[:1] in (" ", "\t") else 0
+    body = text.strip(" \t")
+    if special:
+        kind = "special"
+    elif "\n" in text or "\r" in text:
+        kind = "newline"
+    elif any(ch.isdigit() for ch in body):
+        kind = "digit"
+    elif any(ch.isalpha() for ch in body):
+        kind = "letter"
+    else:
+        kind = "punctuation"  # punctuation, symbols, or whitespace alone
+    return bits | 1 << TOKEN_CLASS_NAMES.index(kind)
+
+
+def token_class_table(tokenizer, vocab: int):
+    """np.uint8 (vocab,) class bits per token id (TOKEN_CLASS_NAMES), from the tokenizer's own text."""
+    import numpy as np
+
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    special |= set(getattr(tokenizer, "added_tokens_decoder", {}) or {})  # chat markers, fill-in-the-middle...
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if getattr(tokenizer, name, None) is not None:
+            special.add(getattr(tokenizer, name))
+    table = np.zeros(vocab, dtype=np.uint8)
+    for i in range(vocab):
+        try:
+            text = tokenizer.decode([i])
+        except Exception:  # ids past the tokenizer's table (vocab padding) decode to nothing
+            text = ""
+        table[i] = _token_class(text, i in special or not text)
+    return table
+
+
+def class_bits(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(..., 6) float class indicators of token ids (...), from a class table (V,) of bits."""
+    bits = table.long()[tokens.long()]  # (...)
+    return ((bits[..., None] >> torch.arange(len(TOKEN_CLASS_NAMES), device=bits.device)) & 1).float()

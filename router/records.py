@@ -19,6 +19,7 @@ from router.files import atomic_write_bytes, file_sha256
 
 SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's candidates, for token routers)
 MANIFEST = "manifest.json"
+TOKEN_CLASSES = "token_classes.npy"  # class bits per token id (router.features.token_class_table)
 EXAMPLES = "examples.jsonl"  # the recorded examples (id, split, prompt, reference, metric fields), for eval
 SPLITS = ("train", "validation", "test")
 
@@ -37,7 +38,14 @@ LIST_COLUMNS: dict[str, pa.DataType] = {
     "p_at_q_topk_logprobs": pa.float32(),  # log p of each q_topk_ids token: token-form rules and routers
     "features": pa.float32(),
 }
-OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {"drafter_hidden": pa.float16(), "verifier_hidden": pa.float16()}
+# q and p of the recorded sample `draft_token` (Monte Carlo of sampled drafts); absent in older folders
+OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {"q_draft": pa.float32(), "p_draft": pa.float32()}
+OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {
+    "drafter_hidden": pa.float16(), "verifier_hidden": pa.float16(),
+    # judge inputs (data_gen/judge.py): the verifier after reading the drafter's argmax / its sample
+    "after_hidden": pa.float16(), "after_lookahead": pa.float32(),
+    "sample_after_hidden": pa.float16(), "sample_after_lookahead": pa.float32(),
+}
 REQUIRED_COLUMNS = tuple(SCALAR_COLUMNS) + tuple(LIST_COLUMNS)
 
 
@@ -61,6 +69,10 @@ def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
     for name, dtype in SCALAR_COLUMNS.items():
         arrays.append(pa.array(columns[name], type=dtype))
         names.append(name)
+    for name, dtype in OPTIONAL_SCALAR_COLUMNS.items():
+        if name in columns:
+            arrays.append(pa.array(columns[name], type=dtype))
+            names.append(name)
     for name, dtype in {**LIST_COLUMNS, **OPTIONAL_LIST_COLUMNS}.items():
         if name in columns:
             arrays.append(_fixed_list(np.asarray(columns[name]), dtype))
@@ -131,6 +143,22 @@ def require_hidden_states(folder: str | Path, manifest: dict, role: str) -> None
     if manifest.get("hidden_states") not in (role, "both"):
         raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
                            f"{manifest.get('hidden_states')}): re-record with hidden_states={role} or both")
+
+
+def require_judge(folder: str | Path, manifest: dict) -> None:
+    """Refuse a folder recorded without the judge inputs (the verifier's view of the drafted tokens)."""
+    if not manifest.get("judge"):
+        raise RecordsError(f"{folder} has no judge inputs (the verifier's state after the drafted token): "
+                           f"re-record it with judge=true (`specroute gen ... judge=true`)")
+
+
+def read_token_classes(folder: str | Path, manifest: dict) -> np.ndarray:
+    """The token class table (V,) uint8 a folder was recorded with, checked against the manifest."""
+    info, path = manifest.get("token_classes") or {}, Path(folder) / TOKEN_CLASSES
+    if not info or not path.exists() or file_sha256(path) != info.get("sha256"):
+        raise RecordsError(f"{path} is missing or differs from {folder}'s manifest: rerun the same "
+                           f"`specroute gen` command with overwrite=true to re-record the folder")
+    return np.load(path)
 
 
 def manifest_id(manifest: dict) -> str:
