@@ -214,15 +214,20 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
     config_path = out / "gen_config.json"
     if cfg.overwrite and out.exists():
         shutil.rmtree(out)
+    earlier = _earlier_config(config_path, out)
+    if earlier is not None and _grows(earlier, resolved):
+        _check_receipts_name_examples(out)
+        # more (or fewer) examples of the same recording: finished shards whose examples are unchanged
+        # are kept; the manifest is rewritten when the new plan is done
+        print(f"{out}: max_examples {earlier.get('max_examples')} -> {cfg.max_examples}: recording the "
+              f"difference, keeping the finished shards")
+        (out / MANIFEST).unlink(missing_ok=True)
+        config_path.write_text(json.dumps(resolved, indent=2))
+        return False
     if (out / MANIFEST).exists():
         return True
     out.mkdir(parents=True, exist_ok=True)
-    if config_path.exists():
-        try:
-            earlier = json.loads(config_path.read_text())
-        except ValueError:
-            raise ConfigError(f"{config_path} is not valid JSON: the unfinished recording in {out} cannot be checked "
-                              f"against this config; pass overwrite=true to start it again") from None
+    if earlier is not None:
         if earlier != json.loads(json.dumps(resolved)):
             changed = sorted(k for k in set(earlier) | set(resolved) if earlier.get(k) != resolved.get(k))
             raise ConfigError(f"{out} holds an unfinished recording made with a different config (differs in "
@@ -230,6 +235,32 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
     else:
         config_path.write_text(json.dumps(resolved, indent=2))
     return False
+
+
+def _earlier_config(config_path: Path, out: Path) -> dict | None:
+    """The config an earlier run in this folder was made with (None for a new folder)."""
+    if not config_path.exists():
+        return None
+    try:
+        return json.loads(config_path.read_text())
+    except ValueError:
+        raise ConfigError(f"{config_path} is not valid JSON: the recording in {out} cannot be checked "
+                          f"against this config; pass overwrite=true to start it again") from None
+
+
+def _check_receipts_name_examples(out: Path) -> None:
+    """Growing keeps a shard only when its receipt names its examples (written by this version)."""
+    for receipt in out.glob("*.arrow.json"):
+        if "examples" not in json.loads(receipt.read_text() or "{}"):
+            raise ConfigError(f"{out} was recorded before recordings could grow ({receipt.name} does not name its "
+                              f"examples): record into a new folder, or pass overwrite=true")
+
+
+def _grows(earlier: dict, resolved: dict) -> bool:
+    """True when the configs differ in max_examples only (a recording made larger or smaller)."""
+    now = json.loads(json.dumps(resolved))
+    other = {k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k)}
+    return other == {"max_examples"}
 
 
 def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, list[tuple[int, int]]]]:
@@ -270,7 +301,8 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     started, tokens_done = time.perf_counter(), 0
     bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
     for name, split, shard_examples in plan:
-        if intact_shard(out, name) is not None:  # finished by an earlier run, and unchanged since
+        ids = [ex.example_id for ex in shard_examples]
+        if intact_shard(out, name, ids) is not None:  # finished by an earlier run, and unchanged since
             bar.update(len(shard_examples))
             continue
         rows = []
@@ -283,7 +315,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{tokens_done / (time.perf_counter() - started):.0f}")
         if rows:
-            _write_shard_or_explain(out, name, rows)
+            _write_shard_or_explain(out, name, rows, ids)
     bar.close()
     manifest = _finish_manifest(out, cfg, plan, recorder, time.perf_counter() - started)
     print_summary(manifest)
@@ -310,9 +342,9 @@ def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:
     return {"file": TOKEN_CLASSES, "names": list(TOKEN_CLASS_NAMES), "sha256": hashlib.sha256(buf.getvalue()).hexdigest()}
 
 
-def _write_shard_or_explain(out: Path, name: str, rows: list[dict]) -> None:
+def _write_shard_or_explain(out: Path, name: str, rows: list[dict], ids: list[str]) -> None:
     try:
-        write_shard(out, name, rows_to_table(_concat(rows)))
+        write_shard(out, name, rows_to_table(_concat(rows)), ids)
     except OSError as err:
         if err.errno == errno.ENOSPC:
             raise RecordsError(f"the disk is full while writing {out / name}: free some space and rerun the same "
@@ -328,7 +360,7 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
     split_examples = {s: 0 for s in SPLITS}
     split_rows = {s: 0 for s in SPLITS}
     for name, split, shard_examples in plan:
-        receipt = intact_shard(out, name)
+        receipt = intact_shard(out, name, [ex.example_id for ex in shard_examples])
         if receipt is None:
             continue  # every example of this shard was skipped (the loop above redid any damaged one)
         ds = datasets.Dataset.from_file(str(out / name))

@@ -23,7 +23,7 @@ from router.model import LearnedRouter, RouterError, RouterNet, check_router_pai
 from router.records import RecordsError, load_records, read_manifest, require_hidden_states
 from router.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 
-SCALAR_COLUMNS = ("q_max", "p_max", "tv", "q_token", "p_token", "q_argmax", "p_argmax", "token", "position")
+SCALAR_COLUMNS = ("q_max", "p_max", "tv", "kl", "p_entropy", "q_token", "p_token", "q_argmax", "p_argmax", "token", "position")
 
 
 class RecordView:

@@ -80,9 +80,10 @@ def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def write_shard(folder: Path, name: str, table: pa.Table) -> dict:
-    """Write one Arrow stream shard atomically, then its receipt `<name>.json` (rows, bytes, sha256),
-    which the manifest copies and a resume checks; return the receipt."""
+def write_shard(folder: Path, name: str, table: pa.Table, examples: list[str] | None = None) -> dict:
+    """Write one Arrow stream shard atomically, then its receipt `<name>.json` (rows, bytes, sha256,
+    and the ids of the examples it was planned with), which the manifest copies and a resume checks;
+    return the receipt."""
     path = Path(folder) / name
 
     def write(f):
@@ -91,14 +92,16 @@ def write_shard(folder: Path, name: str, table: pa.Table) -> dict:
 
     atomic_write_bytes(path, write)
     receipt = {"rows": table.num_rows, "bytes": path.stat().st_size, "sha256": file_sha256(path)}
+    if examples is not None:
+        receipt["examples"] = list(examples)
     data = json.dumps(receipt).encode()
     atomic_write_bytes(Path(folder) / f"{name}.json", lambda f: f.write(data))
     return receipt
 
 
-def intact_shard(folder: Path, name: str) -> dict | None:
+def intact_shard(folder: Path, name: str, examples: list[str] | None = None) -> dict | None:
     """The receipt of a finished shard whose file still matches it, else None (missing, cut short,
-    changed, or written before its receipt: a resume redoes it)."""
+    changed, written before its receipt, or planned with other examples: a resume redoes it)."""
     path, receipt_path = Path(folder) / name, Path(folder) / f"{name}.json"
     if not (path.exists() and receipt_path.exists()):
         return None
@@ -106,9 +109,11 @@ def intact_shard(folder: Path, name: str) -> dict | None:
         receipt = json.loads(receipt_path.read_text())
     except ValueError:
         return None
+    if examples is not None and "examples" in receipt and receipt["examples"] != list(examples):
+        return None  # a grown recording's last shard of a split: it now holds more examples
     if path.stat().st_size != receipt.get("bytes") or file_sha256(path) != receipt.get("sha256"):
         return None
-    return receipt
+    return {k: v for k, v in receipt.items() if k != "examples"}
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:

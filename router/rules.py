@@ -202,6 +202,37 @@ def _token_v3(q, p, alpha, q_raw, p_raw):
     return token_mix(q, p, p_raw >= (1 - alpha) * p_raw.amax(-1, keepdim=True))
 
 
+# ---- training-free gates from the literature (cascade form) ------------------------------------
+
+KL_GATE_CONFIDENT = 0.9  # where max p exceeds this, the KL gate verifies as lossless (its confidence mask)
+
+
+def _kl_pq(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) in nats, (...)."""
+    p32, q32 = p_raw.float(), q_raw.float()
+    return (p32 * (p32.clamp_min(1e-12).log() - q32.clamp_min(1e-12).log())).sum(-1)
+
+
+def _kl_gate(q, p, alpha, q_raw, p_raw):
+    # Sun et al. 2026 (arXiv 2601.04766): a learned linear judge reduces to a KL test; keep the draft
+    # where KL(p || q) <= alpha, unless the verifier is confident (its top-1 > 0.9): verify there
+    confident = p_raw.amax(-1) > KL_GATE_CONFIDENT
+    return cascade_mix(q, p, (_kl_pq(q_raw, p_raw) > alpha) | confident)
+
+
+def _p_certainty(p_raw: torch.Tensor) -> torch.Tensor:
+    """exp(-H(p)) in (0, 1]: 1 when the verifier is certain, small when many tokens are plausible."""
+    p32 = p_raw.float()
+    return torch.exp((p32 * p32.clamp_min(1e-12).log()).sum(-1))
+
+
+def _entropy_gate(q, p, alpha, q_raw, p_raw):
+    # FLy's entropy-level gate (Li et al. 2025, arXiv 2511.22972): where the verifier is nearly
+    # deterministic (entropy below -ln alpha) verify exactly, elsewhere keep the draft. FLy's
+    # deferred window (a later check of the verifier's self-correction) is not part of this rule.
+    return cascade_mix(q, p, _p_certainty(p_raw) > alpha)
+
+
 # ---- lossy speculative decoding and the two fixed targets ------------------------------------
 
 def _lossy(q, p, alpha, q_raw, p_raw):
@@ -245,6 +276,16 @@ def _opt_score(cols, cand):
     return ratio_score(np.asarray(cols["p_max"]) - np.asarray(cols["q_max"]), np.asarray(cols["tv"]))
 
 
+def _kl_gate_score(cols, cand):
+    # confident positions always defer: above every alpha the rule accepts (its range ends at 1e6)
+    kl = np.asarray(cols["kl"], np.float64)
+    return np.where(np.asarray(cols["p_max"]) > KL_GATE_CONFIDENT, 2e6, kl)
+
+
+def _entropy_gate_score(cols, cand):
+    return np.exp(-np.asarray(cols["p_entropy"], np.float64))
+
+
 def _token_v1_score(cols, cand):
     return cand.p_max[:, None] - cand.q
 
@@ -266,6 +307,10 @@ _BUILT_IN = (
     Rule("token_v1", "token", (-1.0, 1.0), "keep v iff q_raw(v) >= max p_raw - alpha", _token_v1, _token_v1_score),
     Rule("token_v2", "token", (-1.0, 1.0), "keep v iff p_raw(v) >= max p_raw - alpha", _token_v2, _token_v2_score),
     Rule("token_v3", "token", (0.0, 1.0), "keep v iff p_raw(v) >= (1 - alpha) max p_raw", _token_v3, _token_v3_score),
+    Rule("kl_gate", "cascade", (0.0, 1e6), "defer iff KL(p_raw || q_raw) > alpha or max p_raw > 0.9 "
+         "(Sun et al. 2026)", _kl_gate, _kl_gate_score),
+    Rule("entropy_gate", "cascade", (0.0, 1.0), "defer iff exp(-H(p_raw)) > alpha: verify where the verifier "
+         "is nearly certain (FLy's entropy gate)", _entropy_gate, _entropy_gate_score),
     Rule("lossy", "lossy", (0.0, 1.0), "lossy speculative decoding, accept min(1, p / ((1-alpha) q))", _lossy),
     # pi = p everywhere, so the bonus position needs no q: the drafter forward there is skipped
     Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)", _lossless, bonus_needs_drafter=False),

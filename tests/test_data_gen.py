@@ -262,3 +262,25 @@ def test_a_broken_manifest_is_named(qa_file, tmp_path):
     (out / "manifest.json").write_text("{ not json")
     with pytest.raises(RecordsError, match=r"manifest.json is not valid JSON"):
         load_records(out)
+
+
+def test_recording_grows_keeping_finished_shards(qa_file, tmp_path):
+    """max_examples raised on a finished folder: unchanged shards are kept, the rest recorded, and the
+    result equals a fresh recording of the larger set."""
+    grown, fresh = tmp_path / "grown", tmp_path / "fresh"
+    small = cfg_for(qa_file, grown, max_examples=9, modes=["gold"])
+    run_gen(small, Recorder(small, *PAIR))
+    before = {p.name: p.stat().st_mtime_ns for p in grown.glob("*.arrow")}
+    large = cfg_for(qa_file, grown, max_examples=14, modes=["gold"])
+    manifest = run_gen(large, Recorder(large, *PAIR))
+    after = {p.name: p.stat().st_mtime_ns for p in grown.glob("*.arrow")}
+    kept = [n for n in before if after.get(n) == before[n]]
+    assert kept and len(kept) < len(after)  # full shards kept, grown ones redone
+    assert sum(v["examples"] for v in manifest["splits"].values()) == 14
+    ref = cfg_for(qa_file, fresh, max_examples=14, modes=["gold"])
+    run_gen(ref, Recorder(ref, *PAIR))
+    a, b = records_by_key(grown), records_by_key(fresh)
+    for col in ("example_id", "token", "q_token", "p_token", "draft_token"):
+        np.testing.assert_array_equal(a[col], b[col])
+    other = cfg_for(qa_file, grown, max_examples=14, modes=["gold"], top_k=4)
+    assert run_gen(other, Recorder(other, *PAIR)) == manifest  # other changes: complete folder left alone

@@ -17,7 +17,8 @@ def rand_dist(*shape, seed=0, sharp=1.0):
 
 
 def test_registry_names_and_unknown_rule():
-    assert RULES == ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "lossy", "lossless", "drafter")
+    assert RULES == ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "kl_gate", "entropy_gate", "lossy",
+                     "lossless", "drafter")
     with pytest.raises(KeyError, match="known rules: chow, diff"):
         get_rule("nope")
 
@@ -32,10 +33,19 @@ def test_registry_names_and_unknown_rule():
     ("opt", 0.5, False),    # tie: 0.7 - 0.5 * 0.4 = 0.5
     ("opt", -math.inf, True),
     ("opt", math.inf, False),
+    ("kl_gate", 0.3, True),        # KL(P || Q) = 0.3405 > 0.3
+    ("kl_gate", 0.35, False),
+    ("entropy_gate", 0.4, True),   # exp(-H(P)) = exp(-0.8018) = 0.4485 > 0.4: the verifier is nearly sure
+    ("entropy_gate", 0.5, False),
 ])
 def test_cascade_rules_hand_computed(name, alpha, defer):
     pi = get_rule(name).target(Q, P, alpha)
     assert torch.allclose(pi, P if defer else Q)
+
+
+def test_kl_gate_verifies_where_the_verifier_is_confident():
+    confident = torch.tensor([0.05, 0.92, 0.03])  # max p > 0.9: lossless there, whatever the KL
+    assert torch.allclose(get_rule("kl_gate").target(Q, confident, 1e6), confident)
 
 
 def test_token_rules_hand_computed():
