@@ -39,6 +39,7 @@ class Block:
     p: torch.Tensor | None = None
     verifier_hidden: torch.Tensor | None = None  # (B, g+1, H)
     pi: torch.Tensor | None = None        # (B, g, V) the policy's target at each draft
+    judge: bool = False                   # pi depends on the drafted token (a judge): see _record_block
     n_accepted: torch.Tensor | None = None  # (B,) drafts each row keeps
 
     @property
@@ -51,11 +52,11 @@ class Block:
         return self.n_accepted == self.g
 
 
-def _hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden) -> dict:
+def _hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, after=None) -> dict:
     """Extra target() arguments for policies that read hidden states (plug-in rules get none)."""
     if not policy.hidden_inputs:
         return {}
-    return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden}}
+    return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden, "after": after}}
 
 
 def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen) -> Block:
@@ -82,11 +83,17 @@ def verify(verifier: CachedModel, layout: Layout, block: Block, sampling: Sampli
 
 
 def form_target(policy: DeferralPolicy, alpha: float, block: Block) -> None:
-    """Step 3: the deferral policy's target pi at each draft."""
+    """Step 3: the deferral policy's target pi at each draft.
+
+    A judge (policy form "judge") decides each drafted token d_j from what the verification forward
+    computed after reading it: the hidden state at d_j's column and p_{j+1} (its lookahead)."""
     g = block.g
-    v_hidden = None if block.verifier_hidden is None else block.verifier_hidden[:, :g]
+    vh = block.verifier_hidden
+    v_hidden, after = (None, None) if vh is None else (vh[:, :g], vh[:, 1:g + 1])
+    judge = {"drafts": block.drafts, "next_p_raw": block.p_raw[:, 1:g + 1]} if policy.form == "judge" else {}
     block.pi = policy.target(block.q, block.p[:, :g], alpha, q_raw=block.q_raw, p_raw=block.p_raw[:, :g],
-                             **_hidden_kwargs(policy, block.drafter_hidden, v_hidden))
+                             **_hidden_kwargs(policy, block.drafter_hidden, v_hidden, after), **judge)
+    block.judge = bool(judge)
 
 
 def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout: Layout, block: Block,
@@ -144,7 +151,8 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
                  expected_rejections=0.0)
     layout = Layout(input_ids, attention_mask)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
-    d.want_hidden, v.want_hidden = "drafter" in policy.hidden_inputs, "verifier" in policy.hidden_inputs
+    d.want_hidden = "drafter" in policy.hidden_inputs
+    v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
     active = list(range(input_ids.shape[0]))
     with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
         while active:
@@ -169,13 +177,22 @@ def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) ->
     """Emit each row's accepted drafts + next token and count acceptances, rejections, deferrals.
 
     TV(q, pi) (B, g) is the rejection probability at each drafted position; a position "defers"
-    when pi differs from q there. Both are counted over the drafts the sampler evaluated.
+    when pi differs from q there. Both are counted over the drafts the sampler evaluated. A judge's
+    pi depends on the draft, so its rejection probability is that of the draft actually made,
+    1 - min(1, pi(d) / q(d)), and it "defers" where it did not keep the draft.
     """
     g = block.g
-    rejection_prob = tv_distance(block.q, block.pi)  # (B, g)
+    if block.judge:
+        d = block.drafts[..., None]
+        ratio = block.pi.gather(-1, d) / block.q.gather(-1, d).clamp_min(1e-30)
+        rejection_prob = (1 - ratio.clamp_max(1)).squeeze(-1)  # (B, g)
+        deferred = block.pi.gather(-1, d).squeeze(-1) < 1  # pi is the one-hot draft where kept
+    else:
+        rejection_prob = tv_distance(block.q, block.pi)  # (B, g)
+        deferred = rejection_prob > PI_EQUALS_Q_TOL
     stats["blocks"] += 1
     n_acc_l, nxt_l, drafts_l = block.n_accepted.tolist(), nxt.tolist(), block.drafts.tolist()
-    defers = (rejection_prob > PI_EQUALS_Q_TOL).tolist()  # (B, g)
+    defers = deferred.tolist()  # (B, g)
     rej = rejection_prob.tolist()
     for i, b in enumerate(active):
         n = n_acc_l[i]

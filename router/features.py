@@ -150,3 +150,18 @@ def class_bits(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """(..., 6) float class indicators of token ids (...), from a class table (V,) of bits."""
     bits = table.long()[tokens.long()]  # (...)
     return ((bits[..., None] >> torch.arange(len(TOKEN_CLASS_NAMES), device=bits.device)) & 1).float()
+
+
+# A judge router reads, for the drafted token d: the position's features, d's own candidate
+# features, the verifier's lookahead after d and d's token class (then the hidden states it uses).
+JUDGE_FEATURE_NAMES: tuple[str, ...] = (*FEATURE_NAMES, *CANDIDATE_FEATURE_NAMES, *LOOKAHEAD_NAMES,
+                                        *(f"class_{name}" for name in TOKEN_CLASS_NAMES))
+
+
+def judge_features(position: torch.Tensor, d_q: torch.Tensor, d_p: torch.Tensor, d_is_p_argmax: torch.Tensor,
+                   d_is_q_argmax: torch.Tensor, lookahead: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """(..., len(JUDGE_FEATURE_NAMES)) from position features (..., F), the drafted token's raw q and p
+    and whether it is either model's argmax (...), the lookahead (..., 2) and class bits (..., 6).
+    Records (router.record_view) and decoding (router.model.LearnedRouter) both build inputs here."""
+    cand = candidate_features(d_q, d_p, d_is_p_argmax, d_is_q_argmax)  # (..., 5)
+    return torch.cat([position.float(), cand.float(), lookahead.float(), classes.float()], -1)

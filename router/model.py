@@ -25,12 +25,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from router.features import CANDIDATE_FEATURE_NAMES, FEATURE_NAMES, candidate_features, token_features
+from router.features import (CANDIDATE_FEATURE_NAMES, FEATURE_NAMES, JUDGE_FEATURE_NAMES, candidate_features,
+                             class_bits, judge_features, lookahead_features, token_features)
 from router.records import SCHEMA_VERSION
 from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
 
 ARCHS = ("linear", "mlp", "gru")
-HEADS = ("cascade", "token")
+HEADS = ("cascade", "token", "judge")
+HIDDEN_ROLES = ("drafter", "verifier", "after")  # "after": the verifier's state after reading the drafted token
 ROUTER_FORMAT = 1
 
 
@@ -49,8 +51,9 @@ class RouterConfig:
     depth: int = 2
     window: int = 4                    # gru: positions of context, the current one included
     token_candidates: int = 32         # token head: drafter tokens scored per position
-    hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier": append that model's last hidden state
+    hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier" / "after": append that hidden state
     hidden_sizes: dict = field(default_factory=dict)   # their widths, e.g. {"verifier": 1536}
+    vocab: int = 0                     # judge head: size of its token class table (the pair's vocabulary)
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""               # manifest id of the training records
     pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
@@ -64,16 +67,24 @@ class RouterConfig:
         if self.head not in HEADS:
             raise RouterError(f"unknown router head {self.head!r}; use one of {HEADS}")
         for role in self.hidden_inputs:
-            if role not in ("drafter", "verifier") or not self.hidden_sizes.get(role):
-                raise RouterError(f"hidden_inputs must name 'drafter'/'verifier' with a size in hidden_sizes; "
+            if role not in HIDDEN_ROLES or not self.hidden_sizes.get(role):
+                raise RouterError(f"hidden_inputs must name {'/'.join(HIDDEN_ROLES)} with a size in hidden_sizes; "
                                   f"got {self.hidden_inputs} with sizes {self.hidden_sizes}")
+        if "after" in self.hidden_inputs and self.head != "judge":
+            raise RouterError("hidden input 'after' (the verifier's state after the drafted token) belongs to a "
+                              "drafted token: use it with head: judge")
+        if self.head == "judge" and (self.arch == "gru" or self.vocab < 1):
+            raise RouterError("the judge head scores each drafted token from its own inputs: use arch linear or "
+                              "mlp, with vocab set (train sets it from the records)")
         if self.head == "token" and self.arch == "gru":
             raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
 
     @property
     def position_dim(self) -> int:
-        """Width of the per-position input: features, then hidden states in hidden_inputs order."""
-        return len(self.feature_names) + sum(self.hidden_sizes[r] for r in self.hidden_inputs)
+        """Width of the per-position input: features (the judge's own for that head), then hidden
+        states in hidden_inputs order."""
+        base = len(JUDGE_FEATURE_NAMES) if self.head == "judge" else len(self.feature_names)
+        return base + sum(self.hidden_sizes[r] for r in self.hidden_inputs)
 
     @property
     def input_dim(self) -> int:
@@ -89,6 +100,8 @@ class RouterNet(nn.Module):
         d = cfg.input_dim
         self.register_buffer("mean", torch.zeros(d))  # input standardisation, set from training data
         self.register_buffer("std", torch.ones(d))
+        if cfg.head == "judge":  # class bits per token id (router.features.token_class_table): decoding has no tokenizer
+            self.register_buffer("token_classes", torch.zeros(cfg.vocab, dtype=torch.uint8))
         if cfg.arch == "linear":
             self.body = nn.Linear(d, 1)
         elif cfg.arch == "mlp":
@@ -162,8 +175,9 @@ class LearnedRouter:
         self.cfg = net.cfg
         self.name = name
         self.hidden_inputs = tuple(self.cfg.hidden_inputs)  # generate() supplies these hidden states
-        self.form = self.cfg.head  # "cascade" or "token": the form of pi it gives (router.rules.DeferralPolicy)
-        self.bonus_needs_drafter = True  # its target reads q at the bonus position like any rule's
+        self.form = self.cfg.head  # "cascade", "token" or "judge": the form of pi it gives (router.rules.DeferralPolicy)
+        # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
+        self.bonus_needs_drafter = self.cfg.head != "judge"
         check_feature_names(self.cfg.feature_names, name)
 
     def check_alpha(self, alpha: float) -> float:
@@ -175,16 +189,8 @@ class LearnedRouter:
 
     def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None) -> torch.Tensor:
         """Per-position router input (..., D): token_features, then the requested hidden states."""
-        parts = [token_features(q_raw, p_raw)]
-        for role in self.hidden_inputs:
-            h = (hidden or {}).get(role)
-            if h is None:
-                raise RouterError(f"router {self.name} reads the {role}'s hidden state: pass hidden={{'{role}': "
-                                  f"tensor (..., {self.cfg.hidden_sizes[role]})}} (generate() does this itself)")
-            if h.shape[-1] != self.cfg.hidden_sizes[role]:
-                raise RouterError(f"router {self.name} expects {role} hidden size {self.cfg.hidden_sizes[role]}, "
-                                  f"got {h.shape[-1]}: it was trained for another model pair")
-            parts.append(h.float())
+        feats = token_features(q_raw, p_raw)
+        parts = [feats, *self._hidden_parts(hidden, feats.shape[:-1])]
         return torch.cat(parts, -1)
 
     @torch.no_grad()
@@ -200,12 +206,18 @@ class LearnedRouter:
             flat = feats.reshape(-1, feats.shape[-1])
         return self.net(flat).reshape(feats.shape[:-1])
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden: dict | None = None) -> torch.Tensor:
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden: dict | None = None,
+               drafts: torch.Tensor | None = None, next_p_raw: torch.Tensor | None = None) -> torch.Tensor:
         """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
-        hidden maps 'drafter'/'verifier' to last hidden states (..., H) when the router reads them."""
+        hidden maps 'drafter'/'verifier'/'after' to last hidden states (..., H) when the router reads
+        them. A judge also needs the drafted tokens (...) and the verifier's raw next-token
+        distribution after each (..., V); its pi is the draft itself where it keeps it, else p."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         if isinstance(alpha, float) and math.isnan(alpha):
             raise ValueError(f"router {self.name}: alpha is NaN")
+        if self.cfg.head == "judge":
+            keep = self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden) <= alpha  # (...)
+            return torch.where(keep[..., None], nn.functional.one_hot(drafts.long(), q.shape[-1]).to(p.dtype), p)
         feats = self.position_inputs(q_raw, p_raw, hidden)  # (..., D)
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
@@ -215,6 +227,36 @@ class LearnedRouter:
             tv = feats[..., FEATURE_NAMES.index("tv")] if same else tv_distance(p, q)
             return cascade_mix(q, p, gap > alpha * tv)
         return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha))
+
+    @torch.no_grad()
+    def judge_scores(self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None) -> torch.Tensor:
+        """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice."""
+        if drafts is None or next_p_raw is None:
+            raise RouterError(f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
+                              f"next_p_raw (router.decoding.generate passes them)")
+        d = drafts.long()[..., None]
+        position = token_features(q_raw, p_raw)  # (..., F)
+        x = judge_features(position, q_raw.gather(-1, d)[..., 0], p_raw.gather(-1, d)[..., 0],
+                           drafts == p_raw.argmax(-1), drafts == q_raw.argmax(-1), lookahead_features(next_p_raw),
+                           class_bits(self.net.token_classes, drafts))
+        x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
+        return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
+
+    def _hidden_parts(self, hidden: dict | None, lead: tuple) -> list[torch.Tensor]:
+        parts = []
+        for role in self.hidden_inputs:
+            h = (hidden or {}).get(role)
+            if h is None:
+                raise RouterError(f"router {self.name} reads the {role}'s hidden state: pass hidden={{'{role}': "
+                                  f"tensor (..., {self.cfg.hidden_sizes[role]})}} (generate() does this itself)")
+            if h.shape[-1] != self.cfg.hidden_sizes[role]:
+                raise RouterError(f"router {self.name} expects {role} hidden size {self.cfg.hidden_sizes[role]}, "
+                                  f"got {h.shape[-1]}: it was trained for another model pair")
+            if tuple(h.shape[:-1]) != tuple(lead):
+                raise RouterError(f"router {self.name}: the {role} hidden state has shape {tuple(h.shape)}, "
+                                  f"expected {(*lead, h.shape[-1])} (one state per scored position)")
+            parts.append(h.float())
+        return parts
 
     @torch.no_grad()
     def _keep_set(self, q, q_raw, p_raw, feats, alpha) -> torch.Tensor:

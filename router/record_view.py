@@ -18,11 +18,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from router.features import FEATURE_NAMES
+from router.features import FEATURE_NAMES, class_bits, judge_features
 from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair, recorded_candidate_features
-from router.records import RecordsError, load_records, read_manifest, require_hidden_states
+from router.records import (RecordsError, load_records, read_manifest, read_token_classes, require_hidden_states,
+                            require_judge)
 from router.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 
+JUDGE_COLUMNS = ("draft_token", "q_draft", "p_draft", "after_lookahead", "sample_after_lookahead")
 SCALAR_COLUMNS = ("q_max", "p_max", "tv", "kl", "p_entropy", "q_token", "p_token", "q_argmax", "p_argmax", "token", "position")
 
 
@@ -63,6 +65,8 @@ class RecordView:
         self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
         self.traj = np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str))
         self._cand_x = None
+        self._judge_cols = None
+        self.token_classes: np.ndarray | None = None  # (V,) class bits, once judge inputs are read
 
     def __len__(self) -> int:
         return len(self.features)
@@ -77,16 +81,19 @@ class RecordView:
         return (self.cols["p_argmax"] == self.cols["token"]).astype(np.float64)
 
     # ---- router inputs ----------------------------------------------------------------------------
-    def hidden(self, idx: np.ndarray, roles: tuple) -> np.ndarray | None:
-        """(len(idx), H) these models' hidden states, concatenated in order, read from the shards."""
+    def hidden(self, idx: np.ndarray, roles: tuple, drafted: str = "argmax") -> np.ndarray | None:
+        """(len(idx), H) these hidden states, concatenated in order, read from the shards: the
+        drafter's/verifier's before the position, or "after": the verifier's after reading the
+        drafted token (the drafter's argmax, or its recorded sample with drafted="sample")."""
         if not roles:
             return None
         for folder, manifest in zip(self.folders, self.manifests):
             for role in roles:
                 require_hidden_states(folder, manifest, role)
+        columns = [f"{_prefix(drafted)}after_hidden" if role == "after" else f"{role}_hidden" for role in roles]
         order = np.argsort(idx)  # sorted reads are sequential on the memory map
-        got = self.ds[np.asarray(idx)[order].tolist()]
-        out = np.concatenate([np.asarray(got[f"{role}_hidden"], dtype=np.float32) for role in roles], -1)
+        got = self.ds.select_columns(columns)[np.asarray(idx)[order].tolist()]
+        out = np.concatenate([np.asarray(got[c], dtype=np.float32) for c in columns], -1)
         return out[np.argsort(order)]
 
     def position_inputs(self, idx: np.ndarray, hidden: tuple = ()) -> np.ndarray:
@@ -111,11 +118,56 @@ class RecordView:
         x, c = self.position_inputs(idx, hidden), self._cand_x[idx]
         return np.concatenate([np.broadcast_to(x[:, None], (*c.shape[:2], x.shape[-1])), c], -1)
 
-    def inputs(self, idx: np.ndarray, head: str = "cascade", window: int = 1, hidden: tuple = ()) -> np.ndarray:
-        """What a router with this head, GRU window (1 for other archs) and hidden inputs reads."""
+    def judge_columns(self) -> dict:
+        """The drafted tokens' columns a judge reads (argmax and sample), loaded once."""
+        if self._judge_cols is None:
+            tables = []
+            for folder, manifest in zip(self.folders, self.manifests):
+                require_judge(folder, manifest)
+                tables.append(read_token_classes(folder, manifest))
+            if any(t.shape != tables[0].shape or (t != tables[0]).any() for t in tables):
+                raise RecordsError(f"{self.folders} were recorded with different token class tables: a judge "
+                                   f"reads one tokenizer's classes; use folders of one model pair")
+            self.token_classes = tables[0]
+            got = self.ds.select_columns(list(JUDGE_COLUMNS))[:]
+            self._judge_cols = {c: np.asarray(got[c]) for c in JUDGE_COLUMNS}
+        return self._judge_cols
+
+    def drafted(self, drafted: str = "argmax") -> np.ndarray:
+        """(N,) the drafted token a judge decides: the drafter's argmax, or its recorded sample."""
+        return self.cols["q_argmax"] if drafted == "argmax" else self.judge_columns()["draft_token"]
+
+    def judge_inputs(self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax") -> np.ndarray:
+        """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features)."""
+        j, c = self.judge_columns(), self.cols
+        d = self.drafted(drafted)[idx]
+        if drafted == "argmax":
+            d_q, d_p, look = self.cand.q[idx, 0], self.cand.p[idx, 0], j["after_lookahead"][idx]
+        else:
+            d_q, d_p, look = j["q_draft"][idx], j["p_draft"][idx], j["sample_after_lookahead"][idx]
+        t = torch.from_numpy
+        x = judge_features(t(self.features[idx]), t(np.asarray(d_q, np.float32)), t(np.asarray(d_p, np.float32)),
+                           t(d == c["p_argmax"][idx]), t(d == c["q_argmax"][idx]), t(np.asarray(look)),
+                           class_bits(t(self.token_classes), t(np.asarray(d, np.int64)))).numpy()
+        h = self.hidden(idx, tuple(hidden), drafted)
+        return x if h is None else np.concatenate([x, h], -1)
+
+    def inputs(self, idx: np.ndarray, head: str = "cascade", window: int = 1, hidden: tuple = (),
+               drafted: str = "argmax") -> np.ndarray:
+        """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
+        (a judge: for the drafted token `drafted`)."""
+        if head == "judge":
+            return self.judge_inputs(idx, hidden, drafted)
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
+
+
+def _prefix(drafted: str) -> str:
+    """Record column prefix of the judge inputs for a drafted token (data_gen/judge.py)."""
+    if drafted not in ("argmax", "sample"):
+        raise ValueError(f"drafted must be 'argmax' or 'sample', got {drafted!r}")
+    return "" if drafted == "argmax" else "sample_"
 
 
 def input_window(net: RouterNet) -> int:
@@ -125,9 +177,10 @@ def input_window(net: RouterNet) -> int:
 
 @torch.no_grad()
 def router_scores(router: LearnedRouter | RouterNet, view: RecordView, batch: int = 8192,
-                  name: str = "router") -> np.ndarray:
-    """A router's predicted gaps on every row of a view: (N,) cascade head, (N, K) token head.
-    A LearnedRouter is first checked against the view's model pair."""
+                  name: str = "router", drafted: str = "argmax") -> np.ndarray:
+    """A router's predicted gaps on every row of a view: (N,) cascade head, (N, K) token head, (N,)
+    judge head for the drafted token `drafted` (argmax or sample). A LearnedRouter is first checked
+    against the view's model pair."""
     if isinstance(router, LearnedRouter):
         for manifest in view.manifests:
             check_router_pair(router.cfg, manifest, name)
@@ -140,5 +193,6 @@ def router_scores(router: LearnedRouter | RouterNet, view: RecordView, batch: in
     parts = []
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        parts.append(net(torch.from_numpy(np.ascontiguousarray(view.inputs(idx, router.cfg.head, window, hidden)))))
+        x = view.inputs(idx, router.cfg.head, window, hidden, drafted)
+        parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()

@@ -144,7 +144,10 @@ def read_manifest(folder: str | Path) -> dict:
 
 
 def require_hidden_states(folder: str | Path, manifest: dict, role: str) -> None:
-    """Refuse a folder recorded without the drafter's/verifier's hidden states that a router reads."""
+    """Refuse a folder recorded without the hidden states a router reads: the drafter's/verifier's,
+    or "after", the verifier's after reading the drafted token (judge inputs)."""
+    if role == "after":
+        return require_judge(folder, manifest)
     if manifest.get("hidden_states") not in (role, "both"):
         raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
                            f"{manifest.get('hidden_states')}): re-record with hidden_states={role} or both")

@@ -165,8 +165,9 @@ def candidates_from_columns(cols: dict) -> Candidates:
                       p_max=np.asarray(cols["p_max"], np.float64))
 
 
-def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float, float]:
-    """(rejection, quality, deferral, greedy top-1) of keep sets (N, K) of candidates; the rest of q defers.
+def token_rows(keep: np.ndarray, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per position (N,) each: rejection, quality, deferral and greedy top-1 of keep sets (N, K) of
+    candidates; the rest of q defers.
 
     Greedy top-1 is exact: a token outside the candidates has pi = eta p, so the argmax of pi is a
     candidate or the verifier's argmax."""
@@ -185,15 +186,25 @@ def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float
     outside_wins = p_argmax_outside & (eta * cand.p_max > pi_cand[rows, best])
     gold_is_p_argmax = np.isclose(cand.p_gold, cand.p_max) & (cand.p_gold > 0)
     top1 = np.where(outside_wins, gold_is_p_argmax, cand.is_gold[rows, best])
-    return float(rejected.mean()), float(quality.mean()), float(eta.mean()), float(top1.mean())
+    return rejected, quality, eta, top1.astype(np.float64)
+
+
+def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float, float]:
+    """(rejection, quality, deferral, greedy top-1) of keep sets (N, K): the means of `token_rows`."""
+    return tuple(float(x.mean()) for x in token_rows(keep, cand))
+
+
+def token_grid(scores: np.ndarray, points: int = 128) -> np.ndarray:
+    """Thresholds a token-form sweep visits: `points` quantiles of the finite scores."""
+    finite = scores[np.isfinite(scores)]
+    return np.unique(np.quantile(finite, np.linspace(0, 1, points))) if finite.size else np.zeros(0)
 
 
 def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128, q_top1: np.ndarray | None = None) -> Curve:
     """The sweep of 'keep v iff score <= t' over `points` score quantiles, plus keep-everything
     (the drafter; its top-1 is mean(q_top1) when given) and keep-nothing; sorted by rejection."""
     scores = np.asarray(scores, dtype=np.float64)
-    finite = scores[np.isfinite(scores)]
-    grid = np.unique(np.quantile(finite, np.linspace(0, 1, points))) if finite.size else np.zeros(0)
+    grid = token_grid(scores, points)
     drafter_top1 = float(np.mean(q_top1)) if q_top1 is not None else float(cand.is_gold[:, 0].mean())
     pts = [(0.0, float(cand.q_gold.mean()), 0.0, drafter_top1, np.inf)]  # alpha = +inf keeps every token
     pts += [(*token_point(scores <= t, cand), t) for t in (-np.inf, *grid)]

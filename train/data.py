@@ -15,7 +15,7 @@ import torch
 
 from router.record_view import RecordView
 from router.records import load_records, read_manifest, require_hidden_states
-from train.targets import TOKEN_TARGET, labels
+from train.targets import JUDGE_TARGET, TOKEN_TARGET, labels
 
 
 class RecordSplit(RecordView):
@@ -26,6 +26,9 @@ class RecordSplit(RecordView):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(f"target {target!r} with head {head!r}: the token head learns target {TOKEN_TARGET} "
                              f"and that target needs head: token")
+        if head == "judge" and target != JUDGE_TARGET:
+            raise ValueError(f"target {target!r} with head judge: a judge decides the drafter's argmax d and learns "
+                             f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d)")
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows)
         self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
@@ -42,7 +45,8 @@ class RecordSplit(RecordView):
 
 
 def hidden_size(folder: str, role: str) -> int:
-    """Width of the drafter's/verifier's hidden states recorded in a folder."""
+    """Width of the drafter's/verifier's hidden states (or "after": the verifier's after the drafted
+    token) recorded in a folder."""
     require_hidden_states(folder, read_manifest(folder), role)
     first = load_records(folder, split="train").select_columns([f"{role}_hidden"])[0]
     return len(first[f"{role}_hidden"])

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from router.config import ConfigError, check_minimum, config_to_dict
-from router.features import FEATURE_NAMES
+from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
 from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, pair_of, save_router
 from router.records import RecordsError, manifest_id, read_manifest
 from router.console import summary_table, wandb_offline
@@ -35,11 +35,12 @@ class TrainConfig:
     records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # record folders
     mode: str = "gold"                 # which recorded trajectories to learn from
     arch: str = "mlp"                  # linear | mlp | gru
-    head: str = "cascade"              # cascade | token (scores each drafter candidate; target token_label)
+    head: str = "cascade"              # cascade | token (scores each drafter candidate; target token_label) |
+                                       # judge (decides the drafted token; target greedy_01_gap; judge records)
     width: int = 64
     depth: int = 2
     window: int = 4                    # gru context
-    hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]
+    hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
     target: str = "expected_01_gap"    # logloss_gap | expected_01_gap | greedy_01_gap | token_label
     loss: str = "mse"                  # mse | cost_sensitive
     lr: float = 1e-3
@@ -118,12 +119,17 @@ def _run_train(cfg: TrainConfig) -> dict:
     if len(np.unique(train.y > 0)) < 2:
         warnings.warn("every training label falls on one side of 0 (no position where deferring pays, or all do): "
                       "the router will be trivial; record more or other data")
+    if cfg.head == "judge":
+        train.judge_columns()  # reads the token class table the judge carries into its export
     router_cfg = RouterConfig(arch=cfg.arch, head=cfg.head, width=cfg.width, depth=cfg.depth, window=cfg.window,
                               token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
                               hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
                               records_id=",".join(manifest_id(m) for m in manifests), pair=pair_of(manifests[0]),
-                              alpha_grid=list(cfg.alpha_grid))
+                              alpha_grid=list(cfg.alpha_grid),
+                              vocab=len(train.token_classes) if cfg.head == "judge" else 0)
     module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y)
+    if cfg.head == "judge":
+        module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
     _standardise(module, train)
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
     trainer = L.Trainer(max_epochs=cfg.max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
@@ -187,9 +193,10 @@ def _log_wandb(trainer, table: list[dict], out: Path) -> None:
 def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
     hidden = f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else ""
-    rows = [("router", f"{cfg.arch}, {cfg.head} head, on {len(FEATURE_NAMES)} features{hidden}"),
+    n_features = len(JUDGE_FEATURE_NAMES if cfg.head == "judge" else FEATURE_NAMES)
+    rows = [("router", f"{cfg.arch}, {cfg.head} head, on {n_features} features{hidden}"),
             ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
-            ("val area (0 drafter, 1 oracle)", f"{r['area']:.4f}"),
+            ("val area (0 drafter, 1 oracle)" + (", greedy view" if cfg.head == "judge" else ""), f"{r['area']:.4f}"),
             ("best plug-in area", f"{pl['best_plugin']:.4f} ("
              + ", ".join(f"{name} {area:.4f}" for name, area in pl.items() if name != "best_plugin") + ")"),
             ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 TOKEN_TARGET = "token_label"  # per drafted token v: 1[v != y] - (1 - p(y)); token head only (train/data.py)
+JUDGE_TARGET = "greedy_01_gap"  # the judge head's label: the greedy gap of keeping the drafter's argmax
 TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap", TOKEN_TARGET)
 EPS = 1e-12
 

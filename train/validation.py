@@ -16,24 +16,40 @@ import numpy as np
 
 from router.record_view import RecordView
 from router.tradeoff import normalised_area, oracle_curve, router_curve, rule_curves
+from router.views import cascade_sweep, example_index, greedy_columns, method_sweeps
 
 
-def _curves(view: RecordView, learned: np.ndarray | None = None) -> dict:
+def _curves(view: RecordView, learned: np.ndarray | None = None, judge: bool = False) -> dict:
+    """Offline curves of the rules (and the router's predictions): a judge in the greedy view, where
+    it decides, next to the rules in that view; other routers next to them at temperature 1."""
+    if judge:
+        g = greedy_columns(view)
+        index, n_ex = example_index(view)
+        out = {name: s.curve() for name, s in method_sweeps(view, {}, ("greedy",))["greedy"].items()}
+        if learned is not None:
+            out["router"] = cascade_sweep(learned, g["cost"], g["q_val"], g["p_val"], index, n_ex).curve()
+        return out
     out = {"oracle": oracle_curve(view.cols), **rule_curves(view.cols, view.cand)}
     if learned is not None:
         out["router"] = router_curve(learned, view.cols, view.cand)
     return out
 
 
+def _is_judge(view: RecordView) -> bool:
+    """Rows labelled for a judge head (train.data.RecordSplit) are compared in the greedy view."""
+    return getattr(view, "head", None) == "judge"
+
+
 def plugin_areas(view: RecordView) -> dict:
-    """Normalised area of every rule with an offline score, and the best of them."""
-    curves = _curves(view)
+    """Normalised area of every rule with an offline score, and the best of them (greedy view for a judge)."""
+    curves = _curves(view, judge=_is_judge(view))
     areas = {name: normalised_area(c, curves["oracle"]) for name, c in curves.items() if name != "oracle"}
     return {**areas, "best_plugin": max(areas.values())}
 
 
 def router_metrics(pred: np.ndarray, gap: np.ndarray, view: RecordView, regression: bool) -> dict:
-    """AUC, calibration and area of predictions (N,) (cascade) or (N, K) (token head)."""
+    """AUC, calibration and area of predictions (N,) (cascade, judge) or (N, K) (token head); a
+    judge's area is its greedy view's (router.views)."""
     from sklearn.metrics import roc_auc_score
 
     weight = view.cand.q.reshape(-1) if np.ndim(pred) == 2 else None
@@ -43,7 +59,11 @@ def router_metrics(pred: np.ndarray, gap: np.ndarray, view: RecordView, regressi
         if 0 < oracle_label.sum() < len(flat_gap) else float("nan")
     # only the router's and the oracle's curves: this runs every validation epoch, and the plug-in
     # rules' curves (constant across epochs) were 85% of its time
-    area = normalised_area(router_curve(pred, view.cols, view.cand), oracle_curve(view.cols))
+    if _is_judge(view):
+        curves = _curves(view, pred, judge=True)
+        area = normalised_area(curves["router"], curves["oracle"])
+    else:
+        area = normalised_area(router_curve(pred, view.cols, view.cand), oracle_curve(view.cols))
     return {"auc": auc, "calibration": calibration_error(flat_pred, flat_gap) if regression else float("nan"),
             "area": area}
 
@@ -57,7 +77,7 @@ def calibration_error(pred: np.ndarray, gap: np.ndarray, bins: int = 10) -> floa
 def tradeoff_table(pred: np.ndarray, view: RecordView) -> list[dict]:
     """Curve points of the router and the plug-in rules, for CSV / W&B tables and plots."""
     rows = []
-    for name, c in _curves(view, pred).items():
+    for name, c in _curves(view, pred, _is_judge(view)).items():
         step = max(1, len(c.rejection) // 200)
         rows += [{"method": name, "rejection": float(r), "quality": float(q)}
                  for r, q in zip(c.rejection[::step], c.quality[::step])]

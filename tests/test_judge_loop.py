@@ -1,0 +1,141 @@
+"""Judge routers: what the loop samples with one, and the tiny pipeline record -> train -> decode -> views."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import StubLM
+from data_gen.recorder import GenConfig, Recorder, run_gen
+from router.decoding import generate
+from router.model import RouterError, load_router
+from router.record_view import RecordView
+from router.tiny import tiny_pair
+from router.views import best_of, areas, compare, method_sweeps
+from train.run import TrainConfig, run_train
+
+V = 8
+Q = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.05, 0.05, 0.03, 0.02])
+P = torch.tensor([0.05, 0.40, 0.05, 0.30, 0.10, 0.02, 0.03, 0.05])
+KEEP = {0, 4}  # the stub judge keeps these drafted tokens, verifies the others losslessly
+
+
+class StubJudge:
+    """A judge whose decision depends on the drafted token only."""
+
+    name, form, hidden_inputs, bonus_needs_drafter = "stub_judge", "judge", (), False
+
+    def check_alpha(self, alpha):
+        return float(alpha)
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, drafts=None, next_p_raw=None, hidden=None):
+        keep = torch.zeros_like(drafts, dtype=torch.bool)
+        for v in KEEP:
+            keep |= drafts == v
+        return torch.where(keep[..., None], torch.nn.functional.one_hot(drafts, q.shape[-1]).to(p.dtype), p)
+
+
+def judge_distribution(q, p, keep):
+    """pi(v) = q(v) [v kept] + min(q(v), p(v)) [v verified] + beta norm(max(0, p - q))(v),
+    beta = sum over verified u of max(0, q(u) - p(u)): the distribution docs/method.md states."""
+    kept = torch.tensor([v in keep for v in range(len(q))])
+    beta = torch.where(kept, 0.0, (q - p).clamp_min(0)).sum()
+    residual = (p - q).clamp_min(0) / (p - q).clamp_min(0).sum()
+    return torch.where(kept, q, torch.minimum(q, p)) + beta * residual
+
+
+def test_judge_sampler_draws_the_stated_distribution():
+    drafter = StubLM(probs=lambda t: Q, vocab=V)
+    verifier = StubLM(probs=lambda t: P, vocab=V)
+    n = 20000
+    out = generate(drafter, verifier, torch.full((n, 1), 3), rule=StubJudge(), gamma=1, temperature=1.0,
+                   max_new_tokens=1, seed=3)
+    first = out.sequences[:, 1]
+    freq = torch.bincount(first, minlength=V).double() / n
+    expected = judge_distribution(Q.double(), P.double(), KEEP)
+    assert torch.allclose(expected.sum(), torch.tensor(1.0, dtype=torch.float64))
+    stat = float(((freq - expected) ** 2 / expected).sum() * n)  # chi-square, 7 degrees of freedom
+    assert stat < 24.3, (freq, expected)  # p = 0.001
+    # its rejection rate: drafts verified and refused, E = sum over verified v of max(0, q(v) - p(v))
+    refused = sum(max(0.0, float(Q[v] - P[v])) for v in range(V) if v not in KEEP)
+    assert abs(out.stats["rejection_rate"] - refused) < 0.015
+    assert abs(out.stats["expected_rejection_rate"] - refused) < 0.015
+
+
+@pytest.fixture(scope="module")
+def judge_router(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("judge")
+    pair = tiny_pair(seed=2)
+    data = tmp / "qa.jsonl"
+    # gold = the tiny verifier's own greedy text: random models never write real answers, and the
+    # judge needs positions where the drafter's token is (and is not) the gold one
+    rows, ascii_ids = [], set(range(32 + 3, 127 + 3))  # byte b is id b + 3: printable ASCII round-trips
+    suppress = [i for i in range(259) if i not in ascii_ids]
+    for i in range(40):
+        prompt = f"Add {i} and {i + 3}.\nA:"
+        ids = torch.tensor([pair[2].encode(prompt)])
+        out = pair[1].generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                               suppress_tokens=suppress)
+        rows.append({"id": f"q{i}", "question": prompt, "answer": pair[2].decode(out[0, ids.shape[1]:])})
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = GenConfig(task="custom", data_path=str(data), prompt_field="question", reference_field="answer",
+                    id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", batch_size=8,
+                    examples_per_shard=16, output=str(tmp / "rec"), hidden_states="verifier", judge=True,
+                    split_fractions=[0.5, 0.25, 0.25])
+    run_gen(cfg, Recorder(cfg, *pair))
+    train = TrainConfig(records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", loss="cost_sensitive",
+                        hidden_inputs=["after", "verifier"], max_epochs=3, batch_size=128,
+                        output=str(tmp / "judge"))
+    metrics = run_train(train)
+    return load_router(tmp / "judge"), pair, tmp / "rec", metrics
+
+
+def test_judge_trains_exports_and_reports_the_greedy_view(judge_router):
+    router, _, _, metrics = judge_router
+    assert router.form == "judge" and not router.bonus_needs_drafter
+    assert router.cfg.hidden_sizes["after"] == router.cfg.hidden_sizes["verifier"] > 0
+    assert int(router.net.token_classes.sum()) > 0  # the class table travelled with the export
+    assert 0 <= metrics["router"]["area"] <= 1.5 and "token_v2" in metrics["plugins"]
+
+
+@pytest.mark.parametrize("alpha,reference", [(1e9, "drafter"), (-1e9, "verifier")])
+def test_judge_in_the_loop_is_exact_at_its_ends(judge_router, alpha, reference):
+    """Temperature 0: keeping every draft is the drafter's greedy output; keeping none the verifier's."""
+    router, (drafter, verifier, tok), _, _ = judge_router
+    prompts = [tok.encode("Add 3 and 6.\nA:"), tok.encode("Add 10 and 13.\nA:")]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    out = generate(drafter, verifier, ids, rule=router, alpha=alpha, gamma=3, max_new_tokens=12,
+                   attention_mask=mask)
+    model = drafter if reference == "drafter" else verifier
+    for b, prompt in enumerate(prompts):
+        ref = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                             do_sample=False, max_new_tokens=12)[0, len(prompt):].tolist()
+        got = out.sequences[b, width:][out.sources[b] >= 0].tolist()
+        assert got == ref[: len(got)] and len(got) == min(12, len(ref))
+    generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=3, max_new_tokens=6, attention_mask=mask,
+             temperature=1.0)  # a well-defined sampler at temperature 1 too
+
+
+def test_judge_needs_drafts(judge_router):
+    router = judge_router[0]
+    q = torch.full((2, 259), 1 / 259)
+    with pytest.raises(RouterError, match="judge"):
+        router.target(q, q, 0.0)
+
+
+def test_views_give_gap_closed_with_intervals_over_examples(judge_router):
+    router, _, rec, _ = judge_router
+    val, test = RecordView([str(rec)], "validation"), RecordView([str(rec)], "test")
+    routers = {"judge": router}
+    chosen = {view: best_of(areas(s), [n for n in s if n not in ("oracle", "judge")])
+              for view, s in method_sweeps(val, routers).items()}
+    for view, sweeps in method_sweeps(test, routers).items():
+        out = compare(sweeps, chosen[view], replicates=200)
+        best = out["methods"][chosen[view]]
+        assert best["gap_closed"] == pytest.approx(0.0) and out["methods"]["oracle"]["gap_closed"] == pytest.approx(1.0)
+        lo, hi = out["methods"]["judge"]["gap_closed_ci"]
+        assert lo <= hi and np.isfinite([lo, hi]).all()
+        assert out["examples"] == len(set(test.traj))
