@@ -23,6 +23,8 @@ import numpy as np
 
 from router.model import LearnedRouter, RouterError
 from router.record_view import RecordView, router_scores
+from router.rules import offline_rules
+from router.views import areas, best_of, compare, method_sweeps
 from router.tradeoff import (Curve, normalised_area, oracle_curve, quality_at, random_curve, router_curve,
                              rule_curves, token_curve)
 
@@ -55,7 +57,28 @@ def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
     rnd.top1 = q_top1.mean() + rnd.deferral * (p_top1.mean() - q_top1.mean())
     out["random"] = rnd
     for name, router in routers.items():
-        out[name] = router_curve(router_scores(router, data, name=name), c, data.cand, q_top1, p_top1)
+        if router.cfg.head == "judge":  # its pi depends on the draft: Monte Carlo over the recorded samples
+            out[name] = method_sweeps(data, {name: router}, ("t1",))["t1"][name].curve()
+        else:
+            out[name] = router_curve(router_scores(router, data, name=name), c, data.cand, q_top1, p_top1)
+    return out
+
+
+def compare_views(folders: list[str], test: RecordView, routers: dict[str, LearnedRouter],
+                  replicates: int = 1000) -> dict:
+    """The greedy and temperature-1 views (router.views) on the test split, with the best rule and the
+    best router of each view chosen on the validation split: per method the area, the share of the
+    gap between the best rule and the oracle it closes, and 95% bootstrap intervals over examples."""
+    val = RecordView(folders, "validation", hidden_inputs=())
+    chosen = {}
+    for view, sweeps in method_sweeps(val, routers).items():
+        point = areas(sweeps)
+        chosen[view] = {"best_rule": best_of(point, offline_rules()),
+                        "best_router": best_of(point, routers) if routers else None,
+                        "validation_areas": point}
+    out = {}
+    for view, sweeps in method_sweeps(test, routers).items():
+        out[view] = {**compare(sweeps, chosen[view]["best_rule"], replicates), **chosen[view]}
     return out
 
 

@@ -14,6 +14,7 @@ from eval.offline import BOUNDS, REFERENCE_METHODS
 from eval.online import BASELINES
 from router.files import write_csv, write_text
 from router.rules import rule_names
+from router.views import VIEW_TITLES
 
 REFERENCE_STYLE = {"verifier": dict(color="black", linestyle="--"), "drafter": dict(color="grey", linestyle=":")}
 SKIP_LINES = ("verifier", "drafter")
@@ -124,6 +125,28 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def view_sections(views: dict) -> list[str]:
+    """report.md tables of the greedy and temperature-1 views: gap closed with intervals over examples."""
+    parts = []
+    for view, v in views.items():
+        parts += [f"### {VIEW_TITLES[view]}", "",
+                  f"Test split, {v['examples']} examples. Best rule **{v['best_rule']}** and best router "
+                  f"**{v['best_router']}** chosen on the validation split. Gap closed = (area - area of "
+                  f"{v['best_rule']}) / (area of the oracle - area of {v['best_rule']}); areas over rejection rates "
+                  f"[0, {v['span']:.4f}] (the oracle's range); 95% percentile bootstrap intervals over test "
+                  f"examples ({v['replicates']} replicates).", ""]
+        rows = sorted(v["methods"].items(), key=lambda kv: -kv[1]["gap_closed"] if not math.isnan(kv[1]["gap_closed"])
+                      else math.inf)
+        parts += [markdown_table(["method", "gap closed", "95% interval", "normalised area", "95% interval"],
+                                 [[n, m["gap_closed"], _ci(m["gap_closed_ci"]), m["normalised_area"],
+                                   _ci(m["normalised_area_ci"])] for n, m in rows]), ""]
+    return parts
+
+
+def _ci(interval) -> str:
+    return f"[{interval[0]:.3f}, {interval[1]:.3f}]"
+
+
 def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plots: list[Path]) -> None:
     parts = [f"# specroute eval: {cfg.name}", "",
              f"Records: {', '.join(cfg.records)}; routers: {', '.join(cfg.routers) or 'none'}; gamma {cfg.gamma}, "
@@ -142,6 +165,7 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
                   f"Drafter: quality {refs['drafter']['quality']:.4f}, top-1 {refs['drafter']['top1']:.4f}; verifier: "
                   f"quality {refs['verifier']['quality']:.4f}, top-1 {refs['verifier']['top1']:.4f}, rejection "
                   f"{refs['verifier']['rejection']:.4f}.", ""]
+        parts += view_sections(offline["views"])
     if online:
         pts = online["points"]
         parts += ["## Online (real decoding loop, task metric)", "",

@@ -18,7 +18,8 @@ import torch
 
 from eval.executor import SANDBOXES
 from eval.task_metrics import get_metric
-from eval.offline import REFERENCE_METHODS, curve_rows, load_held_out, load_routers, method_curves, summarise
+from eval.offline import (REFERENCE_METHODS, compare_views, curve_rows, load_held_out, load_routers, method_curves,
+                          summarise)
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas_at_rejection, known_method,
                          prepare_prompts, run_grid, table_forms)
 from eval.report import offline_plots, online_plots, write_curves_csv, write_report
@@ -28,6 +29,7 @@ from router.prompts import context_length, prompt_limit
 from router.records import RecordsError, read_examples, read_manifest
 from router.console import summary_table, wandb_offline
 from router.files import output_lock, write_json
+from router.views import VIEW_TITLES
 from router.rules import get_rule, online_rules, rule_names
 
 
@@ -55,6 +57,7 @@ class EvalConfig:
     dtype: str = "auto"                  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"
     cost_ratio: float | None = None      # drafter/verifier seconds per token; default measured
+    bootstrap: int = 1000                # replicates (over test examples) of the offline views' intervals
     metric: str | None = None            # default: the task's metric
     sandbox: str = "auto"                # code tasks: auto/bwrap (isolated; refused without bubblewrap) or python
     logger: str = "csv"                  # csv | wandb
@@ -64,7 +67,7 @@ class EvalConfig:
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
-        check_minimum(self, 1, "gamma", "max_prompts", "max_new_tokens", "batch_size")
+        check_minimum(self, 1, "gamma", "max_prompts", "max_new_tokens", "batch_size", "bootstrap")
         check_minimum(self, 0, "temperature")
         if self.cost_ratio is not None and not self.cost_ratio > 0:
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
@@ -184,7 +187,8 @@ def _run_eval(cfg: EvalConfig) -> dict:
     if cfg.offline:
         cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0])
         offline = {"positions": len(held_out.cols["tv"]), "cost_ratio": cost_ratio, "cost_ratio_source": source,
-                   "summary": summarise(curves, held_out, cfg.gamma, cost_ratio)}
+                   "summary": summarise(curves, held_out, cfg.gamma, cost_ratio),
+                   "views": compare_views(cfg.records, held_out, routers, cfg.bootstrap)}
         rows = curve_rows(curves, cfg.gamma, cost_ratio)
     online_rows = [{"stage": "online", "method": p["method"], "alpha": p["alpha"], "rejection": p["rejection_rate"],
                     "quality": p["quality"], "top1": math.nan, "relative_latency": p["relative_latency"]}
@@ -252,6 +256,18 @@ def _log_wandb(cfg: EvalConfig, metrics: dict, out: Path, plots: list[Path]) -> 
     run.finish()
 
 
+def view_lines(views: dict) -> list[str]:
+    """Gap closed per view for the best rule's rivals: the routers, the oracle and the other rules."""
+    lines = []
+    for view, v in views.items():
+        lines.append(f"\n{VIEW_TITLES[view]}: gap closed vs {v['best_rule']} (chosen on validation), test, "
+                     f"95% interval over {v['examples']} examples")
+        for name, m in sorted(v["methods"].items(), key=lambda kv: -np.nan_to_num(kv[1]["gap_closed"], nan=-9)):
+            lo, hi = m["gap_closed_ci"]
+            lines.append(f"  {name:<20}{m['gap_closed']:>9.3f}  [{lo:.3f}, {hi:.3f}]   area {m['normalised_area']:.4f}")
+    return lines
+
+
 def print_eval_summary(metrics: dict, out: Path) -> None:
     lines = []
     if metrics["online"]:
@@ -262,6 +278,7 @@ def print_eval_summary(metrics: dict, out: Path) -> None:
             lines.append(f"{p['method']:<22}{p['alpha']:>8.3g}{p['quality']:>9.3f}{p['relative_latency']:>14.3f}"
                          f"{p['verifier_calls_per_token']:>14.3f}{p['rejection_rate']:>11.3f}")
     if metrics["offline"]:
+        lines += view_lines(metrics["offline"]["views"])
         s = metrics["offline"]["summary"]["methods"]
         lines.append(f"\n{'offline method':<22}{'area':>8}{'best quality':>14}{'latency @ verifier quality':>28}")
         for m, v in sorted(s.items(), key=lambda kv: -np.nan_to_num(kv[1]["area"], nan=-np.inf)):

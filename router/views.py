@@ -33,6 +33,7 @@ from router.rules import get_rule, offline_rules, ratio_score
 from router.tradeoff import Curve, area, learned_defer_scores, oracle_scores, token_grid, token_rows
 
 VIEWS = ("greedy", "t1")
+VIEW_TITLES = {"greedy": "greedy view (emitted token = gold)", "t1": "temperature-1 view (expected gold probability)"}
 GRID = 256  # thresholds per cascade-form sweep (quantiles of the scores)
 
 

@@ -139,3 +139,20 @@ def test_views_give_gap_closed_with_intervals_over_examples(judge_router):
         lo, hi = out["methods"]["judge"]["gap_closed_ci"]
         assert lo <= hi and np.isfinite([lo, hi]).all()
         assert out["examples"] == len(set(test.traj))
+
+
+def test_eval_runs_a_judge_offline_and_online(judge_router, tmp_path):
+    from eval.run import EvalConfig, run_eval
+
+    router, _, rec, _ = judge_router
+    folder = rec.parent / "judge"
+    cfg = EvalConfig(records=[str(rec)], routers=[str(folder)], online_methods=["judge", "token_v2"],
+                     max_prompts=2, max_new_tokens=6, metric="exact_match", bootstrap=100, drafter="tiny:drafter",
+                     verifier="tiny:verifier", dtype="float32", output=str(tmp_path / "eval"))
+    metrics = run_eval(cfg)
+    views = metrics["offline"]["views"]
+    assert set(views) == {"greedy", "t1"} and views["greedy"]["best_router"] == "judge"
+    assert "judge" in views["t1"]["methods"] and "judge" in metrics["offline"]["summary"]["methods"]
+    assert {p["method"] for p in metrics["online"]["points"]} >= {"judge", "token_v2", "verifier"}
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert "greedy view" in report and "gap closed" in report
