@@ -137,7 +137,8 @@ class Recorder:
         self.vocab = check_pair(drafter, verifier)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.context = context_length(drafter, verifier)
-        self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0)
+        self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0,
+                           judge_tree_tokens=0)  # tokens of the judge's extra verifier pass (data_gen/judge.py)
 
     # ---- one example -> token ids -------------------------------------------------------------
     def prompt_ids(self, ex: Example) -> list[int]:
@@ -199,6 +200,9 @@ class Recorder:
                            judge=self.cfg.judge)
         for ex, row in zip(exs, rows):
             n = len(row["token"])
+            if self.cfg.judge:  # the argmax and the sample, where each differs from the trajectory's token
+                self.counts["judge_tree_tokens"] += int((row["q_argmax"] != row["token"]).sum()
+                                                        + (row["draft_token"] != row["token"]).sum())
             row.update(example_id=[ex.example_id] * n, task=[self.cfg.task] * n, split=[split] * n, mode=[mode] * n)
         return rows
 

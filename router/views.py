@@ -142,12 +142,28 @@ def method_sweeps(view: RecordView, routers: dict, views=VIEWS) -> dict[str, dic
 
 
 def _greedy_router_score(router, view: RecordView, name: str) -> np.ndarray:
-    scores = router_scores(router, view, name=name)
-    if router.cfg.head == "judge":
-        return scores  # its predicted gap of keeping d
-    if scores.ndim == 2:
-        return scores[:, 0]  # token head: the score of d, candidate 0
-    return learned_defer_scores(scores, view.cols["tv"])
+    return greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
+
+
+def greedy_score(predictions: np.ndarray, head: str, tv: np.ndarray) -> np.ndarray:
+    """A router's greedy-view defer score for the drafter's argmax d from its predictions on a view."""
+    if head == "judge":
+        return predictions  # its predicted gap of keeping d
+    if np.ndim(predictions) == 2:
+        return predictions[:, 0]  # token head: the score of d, candidate 0
+    return learned_defer_scores(predictions, tv)
+
+
+def greedy_areas(view: RecordView, predictions: np.ndarray | None = None, head: str = "cascade") -> dict:
+    """Normalised greedy-view areas (oracle 1, drafter 0) of every rule and, given its predictions on
+    the view, a router ("router"): what the demo chooses online methods by (it decodes greedily)."""
+    sweeps = method_sweeps(view, {}, ("greedy",))["greedy"]
+    if predictions is not None:
+        g, (index, n_ex) = greedy_columns(view), example_index(view)
+        sweeps["router"] = cascade_sweep(greedy_score(predictions, head, view.cols["tv"]), g["cost"], g["q_val"],
+                                         g["p_val"], index, n_ex)
+    point = areas(sweeps)
+    return {name: a / point["oracle"] if point["oracle"] > 0 else 0.0 for name, a in point.items() if name != "oracle"}
 
 
 def _t1_router_sweep(router, view: RecordView, name: str, index, n_ex) -> Sweep:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
 
-ROUTERS = {"mlp": ["arch=mlp"], "gru": ["arch=gru", "window=4"], "token": ["arch=mlp", "head=token",
-                                                                          "target=token_label"]}
+ROUTERS = {"mlp": ["arch=mlp"], "gru": ["arch=gru", "window=4"],
+           "token": ["arch=mlp", "head=token", "target=token_label"],
+           # the verifier's view of the drafted token (its state after reading it and its lookahead)
+           "judge": ["arch=mlp", "head=judge", "target=greedy_01_gap", "hidden_inputs=[after]"]}
 
 
 @dataclass
@@ -91,17 +93,27 @@ def gen_overrides(task: str, p: Preset, out: Path, mode: str) -> list[str]:
     """The `specroute gen` overrides of one record folder (the estimate plans from the same ones)."""
     common = [*p.models, f"batch_size={p.gen_batch}", "hidden_states=none",
               f"max_continuation_tokens={p.max_continuation_tokens}", f"modes=[{mode}]"]
-    if mode == "gold":
-        return [*common, f"max_examples={p.gold_examples}", f"output={record_folder(out, task, mode)}"]
+    if mode == "gold":  # with the judge inputs the judge router reads (one more verifier pass)
+        return [*common, f"max_examples={p.gold_examples}", "judge=true", f"output={record_folder(out, task, mode)}"]
     return [*common, f"max_examples={p.rollout_examples}", f"rollout_max_new_tokens={p.rollout_tokens}",
             f"output={record_folder(out, task, mode)}"]
+
+
+def _recorded_without_judge(folder: Path) -> bool:
+    """A finished gold folder from before judge inputs existed (the judge router cannot train on it)."""
+    manifest = folder / "manifest.json"
+    return manifest.exists() and not json.loads(manifest.read_text()).get("judge")
 
 
 def record(out: Path, p: Preset) -> dict:
     folders = {}
     for task in p.tasks:
         for mode in ("gold", "rollout"):
-            run_stage("gen", f"configs/gen/{task}.yaml", gen_overrides(task, p, out, mode))
+            extra = []
+            if mode == "gold" and _recorded_without_judge(record_folder(out, task, mode)):
+                print(f"{record_folder(out, task, mode)} was recorded without judge inputs: recording it again")
+                extra = ["overwrite=true"]
+            run_stage("gen", f"configs/gen/{task}.yaml", gen_overrides(task, p, out, mode) + extra)
         folders[task] = {mode: record_folder(out, task, mode) for mode in ("gold", "rollout")}
     return folders
 
@@ -120,7 +132,8 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     from router.pair import load_pair
 
     gen_left = [(t, m) for t in p.tasks for m in ("gold", "rollout")
-                if not (record_folder(out, t, m) / "manifest.json").exists()]
+                if not (record_folder(out, t, m) / "manifest.json").exists()
+                or (m == "gold" and _recorded_without_judge(record_folder(out, t, m)))]
     routers_left = [n for n in ROUTERS if not _router_done(out / "routers" / n)]
     eval_left = [t for t in p.tasks if not (out / "eval" / t / "metrics.json").exists()]
     if not (gen_left or routers_left or eval_left):
@@ -137,7 +150,7 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
         gold = planned_batches(configs[(task, "gold")], Recorder(configs[(task, "gold")], drafter, verifier, tokenizer))
         train_rows += sum(c for split, _, lengths in gold if split != "test" for _, c in lengths)
         if (task, "gold") in gen_left:
-            record_s += record_seconds(gold, costs, 0) + load_seconds
+            record_s += record_seconds(gold, costs, 0, judge=True) + load_seconds
         if (task, "rollout") in gen_left:
             cfg = configs[(task, "rollout")]
             record_s += record_seconds(planned_batches(cfg, Recorder(cfg, drafter, verifier, tokenizer)), costs,
@@ -176,12 +189,13 @@ def _timed(seconds: dict, stage: str, run):
 
 
 def choose_online_methods(trained: dict) -> list[str]:
-    """The best learned router and the best plug-in rule of each form, by *validation* area (the test
-    split stays untouched for the comparison), plus lossless."""
+    """The best learned router and the best plug-in rule of each form, by *validation* area in the
+    greedy view (online decoding is greedy; the test split stays untouched for the comparison), plus
+    lossless."""
     from router.rules import rules_of_form
 
-    best_router = max(trained, key=lambda n: trained[n]["router"]["area"])
-    plugins = next(iter(trained.values()))["plugins"]  # validation areas of every rule with an offline score
+    best_router = max(trained, key=lambda n: trained[n]["router"]["greedy_area"])
+    plugins = next(iter(trained.values()))["plugins_greedy"]  # validation greedy areas of every offline rule
     best_rules = [max((n for n in rules_of_form(form) if n in plugins), key=lambda n: plugins[n])
                   for form in ("cascade", "token") if any(n in plugins for n in rules_of_form(form))]
     return [best_router, *best_rules, "lossless"]  # lossless: standard speculative decoding, the reference
@@ -227,6 +241,28 @@ def results_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def gap_closed(results: dict) -> dict:
+    """Per task and view: the best rule (chosen on validation) and each router's share of the gap
+    to the oracle it closes on the test split, with its 95% interval over test examples."""
+    out = {}
+    for task, m in results.items():
+        out[task] = {view: {"best_rule": v["best_rule"], "best_router": v["best_router"], "examples": v["examples"],
+                            "routers": {n: [r["gap_closed"], *r["gap_closed_ci"]] for n, r in v["methods"].items()
+                                        if n in ROUTERS}}
+                     for view, v in m["offline"]["views"].items()}
+    return out
+
+
+def gap_table(gaps: dict) -> str:
+    lines = [f"{'task':<8}{'view':<8}{'router':<10}{'gap closed':>12}{'95% interval':>20}   vs best rule (validation)"]
+    for task, views in gaps.items():
+        for view, v in views.items():
+            for name, (gc, lo, hi) in v["routers"].items():
+                lines.append(f"{task:<8}{view:<8}{name:<10}{gc:>12.3f}{f'[{lo:.3f}, {hi:.3f}]':>20}   {v['best_rule']}, "
+                             f"{v['examples']} test examples")
+    return "\n".join(lines)
+
+
 def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False) -> dict:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
@@ -263,12 +299,16 @@ def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False
                "plugin_validation_areas": next(iter(trained.values()))["plugins"],
                "gold_vs_rollout": shift(folders),
                "online": {task: m["online"] for task, m in results.items()},
+               "gap_closed": gap_closed(results),
                "reports": {task: str(out / "eval" / task / "report.md") for task in results}}
     from router.files import write_json
 
     write_json(out / "demo_summary.json", summary)
     print("\n" + "=" * 90 + f"\nspecroute demo ({preset}) results: online, held-out prompts, real task metrics\n")
     print(results_table(results))
+    print("\noffline, test split: share of the gap between the best rule and the oracle each router closes "
+          "(greedy: emitted token = gold; t1: expected gold probability)\n")
+    print(gap_table(summary["gap_closed"]))
     print("\nreports and plots:")
     for task in results:
         print(f"  {out / 'eval' / task / 'report.md'}  (+ *.png next to it)")

@@ -19,6 +19,9 @@ TRAIN_START_SECONDS = 5.0  # per router: Lightning set-up, loading records, fina
 TRAIN_ROW_EPOCH_SECONDS = 3e-5
 OFFLINE_SECONDS = 5.0      # per task: every method's offline curve on the held-out records
 RECORD_OVERHEAD = 1.1      # statistics, features and writes on top of the two forwards (benchmarks/gen.py)
+# judge inputs: substituted tokens per continuation token in the extra verifier pass (the argmax and
+# the sample where each differs from the gold token; counts["judge_tree_tokens"] / tokens of a recording)
+JUDGE_TREE_SHARE = 0.9
 TOKENS_PER_BLOCK = 4.0     # greedy, gamma 5: the 0.5B/1.5B pair keeps about 4 tokens per block
 BONUS_SHARE = 0.5          # share of blocks accepted whole, which pay one more drafter forward
 
@@ -53,13 +56,15 @@ def train_seconds(rows: int, epochs: int) -> float:
 
 
 def record_seconds(batches: list[tuple[str, str, list[tuple[int, int]]]], costs: PairCosts,
-                   rollout_tokens: int) -> float:
+                   rollout_tokens: int, judge: bool = False) -> float:
     """One teacher-forced forward of each model per left-padded batch (+ the drafter's sampling
-    steps in rollout mode), as `specroute gen` runs them."""
+    steps in rollout mode, + the judge inputs' verifier pass), as `specroute gen` runs them."""
     seconds = 0.0
     for _, mode, lengths in batches:
         padded = len(lengths) * max(p + c for p, c in lengths)
         seconds += padded * (costs.drafter_prefill + costs.verifier_prefill) * RECORD_OVERHEAD
+        if judge:
+            seconds += sum(c for _, c in lengths) * JUDGE_TREE_SHARE * costs.verifier_prefill
         if mode == "rollout":
             seconds += rollout_tokens * costs.drafter_step
     return seconds

@@ -21,7 +21,11 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
         shift = summary["gold_vs_rollout"][task]
         assert shift["gold"]["positions"] > 0 and shift["rollout"]["positions"] > 0
         assert 0 < shift["gold"]["top1_agreement"] <= 1 and shift["gold"]["mean_tv"] > 0
-    assert set(summary["validation_areas"]) == {"mlp", "gru", "token"}
+    assert set(summary["validation_areas"]) == {"mlp", "gru", "token", "judge"}
+    for task, views in summary["gap_closed"].items():
+        assert set(views) == {"greedy", "t1"} and set(views["greedy"]["routers"]) == {"mlp", "gru", "token", "judge"}
+        gc, lo, hi = views["greedy"]["routers"]["judge"]
+        assert lo <= hi or gc != gc  # NaN where the tiny random pair leaves no gap to close (never gold)
     router_stamp = (out / "routers" / "mlp" / "model.safetensors").stat().st_mtime
     assert cli.main(["demo", "--preset", "tiny", "--output", str(out)]) == 0
     rerun = capsys.readouterr().out

@@ -22,6 +22,7 @@ from router.records import RecordsError, manifest_id, read_manifest
 from router.console import summary_table, wandb_offline
 from router.files import output_lock, write_csv, write_json
 from router.record_view import router_scores
+from router.views import greedy_areas
 from train.data import RecordDataModule, RecordSplit, hidden_size
 from train.validation import plugin_areas, router_metrics, tradeoff_table
 from train.module import LOSSES, RouterModule
@@ -153,8 +154,10 @@ def _standardise(module: RouterModule, train: RecordSplit) -> None:
 def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
     windowed = cfg.arch == "gru"
     pred = router_scores(module.net, val)  # as eval will score it: the same inputs, the same code
-    metrics = {"router": router_metrics(pred, val.y, val, regression=cfg.loss == "mse"),
-               "plugins": plugin_areas(val), "epochs": trainer.current_epoch,
+    greedy = greedy_areas(val, pred, cfg.head)
+    metrics = {"router": {**router_metrics(pred, val.y, val, regression=cfg.loss == "mse"),
+                          "greedy_area": greedy.pop("router")},
+               "plugins": plugin_areas(val), "plugins_greedy": greedy, "epochs": trainer.current_epoch,
                "train_rows": len(train), "val_rows": len(val)}
     if cfg.baselines and not cfg.hidden_inputs and not windowed:
         from train.baselines import sklearn_baselines
@@ -201,6 +204,8 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
              + ", ".join(f"{name} {area:.4f}" for name, area in pl.items() if name != "best_plugin") + ")"),
             ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),
             ("val calibration error", f"{r['calibration']:.4f}")]
+    rows.append(("val greedy-view area", f"{r['greedy_area']:.4f} (best rule "
+                 f"{max(metrics['plugins_greedy'].values()):.4f})"))
     for name, b in metrics.get("baselines", {}).items():
         rows.append((f"sklearn {name} area", f"{b['area']:.4f}"))
     print("\n" + summary_table(rows) + f"\n  router written to {cfg.output}")
