@@ -4,8 +4,10 @@ Both process the same batches of the same examples with the same two models: the
 runs the two forwards (keeping the continuation logits, as recording must); recording adds the
 full-distribution statistics, top-k, features, drafter samples and the Arrow writes. Prints
 tokens/s of each, their ratio (target >= 0.8) and bytes per token on disk (target <= 1 KB).
+With --judge it also records the same examples with judge inputs (data_gen/judge.py: one more
+verifier pass over the substituted tokens) and prints that recording's speed against the plain one.
 
-    python benchmarks/gen.py [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4]
+    python benchmarks/gen.py [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4] [--judge]
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -48,6 +51,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
+    parser.add_argument("--judge", action="store_true", help="also record with judge inputs, side by side")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/gen_<pair>)")
     args = parser.parse_args()
     real = embedded_installed() and not args.tiny
@@ -72,6 +76,13 @@ def main() -> None:
               "recording_tokens_per_second": rec_tps, "ratio": rec_tps / bare_tps,
               "bytes_per_token": manifest["bytes_per_token"], "top_k": cfg.top_k, "tokens": rec_tokens,
               "dtype": manifest["dtype"]["dtype"], "cpu": cpu_kind(), "torch": torch.__version__}
+    if args.judge:
+        judge_cfg = replace(cfg, judge=True, output=str(workdir / "rec-judge"))
+        judged = run_gen(judge_cfg, Recorder(judge_cfg, recorder.drafter, recorder.verifier, recorder.tok))
+        result.update(judge_tokens_per_second=judged["tokens"] / judged["seconds"],
+                      judge_ratio=(judged["tokens"] / judged["seconds"]) / rec_tps,
+                      judge_tree_tokens_per_token=judged["counts"]["judge_tree_tokens"] / judged["tokens"],
+                      judge_bytes_per_token=judged["bytes_per_token"])
     out = Path(args.out or f"runs/bench/gen_{result['pair']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
@@ -81,6 +92,10 @@ def main() -> None:
     print(f"  bare teacher-forced forwards  {bare_tps:9.1f} tokens/s")
     print(f"  recording                     {rec_tps:9.1f} tokens/s   ratio {rec_tps / bare_tps:.2f} (target >= 0.8)")
     print(f"  bytes per token on disk       {manifest['bytes_per_token']:9.0f}   (top-k {cfg.top_k}; target <= 1024)")
+    if args.judge:
+        print(f"  recording with judge inputs   {result['judge_tokens_per_second']:9.1f} tokens/s   "
+              f"{result['judge_ratio']:.2f}x plain recording; {result['judge_tree_tokens_per_token']:.2f} substituted "
+              f"tokens per token; {result['judge_bytes_per_token']:.0f} bytes per token")
     print(f"results: {out.with_suffix('.json')}")
 
 

@@ -156,3 +156,21 @@ def test_eval_runs_a_judge_offline_and_online(judge_router, tmp_path):
     assert {p["method"] for p in metrics["online"]["points"]} >= {"judge", "token_v2", "verifier"}
     report = (tmp_path / "eval" / "report.md").read_text()
     assert "greedy view" in report and "gap closed" in report
+
+
+def test_judge_study_script(judge_router, tmp_path, monkeypatch, capsys):
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("judge_study", "studies/judge.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    rec = judge_router[2]
+    monkeypatch.setattr(sys, "argv", ["judge.py", "--records", str(rec), "--out", str(tmp_path / "s"),
+                                      "--variants", "token,judge-qp,judge-after", "--epochs", "1", "--curve", "0.5",
+                                      "--bootstrap", "50"])
+    study.main()
+    result = json.loads((tmp_path / "s" / "study.json").read_text())
+    assert set(result["views"]["greedy"]["methods"]) >= {"token", "judge-qp", "judge-after", "token_v2", "oracle"}
+    assert set(result["learning_curve"]) == {"0.5", "1"}
+    assert "gap closed" in capsys.readouterr().out
