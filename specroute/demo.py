@@ -194,10 +194,12 @@ def choose_online_methods(trained: dict) -> list[str]:
     lossless."""
     from router.rules import rules_of_form
 
-    best_router = max(trained, key=lambda n: trained[n]["router"]["greedy_area"])
-    plugins = next(iter(trained.values()))["plugins_greedy"]  # validation greedy areas of every offline rule
-    best_rules = [max((n for n in rules_of_form(form) if n in plugins), key=lambda n: plugins[n])
-                  for form in ("cascade", "token") if any(n in plugins for n in rules_of_form(form))]
+    # greedy-view area first; the temperature-1 area breaks ties (e.g. a pair that never writes gold)
+    best_router = max(trained, key=lambda n: (trained[n]["router"]["greedy_area"], trained[n]["router"]["area"]))
+    first = next(iter(trained.values()))
+    greedy, t1 = first["plugins_greedy"], first["plugins"]  # validation areas of every rule with an offline score
+    best_rules = [max((n for n in rules_of_form(form) if n in greedy), key=lambda n: (greedy[n], t1.get(n, 0.0)))
+                  for form in ("cascade", "token") if any(n in greedy for n in rules_of_form(form))]
     return [best_router, *best_rules, "lossless"]  # lossless: standard speculative decoding, the reference
 
 

@@ -60,6 +60,12 @@ def test_export_load_round_trip_is_identical(tmp_path, arch, head):
         with pytest.raises(RouterError, match="token head"):
             RouterConfig(arch=arch, head=head)
         return
+    if head == "judge":
+        if arch == "gru":
+            with pytest.raises(RouterError, match="judge head"):
+                RouterConfig(arch=arch, head=head, vocab=10)
+            return
+        return _judge_round_trip(tmp_path, arch)
     torch.manual_seed(0)
     net = RouterNet(RouterConfig(arch=arch, head=head, records_id="abc", alpha_grid=[0.1, 0.2]))
     with torch.no_grad():
@@ -127,3 +133,20 @@ def test_hidden_state_routers_get_hidden_states_from_generate(tmp_path):
         router.target(dists(1, (2, 259)), dists(2, (2, 259)), 0.2)
     with pytest.raises(RouterError, match="hidden_inputs"):
         RouterConfig(hidden_inputs=["verifier"])
+
+
+def _judge_round_trip(tmp_path, arch):
+    """A judge's export carries its weights and token class table: identical decisions after loading."""
+    torch.manual_seed(0)
+    net = RouterNet(RouterConfig(arch=arch, head="judge", vocab=10))
+    with torch.no_grad():
+        net.mean.uniform_(-1, 1)
+        net.token_classes.copy_(torch.randint(0, 64, (10,), dtype=torch.uint8))
+    loaded = load_router(save_router(LearnedRouter(net), tmp_path / "j"))
+    assert torch.equal(loaded.net.token_classes, net.token_classes)
+    q, p, nxt = dists(5, (2, 3, 10)), dists(6, (2, 3, 10)), dists(7, (2, 3, 10))
+    drafts = torch.tensor([[1, 4, 9], [0, 2, 3]])
+    for alpha in (-0.5, 0.0, 0.5):
+        a = LearnedRouter(net).target(q, p, alpha, drafts=drafts, next_p_raw=nxt)
+        b = loaded.target(q, p, alpha, drafts=drafts, next_p_raw=nxt)
+        assert torch.equal(a, b)
