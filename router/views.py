@@ -84,13 +84,15 @@ def cascade_sweep(scores, cost, q_val, p_val, index, n_examples, grid: int = GRI
 
 
 def token_sweep(scores, cand, index, n_examples, points: int = 128) -> Sweep:
-    """'keep v iff score(v) <= t' (token form, temperature-1 view, exact): keep-everything first."""
+    """'keep v iff score(v) <= t' (token form, temperature-1 view, exact), after the drafter itself
+    (alpha = +inf keeps every token, the tail of q outside the candidates included)."""
     scores = np.asarray(scores, np.float64)
-    thresholds = np.r_[np.inf, token_grid(scores, points)[::-1], -np.inf]
-    rows = [token_rows(scores <= t, cand)[:2] for t in thresholds]
+    grid = np.r_[token_grid(scores, points)[::-1], -np.inf]
+    rows = [(np.zeros(len(scores)), np.asarray(cand.q_gold, np.float64))]  # the drafter: no rejection, q(y)
+    rows += [token_rows(scores <= t, cand)[:2] for t in grid]
     rej = _by_example(np.stack([r for r, _ in rows]), index, n_examples)
     qual = _by_example(np.stack([q for _, q in rows]), index, n_examples)
-    return Sweep(rej, qual, np.bincount(index, minlength=n_examples).astype(np.float64), thresholds)
+    return Sweep(rej, qual, np.bincount(index, minlength=n_examples).astype(np.float64), np.r_[np.inf, grid])
 
 
 # ---- what each view needs of the records ----------------------------------------------------------
