@@ -8,7 +8,8 @@ validation split, as is the variant reported as "best router". A learning curve 
 chosen judge on growing shares of the training examples.
 
     python studies/judge.py --records runs/judge/records/gsm8k [--out runs/judge/study-gsm8k]
-        [--variants judge-after,token] [--epochs 20] [--curve 0.25,0.5,1.0]
+        [--variants judge-after,token] [--epochs 20] [--curve 0.25,0.5]
+        [--test-records runs/judge/records/gsm8k]   # train pooled on --records, score one task
 
 Writes study.json and study.csv (one row per variant, view) into --out and prints the tables.
 Variants whose folder already holds a trained router are reused (delete the folder to retrain).
@@ -42,6 +43,7 @@ VARIANTS = {  # name -> TrainConfig overrides
     "judge-after-cs": dict(**JUDGE, hidden_inputs=["after"], loss="cost_sensitive"),
     "judge-after-pre": dict(**JUDGE, hidden_inputs=["after", "verifier"]),  # + its state before the draft
     "judge-all": dict(**JUDGE, hidden_inputs=["after", "verifier", "drafter"]),
+    "judge-after-small": dict(**JUDGE, hidden_inputs=["after"], width=16, weight_decay=0.1),  # less capacity
 }
 
 
@@ -68,6 +70,8 @@ def table(rows: list[dict], view: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", required=True, nargs="+", help="gold record folders with judge inputs")
+    parser.add_argument("--test-records", nargs="+", default=None,
+                        help="score on these folders' validation/test splits (default: --records)")
     parser.add_argument("--out", default=None)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--epochs", type=int, default=20)
@@ -82,9 +86,10 @@ def main() -> None:
     seconds = {}
     for name in names:
         _, seconds[name] = train_variant(name, VARIANTS[name], args.records, out, args.epochs)
-    test = RecordView(args.records, "test")
+    scored = args.test_records or args.records
+    test = RecordView(scored, "test")
     routers = {name: load_router(out / "routers" / name) for name in names}
-    views = compare_views(args.records, test, routers, args.bootstrap)
+    views = compare_views(scored, test, routers, args.bootstrap)
     curve = learning_curve(args, out, views, test)
     rows = [{"view": view, "method": m, "gap_closed": r["gap_closed"], "gap_lo": r["gap_closed_ci"][0],
              "gap_hi": r["gap_closed_ci"][1], "normalised_area": r["normalised_area"],
@@ -92,7 +97,7 @@ def main() -> None:
              "validation_area": v["validation_areas"].get(m, float("nan"))}
             for view, v in views.items() for m, r in v["methods"].items()]
     train_rows = len(RecordView(args.records, "train"))
-    result = {"records": args.records, "cpu": cpu_kind(), "test_examples": views["greedy"]["examples"],
+    result = {"records": args.records, "scored_on": scored, "cpu": cpu_kind(), "test_examples": views["greedy"]["examples"],
               "train_rows": train_rows, "train_seconds": seconds, "views": views, "learning_curve": curve}
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "study.json", result)
@@ -117,7 +122,8 @@ def learning_curve(args, out: Path, views: dict, test: RecordView) -> dict:
     for share in (float(x) for x in args.curve.split(",")):
         name = f"{best}@{share:g}"
         train_variant(name, VARIANTS[best], args.records, out, args.epochs, max(1, int(rows * share)))
-        got = compare_views(args.records, test, {name: load_router(out / "routers" / name)}, args.bootstrap)
+        got = compare_views(args.test_records or args.records, test, {name: load_router(out / "routers" / name)},
+                            args.bootstrap)
         r = got["greedy"]["methods"][name]
         curve[f"{share:g}"] = [r["gap_closed"], *r["gap_closed_ci"]]
     r = views["greedy"]["methods"][best]
