@@ -12,7 +12,8 @@ chosen judge on growing shares of the training examples.
         [--test-records runs/judge/records/gsm8k]   # train pooled on --records, score one task
 
 Writes study.json and study.csv (one row per variant, view) into --out and prints the tables.
-Variants whose folder already holds a trained router are reused (delete the folder to retrain).
+Variants whose folder already holds a router trained on exactly these records are reused; a
+recording that grew (or changed) retrains them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from eval.offline import compare_views  # noqa: E402
 from router.files import write_csv, write_json  # noqa: E402
 from router.hardware import cpu_kind  # noqa: E402
 from router.model import load_router  # noqa: E402
+from router.records import manifest_id, read_manifest  # noqa: E402
 from router.record_view import RecordView  # noqa: E402
 from router.views import VIEW_TITLES  # noqa: E402
 from train.run import TrainConfig, run_train  # noqa: E402
@@ -50,8 +52,10 @@ VARIANTS = {  # name -> TrainConfig overrides
 def train_variant(name: str, overrides: dict, records: list[str], out: Path, epochs: int,
                   max_train_rows: int | None = None) -> tuple[Path, float]:
     folder = out / "routers" / name
-    if (folder / "model.safetensors").exists() and (folder / "metrics.json").exists():
-        return folder, float("nan")
+    current = ",".join(manifest_id(read_manifest(r)) for r in records)
+    if (folder / "model.safetensors").exists() and (folder / "metrics.json").exists() and \
+            load_router(folder).cfg.records_id == current:
+        return folder, float("nan")  # trained on exactly these records: reuse it
     started = time.perf_counter()
     run_train(TrainConfig(records=records, max_epochs=epochs, patience=4, baselines=name == "judge-qp",
                           max_train_rows=max_train_rows, output=str(folder), **overrides))

@@ -188,3 +188,22 @@ def test_temperature1_view_matches_the_exact_offline_curves(judge_router):
     point = areas(method_sweeps(view, {}, ("t1",))["t1"])
     for name in offline_rules():
         assert point[name] / point["oracle"] == pytest.approx(normalised_area(exact[name], exact["oracle"]), abs=0.02)
+
+
+def test_study_retrains_when_its_records_change(judge_router, tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("judge_study2", "studies/judge.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    rec = str(judge_router[2])
+    overrides = study.VARIANTS["judge-qp"]
+    _, first = study.train_variant("judge-qp", overrides, [rec], tmp_path, epochs=1)
+    _, again = study.train_variant("judge-qp", overrides, [rec], tmp_path, epochs=1)
+    assert first == first and again != again  # trained, then reused (NaN seconds)
+    router = load_router(tmp_path / "routers" / "judge-qp")
+    router.cfg.records_id = "other"
+    from router.model import save_router
+    save_router(router, tmp_path / "routers" / "judge-qp")
+    _, retrained = study.train_variant("judge-qp", overrides, [rec], tmp_path, epochs=1)
+    assert retrained == retrained  # records differ from the router's: trained again
