@@ -115,18 +115,35 @@ def sampled_columns(view: RecordView) -> dict:
     return {"cost": 1.0 - accept, "q_val": s_is_gold, "p_val": s_is_gold * accept + (1.0 - accept) * residual_gold}
 
 
+def _greedy_sweeper(view: RecordView):
+    """score (N,) -> its greedy-view Sweep on this view."""
+    g, (index, n_ex) = greedy_columns(view), example_index(view)
+    return lambda score: cascade_sweep(score, g["cost"], g["q_val"], g["p_val"], index, n_ex)
+
+
+def greedy_sweeps(view: RecordView, predictions: np.ndarray | None = None, head: str = "cascade",
+                  rules: bool = True) -> dict[str, Sweep]:
+    """Greedy-view sweeps of the oracle, every rule with an offline score (unless rules=False: a
+    training epoch needs only the router's and the oracle's) and, given a router's predictions on
+    the view, that router ("router")."""
+    sweep, g = _greedy_sweeper(view), greedy_columns(view)
+    out = {"oracle": sweep(ratio_score(g["p_val"] - g["q_val"], g["cost"]))}
+    if rules:
+        for name in offline_rules():
+            score = get_rule(name).offline_score(view.cols, view.cand)
+            out[name] = sweep(score[:, 0] if np.ndim(score) == 2 else score)
+    if predictions is not None:
+        out["router"] = sweep(greedy_score(predictions, head, view.cols["tv"]))
+    return out
+
+
 def method_sweeps(view: RecordView, routers: dict, views=VIEWS) -> dict[str, dict[str, Sweep]]:
     """{view: {method: Sweep}} for the oracle, every rule with an offline score and every router."""
     index, n_ex = example_index(view)
     c, cand = view.cols, view.cand
     out = {}
     if "greedy" in views:
-        g = greedy_columns(view)
-        sweep = lambda score: cascade_sweep(score, g["cost"], g["q_val"], g["p_val"], index, n_ex)  # noqa: E731
-        greedy = {"oracle": sweep(ratio_score(g["p_val"] - g["q_val"], g["cost"]))}
-        for name in offline_rules():
-            score = get_rule(name).offline_score(c, cand)
-            greedy[name] = sweep(score[:, 0] if np.ndim(score) == 2 else score)
+        greedy, sweep = greedy_sweeps(view), _greedy_sweeper(view)
         for name, router in routers.items():
             greedy[name] = sweep(_greedy_router_score(router, view, name))
         out["greedy"] = greedy
@@ -159,12 +176,7 @@ def greedy_score(predictions: np.ndarray, head: str, tv: np.ndarray) -> np.ndarr
 def greedy_areas(view: RecordView, predictions: np.ndarray | None = None, head: str = "cascade") -> dict:
     """Normalised greedy-view areas (oracle 1, drafter 0) of every rule and, given its predictions on
     the view, a router ("router"): what the demo chooses online methods by (it decodes greedily)."""
-    sweeps = method_sweeps(view, {}, ("greedy",))["greedy"]
-    if predictions is not None:
-        g, (index, n_ex) = greedy_columns(view), example_index(view)
-        sweeps["router"] = cascade_sweep(greedy_score(predictions, head, view.cols["tv"]), g["cost"], g["q_val"],
-                                         g["p_val"], index, n_ex)
-    point = areas(sweeps)
+    point = areas(greedy_sweeps(view, predictions, head))
     return {name: a / point["oracle"] if point["oracle"] > 0 else 0.0 for name, a in point.items() if name != "oracle"}
 
 

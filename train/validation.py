@@ -16,19 +16,14 @@ import numpy as np
 
 from router.record_view import RecordView
 from router.tradeoff import normalised_area, oracle_curve, router_curve, rule_curves
-from router.views import cascade_sweep, example_index, greedy_columns, method_sweeps
+from router.views import greedy_sweeps
 
 
 def _curves(view: RecordView, learned: np.ndarray | None = None, judge: bool = False) -> dict:
     """Offline curves of the rules (and the router's predictions): a judge in the greedy view, where
     it decides, next to the rules in that view; other routers next to them at temperature 1."""
     if judge:
-        g = greedy_columns(view)
-        index, n_ex = example_index(view)
-        out = {name: s.curve() for name, s in method_sweeps(view, {}, ("greedy",))["greedy"].items()}
-        if learned is not None:
-            out["router"] = cascade_sweep(learned, g["cost"], g["q_val"], g["p_val"], index, n_ex).curve()
-        return out
+        return {name: s.curve() for name, s in greedy_sweeps(view, learned, "judge").items()}
     out = {"oracle": oracle_curve(view.cols), **rule_curves(view.cols, view.cand)}
     if learned is not None:
         out["router"] = router_curve(learned, view.cols, view.cand)
@@ -60,8 +55,8 @@ def router_metrics(pred: np.ndarray, gap: np.ndarray, view: RecordView, regressi
     # only the router's and the oracle's curves: this runs every validation epoch, and the plug-in
     # rules' curves (constant across epochs) were 85% of its time
     if _is_judge(view):
-        curves = _curves(view, pred, judge=True)
-        area = normalised_area(curves["router"], curves["oracle"])
+        sweeps = greedy_sweeps(view, pred, "judge", rules=False)
+        area = normalised_area(sweeps["router"].curve(), sweeps["oracle"].curve())
     else:
         area = normalised_area(router_curve(pred, view.cols, view.cand), oracle_curve(view.cols))
     return {"auc": auc, "calibration": calibration_error(flat_pred, flat_gap) if regression else float("nan"),
