@@ -17,18 +17,9 @@ import torch
 
 from router.features import lookahead_features
 from router.layout import Layout
+from router.records import judge_column
 
-JUDGE_TOKENS = ("argmax", "sample")  # which drafted tokens get judge inputs
 MAX_TREE = 512  # substituted tokens per row and forward: bounds the 4D mask (B, 1, M, L + M)
-
-
-def _column_prefix(name: str) -> str:
-    """Record column prefix per drafted token: `after_` for the argmax, `sample_after_` for the sample."""
-    return "after_" if name == "argmax" else "sample_after_"
-
-
-def judge_column_names() -> list[str]:
-    return [f"{_column_prefix(n)}{c}" for n in JUDGE_TOKENS for c in ("hidden", "lookahead")]
 
 
 def tree_forward(verifier, cache, cache_arg: str, layout: Layout, cols: torch.Tensor, tokens: torch.Tensor,
@@ -90,6 +81,6 @@ def judge_inputs(verifier, cache, cache_arg: str, layout: Layout, p_logits: torc
             for m, (name, t, _) in enumerate(part):
                 rows[b][name][0][t] = hidden[b, m].float()
                 rows[b][name][1][t] = look[b, m]
-    return [{f"{_column_prefix(name)}{kind}": (h.to(torch.float16) if kind == "hidden" else lk).cpu().numpy()
+    return [{judge_column(name, kind): (h.to(torch.float16) if kind == "hidden" else lk).cpu().numpy()
              for name, (h, lk) in row.items() for kind in ("hidden", "lookahead")}
             for row in rows]

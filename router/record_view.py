@@ -20,11 +20,12 @@ import torch
 
 from router.features import FEATURE_NAMES, class_bits, judge_features
 from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair, recorded_candidate_features
-from router.records import (RecordsError, load_records, read_manifest, read_token_classes, require_hidden_states,
-                            require_judge)
+from router.records import (RecordsError, judge_column, load_records, read_manifest, read_token_classes,
+                            require_hidden_states, require_judge)
 from router.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 
-JUDGE_COLUMNS = ("draft_token", "q_draft", "p_draft", "after_lookahead", "sample_after_lookahead")
+JUDGE_COLUMNS = ("draft_token", "q_draft", "p_draft", judge_column("argmax", "lookahead"),
+                 judge_column("sample", "lookahead"))
 SCALAR_COLUMNS = ("q_max", "p_max", "tv", "kl", "p_entropy", "q_token", "p_token", "q_argmax", "p_argmax", "token", "position")
 
 
@@ -90,7 +91,7 @@ class RecordView:
         for folder, manifest in zip(self.folders, self.manifests):
             for role in roles:
                 require_hidden_states(folder, manifest, role)
-        columns = [f"{_prefix(drafted)}after_hidden" if role == "after" else f"{role}_hidden" for role in roles]
+        columns = [judge_column(drafted, "hidden") if role == "after" else f"{role}_hidden" for role in roles]
         order = np.argsort(idx)  # sorted reads are sequential on the memory map
         got = self.ds.select_columns(columns)[np.asarray(idx)[order].tolist()]
         out = np.concatenate([np.asarray(got[c], dtype=np.float32) for c in columns], -1)
@@ -141,10 +142,11 @@ class RecordView:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features)."""
         j, c = self.judge_columns(), self.cols
         d = self.drafted(drafted)[idx]
+        look = j[judge_column(drafted, "lookahead")][idx]
         if drafted == "argmax":
-            d_q, d_p, look = self.cand.q[idx, 0], self.cand.p[idx, 0], j["after_lookahead"][idx]
+            d_q, d_p = self.cand.q[idx, 0], self.cand.p[idx, 0]
         else:
-            d_q, d_p, look = j["q_draft"][idx], j["p_draft"][idx], j["sample_after_lookahead"][idx]
+            d_q, d_p = j["q_draft"][idx], j["p_draft"][idx]
         t = torch.from_numpy
         x = judge_features(t(self.features[idx]), t(np.asarray(d_q, np.float32)), t(np.asarray(d_p, np.float32)),
                            t(d == c["p_argmax"][idx]), t(d == c["q_argmax"][idx]), t(np.asarray(look)),
@@ -161,13 +163,6 @@ class RecordView:
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
-
-
-def _prefix(drafted: str) -> str:
-    """Record column prefix of the judge inputs for a drafted token (data_gen/judge.py)."""
-    if drafted not in ("argmax", "sample"):
-        raise ValueError(f"drafted must be 'argmax' or 'sample', got {drafted!r}")
-    return "" if drafted == "argmax" else "sample_"
 
 
 def input_window(net: RouterNet) -> int:

@@ -40,6 +40,14 @@ LIST_COLUMNS: dict[str, pa.DataType] = {
 }
 # q and p of the recorded sample `draft_token` (Monte Carlo of sampled drafts); absent in older folders
 OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {"q_draft": pa.float32(), "p_draft": pa.float32()}
+def judge_column(drafted: str, kind: str) -> str:
+    """Record column of the judge inputs (data_gen/judge.py) for a drafted token, "argmax" or "sample",
+    and kind "hidden" or "lookahead": after_hidden, sample_after_lookahead, ..."""
+    if drafted not in ("argmax", "sample"):
+        raise ValueError(f"drafted must be 'argmax' or 'sample', got {drafted!r}")
+    return f"{'' if drafted == 'argmax' else 'sample_'}after_{kind}"
+
+
 OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {
     "drafter_hidden": pa.float16(), "verifier_hidden": pa.float16(),
     # judge inputs (data_gen/judge.py): the verifier after reading the drafter's argmax / its sample

@@ -194,8 +194,8 @@ def token_point(keep: np.ndarray, cand: Candidates) -> tuple[float, float, float
     return tuple(float(x.mean()) for x in token_rows(keep, cand))
 
 
-def token_grid(scores: np.ndarray, points: int = 128) -> np.ndarray:
-    """Thresholds a token-form sweep visits: `points` quantiles of the finite scores."""
+def quantile_grid(scores: np.ndarray, points: int = 128) -> np.ndarray:
+    """Thresholds a sweep visits, ascending: `points` quantiles of the finite scores."""
     finite = scores[np.isfinite(scores)]
     return np.unique(np.quantile(finite, np.linspace(0, 1, points))) if finite.size else np.zeros(0)
 
@@ -204,7 +204,7 @@ def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128, q_top1:
     """The sweep of 'keep v iff score <= t' over `points` score quantiles, plus keep-everything
     (the drafter; its top-1 is mean(q_top1) when given) and keep-nothing; sorted by rejection."""
     scores = np.asarray(scores, dtype=np.float64)
-    grid = token_grid(scores, points)
+    grid = quantile_grid(scores, points)
     drafter_top1 = float(np.mean(q_top1)) if q_top1 is not None else float(cand.is_gold[:, 0].mean())
     pts = [(0.0, float(cand.q_gold.mean()), 0.0, drafter_top1, np.inf)]  # alpha = +inf keeps every token
     pts += [(*token_point(scores <= t, cand), t) for t in (-np.inf, *grid)]

@@ -30,7 +30,7 @@ import numpy as np
 
 from router.record_view import RecordView, router_scores
 from router.rules import get_rule, offline_rules, ratio_score
-from router.tradeoff import Curve, area, learned_defer_scores, oracle_scores, token_grid, token_rows
+from router.tradeoff import Curve, area, learned_defer_scores, oracle_scores, quantile_grid, token_rows
 
 VIEWS = ("greedy", "t1")
 VIEW_TITLES = {"greedy": "greedy view (emitted token = gold)", "t1": "temperature-1 view (expected gold probability)"}
@@ -74,9 +74,7 @@ def cascade_sweep(scores, cost, q_val, p_val, index, n_examples, grid: int = GRI
     """'defer iff score > t' over a grid of t: per row, rejection cost*defer and quality q or p."""
     scores = np.asarray(scores, np.float64)
     cost, q_val, p_val = (np.asarray(x, np.float64) for x in (cost, q_val, p_val))
-    finite = scores[np.isfinite(scores)]
-    levels = np.unique(np.quantile(finite, np.linspace(0, 1, grid))) if finite.size else np.zeros(0)
-    thresholds = np.r_[np.inf, levels[::-1], -np.inf]
+    thresholds = np.r_[np.inf, quantile_grid(scores, grid)[::-1], -np.inf]
     defer = scores[None] > thresholds[:, None]  # (G, N)
     rej = _by_example(defer * cost, index, n_examples)
     qual = _by_example(q_val + defer * (p_val - q_val), index, n_examples)
@@ -87,7 +85,7 @@ def token_sweep(scores, cand, index, n_examples, points: int = 128) -> Sweep:
     """'keep v iff score(v) <= t' (token form, temperature-1 view, exact), after the drafter itself
     (alpha = +inf keeps every token, the tail of q outside the candidates included)."""
     scores = np.asarray(scores, np.float64)
-    grid = np.r_[token_grid(scores, points)[::-1], -np.inf]
+    grid = np.r_[quantile_grid(scores, points)[::-1], -np.inf]
     rows = [(np.zeros(len(scores)), np.asarray(cand.q_gold, np.float64))]  # the drafter: no rejection, q(y)
     rows += [token_rows(scores <= t, cand)[:2] for t in grid]
     rej = _by_example(np.stack([r for r, _ in rows]), index, n_examples)

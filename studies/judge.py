@@ -94,13 +94,13 @@ def main() -> None:
     test = RecordView(scored, "test")
     routers = {name: load_router(out / "routers" / name) for name in names}
     views = compare_views(scored, test, routers, args.bootstrap)
-    curve = learning_curve(args, out, views, test)
+    train_rows = len(RecordView(args.records, "train"))
+    curve = learning_curve(args, out, views, test, train_rows)
     rows = [{"view": view, "method": m, "gap_closed": r["gap_closed"], "gap_lo": r["gap_closed_ci"][0],
              "gap_hi": r["gap_closed_ci"][1], "normalised_area": r["normalised_area"],
              "area_lo": r["normalised_area_ci"][0], "area_hi": r["normalised_area_ci"][1],
              "validation_area": v["validation_areas"].get(m, float("nan"))}
             for view, v in views.items() for m, r in v["methods"].items()]
-    train_rows = len(RecordView(args.records, "train"))
     result = {"records": args.records, "scored_on": scored, "cpu": cpu_kind(), "test_examples": views["greedy"]["examples"],
               "train_rows": train_rows, "train_seconds": seconds, "views": views, "learning_curve": curve}
     out.mkdir(parents=True, exist_ok=True)
@@ -114,14 +114,13 @@ def main() -> None:
     print(f"\nresults: {out / 'study.json'}, {out / 'study.csv'}")
 
 
-def learning_curve(args, out: Path, views: dict, test: RecordView) -> dict:
+def learning_curve(args, out: Path, views: dict, test: RecordView, rows: int) -> dict:
     """The best judge on validation (greedy view), retrained on shares of the training rows (the first
     rows, i.e. whole examples in recording order), scored on the test split's greedy view."""
     judges = [n for n in views["greedy"]["validation_areas"] if n.startswith("judge")]
     if not judges or not args.curve:
         return {}
     best = max(judges, key=lambda n: views["greedy"]["validation_areas"][n])
-    rows = len(RecordView(args.records, "train"))
     curve = {}
     for share in (float(x) for x in args.curve.split(",")):
         name = f"{best}@{share:g}"
