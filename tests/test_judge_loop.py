@@ -207,3 +207,20 @@ def test_study_retrains_when_its_records_change(judge_router, tmp_path):
     save_router(router, tmp_path / "routers" / "judge-qp")
     _, retrained = study.train_variant("judge-qp", overrides, [rec], tmp_path, epochs=1)
     assert retrained == retrained  # records differ from the router's: trained again
+
+
+def test_eval_without_a_validation_split_skips_the_comparison(tmp_path):
+    """The views choose the best rule on validation: records without that split still evaluate."""
+    from eval.run import EvalConfig, run_eval
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?\nA:", "answer": f" {i} and more."}) + "\n"
+                            for i in range(12)))
+    cfg = GenConfig(task="custom", data_path=str(data), prompt_field="question", reference_field="answer",
+                    id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32",
+                    output=str(tmp_path / "rec"), split_fractions=[0.6, 0.0, 0.4])
+    run_gen(cfg, Recorder(cfg, *tiny_pair()))
+    with pytest.warns(UserWarning, match="no gap-closed comparison"):
+        metrics = run_eval(EvalConfig(records=[str(tmp_path / "rec")], online=False, cost_ratio=0.3,
+                                      output=str(tmp_path / "eval")))
+    assert metrics["offline"]["views"] == {} and metrics["offline"]["summary"]["methods"]
