@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from data_gen.scoring import example_seed, score_batch
 from router.layout import left_pad
+from router.prefix import SharedPrefix
 from data_gen.tasks import Example, load_task
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.baselines import generate_autoregressive
@@ -139,6 +140,13 @@ class Recorder:
         self.context = context_length(drafter, verifier)
         self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0,
                            judge_tree_tokens=0)  # tokens of the judge's extra verifier pass (data_gen/judge.py)
+        self.prefix = None  # the prompts' shared prefix, set by share_prefix
+
+    def share_prefix(self, examples: list[Example]) -> None:
+        """Find the prompt prefix every example shares (a few-shot context): it is prefilled once
+        per model (`router.prefix`) instead of once per batch."""
+        prompts = [self.prompt_ids(ex) for ex in examples if ex.prompt.strip() or ex.question.strip()]
+        self.prefix = SharedPrefix.common(prompts)
 
     # ---- one example -> token ids -------------------------------------------------------------
     def prompt_ids(self, ex: Example) -> list[int]:
@@ -181,7 +189,7 @@ class Recorder:
         out = generate_autoregressive(self.drafter, ids, temperature=self.cfg.rollout_temperature,
                                       max_new_tokens=self.cfg.rollout_max_new_tokens, attention_mask=mask,
                                       seed=example_seed(self.cfg.seed, batch[0].example_id, "rollout"),
-                                      role="drafter")
+                                      role="drafter", prefix=self.prefix)
         return [out.sequences[b, ids.shape[1]:][out.sources[b] >= 0].tolist() for b in range(len(prompts))]
 
     def record_batch(self, batch: list[Example], split: str, mode: str) -> list[dict]:
@@ -197,7 +205,7 @@ class Recorder:
             return []
         rows = score_batch(self.drafter, self.verifier, prompts, conts, self.vocab, self.pad_id, self.cfg.top_k,
                            self.cfg.hidden_states, [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs],
-                           judge=self.cfg.judge)
+                           judge=self.cfg.judge, prefix=self.prefix)
         for ex, row in zip(exs, rows):
             n = len(row["token"])
             if self.cfg.judge:  # the argmax and the sample, where each differs from the trajectory's token
@@ -268,15 +276,19 @@ def _grows(earlier: dict, resolved: dict) -> bool:
 
 
 def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, list[tuple[int, int]]]]:
-    """What `run_gen` will feed the models, without running them: (split, mode, [(prompt tokens,
-    continuation tokens) per example]) per batch, in recording order (rollout continuations counted
+    """What `run_gen` will feed the models, without running them: (split, mode, [(prompt tokens
+    after the shared prefix, continuation tokens) per example]) per batch, in recording order (rollout continuations counted
     at their maximum length). For time estimates; skipped examples are left out as run_gen does."""
     out = []
-    for _, split, shard_examples in plan_shards(_load_examples(cfg), cfg):
+    examples = _load_examples(cfg)
+    recorder.share_prefix(examples)
+    shared = len(recorder.prefix) if recorder.prefix is not None else 0  # prefilled once, not per batch
+    for _, split, shard_examples in plan_shards(examples, cfg):
         for i in range(0, len(shard_examples), cfg.batch_size):
             for mode in cfg.modes:
                 prepared = [recorder.prepare(ex, mode) for ex in shard_examples[i: i + cfg.batch_size]]
-                lengths = [(len(p), len(c) if c is not None else cfg.rollout_max_new_tokens)
+                lengths = [(len(p) - shared if shared and p[:shared] == recorder.prefix.ids else len(p),
+                            len(c) if c is not None else cfg.rollout_max_new_tokens)
                            for p, c in filter(None, prepared)]
                 if lengths:
                     out.append((split, mode, lengths))
@@ -302,6 +314,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     plan = plan_shards(examples, cfg)
     write_examples(out, plan)
     recorder = recorder or Recorder(cfg)
+    recorder.share_prefix(examples)
     started, tokens_done = time.perf_counter(), 0
     bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
     for name, split, shard_examples in plan:
@@ -329,10 +342,33 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
 def write_examples(out: Path, plan) -> None:
     """examples.jsonl: every planned example with its split, prompt, reference and metric fields, so
     eval can run held-out prompts and score them without importing data_gen (stages meet on disk)."""
-    lines = [json.dumps({"example_id": ex.example_id, "split": split, "prompt": ex.prompt, "question": ex.question,
-                         "reference": ex.reference, "meta": ex.meta}, default=str) + "\n"
-             for _, split, shard_examples in plan for ex in shard_examples]
+    lines = [json.dumps(example_row(ex, split), default=str) + "\n" for _, split, shard_examples in plan
+             for ex in shard_examples]
     write_bytes(out / EXAMPLES, "".join(lines).encode())
+
+
+def example_row(ex: Example, split: str) -> dict:
+    """An example in the examples-file form (what eval reads back)."""
+    return {"example_id": ex.example_id, "split": split, "prompt": ex.prompt, "question": ex.question,
+            "reference": ex.reference, "meta": ex.meta}
+
+
+def unrecorded_test_examples(config: dict, recorded: set, n: int) -> list[dict]:
+    """Up to n examples of a recording's task beyond the ones it recorded that its split rule
+    (seeded hash of the id) puts in the test split: held out exactly as its test examples are, so
+    online evaluation can use more prompts than were recorded. In task order, examples-file form."""
+    fields = {k: config[k] for k in ("data_path", "prompt_field", "reference_field", "id_field")}
+    user = dict(path=fields["data_path"], prompt_field=fields["prompt_field"],
+                reference_field=fields["reference_field"], id_field=fields["id_field"]) \
+        if config["task"] == "custom" else {}
+    out = []
+    for ex in load_task(config["task"], **user):
+        if len(out) >= n:
+            break
+        if ex.example_id not in recorded and assign_split(ex.example_id, config["seed"],
+                                                           config["split_fractions"]) == "test":
+            out.append(json.loads(json.dumps(example_row(ex, "test"), default=str)))
+    return out
 
 
 def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:

@@ -8,14 +8,14 @@ tail mass are stored), and the feature vector from `router.features.token_featur
 from __future__ import annotations
 
 import hashlib
-import inspect
 
 import numpy as np
 import torch
 
 from data_gen.judge import judge_inputs
 from router.features import FEATURE_NAMES, token_features
-from router.layout import Layout, left_pad
+from router.layout import Layout, cache_argument, left_pad
+from router.prefix import SharedPrefix, start_layout
 
 
 def example_seed(seed: int, example_id: str, mode: str) -> int:
@@ -24,35 +24,38 @@ def example_seed(seed: int, example_id: str, mode: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def cache_argument(model) -> str:
-    """transformers >= 5.24 names the cache argument `cache`; older releases `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool, cache: bool = False):
+def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool, cache: bool = False,
+                 prefix: SharedPrefix | None = None):
     """Logits (B, keep, V) of the last `keep` columns, their last hidden states if asked, and the
-    KV cache of every column if asked (else None)."""
-    out = model(input_ids=layout.tokens, attention_mask=layout.mask, position_ids=layout.pos,
-                use_cache=cache, logits_to_keep=keep, output_hidden_states=hidden)
+    KV cache of every column if asked (else None). With a shared prefix, the layout's first
+    len(prefix) columns come from its cache and only the rest is fed."""
+    start = len(prefix) if prefix is not None else 0
+    past = {cache_argument(model): prefix.cache_for(model, layout.tokens.shape[0])} if prefix is not None else {}
+    out = model(input_ids=layout.tokens[:, start:], attention_mask=layout.mask, position_ids=layout.pos[:, start:],
+                use_cache=cache or prefix is not None, logits_to_keep=keep, output_hidden_states=hidden, **past)
     states = out.hidden_states[-1][:, -keep:] if hidden else None  # (B, keep, H)
     kv = (getattr(out, "cache", None) or out.past_key_values) if cache else None
     return out.logits[:, -keep:, :vocab], states, kv
 
 
 def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list[list[int]], vocab: int,
-                pad_id: int, top_k: int, hidden: str, draft_seeds: list[int], judge: bool = False) -> list[dict]:
+                pad_id: int, top_k: int, hidden: str, draft_seeds: list[int], judge: bool = False,
+                prefix: SharedPrefix | None = None) -> list[dict]:
     """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode);
-    with judge, also the verifier's view of the drafted tokens (data_gen/judge.py)."""
+    with judge, also the verifier's view of the drafted tokens (data_gen/judge.py). A shared
+    prompt prefix (`router.prefix`) is read from its cache instead of being fed again."""
     seqs = [p + c for p, c in zip(prompts, continuations)]
     ids, mask = left_pad(seqs, pad_id)
     device = next(drafter.parameters()).device
-    ids, mask = ids.to(device), mask.to(device)
-    layout = Layout(ids, mask)
+    if prefix is not None and not prefix.covers(prompts):  # each prompt needs a token of its own after it
+        prefix = None
+    layout, prefix = start_layout(ids.to(device), mask.to(device), prefix, pad_id)
     keep = max(len(c) for c in continuations) + 1  # the logit before the first continuation token too
     with torch.inference_mode():
-        q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"))
+        q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"),
+                                             prefix=prefix)
         p_logits, p_hidden, p_cache = forward_tail(verifier, layout, keep, vocab,
-                                                   judge or hidden in ("verifier", "both"), cache=judge)
+                                                   judge or hidden in ("verifier", "both"), cache=judge, prefix=prefix)
         rows = []
         for b, cont in enumerate(continuations):
             n = len(cont)

@@ -26,7 +26,7 @@ from router.model import LearnedRouter, RouterError
 from router.records import RecordsError
 from router.record_view import RecordView, router_scores
 from router.rules import offline_rules
-from router.views import areas, best_of, compare, method_sweeps
+from router.views import areas, best_of, compare, greedy_columns, method_sweeps
 from router.tradeoff import (Curve, normalised_area, oracle_curve, quality_at, random_curve, router_curve,
                              rule_curves, token_curve)
 
@@ -86,6 +86,17 @@ def compare_views(folders: list[str], test: RecordView, routers: dict[str, Learn
     out = {}
     for view, sweeps in method_sweeps(test, routers).items():
         out[view] = {**compare(sweeps, chosen[view]["best_rule"], replicates), **chosen[view]}
+    return out
+
+
+def greedy_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[str, Curve]:
+    """Greedy-view curves (router.views: the drafter drafts its argmax, a rejection is a deferral
+    where it differs from the verifier's argmax) of every rule with an offline score and every
+    router, plus lossless and the drafter: what the records predict for greedy online decoding."""
+    out = {name: sweep.curve() for name, sweep in method_sweeps(data, routers, views=("greedy",))["greedy"].items()}
+    cost = greedy_columns(data)["cost"]
+    out["lossless"] = _point_curve(float(np.mean(cost)), data.q_top1 * 0 + data.p_top1, data.p_top1, 1.0)
+    out["drafter"] = _point_curve(0.0, data.q_top1, data.q_top1, 0.0)
     return out
 
 

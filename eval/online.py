@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,8 @@ from router.baselines import generate_autoregressive, generate_sequence_cascade,
 from router.decoding import generate
 from router.loop import PADDING
 from router.layout import left_pad
-from router.prompts import fit_prompt, prompt_text, warn_truncated
+from router.prefix import SharedPrefix
+from router.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
 from router.files import write_bytes
 from router.rules import rule_names
 
@@ -38,6 +40,25 @@ class Prompt:
     example_id: str
     ids: list
     meta: dict
+
+
+@dataclass
+class Ends:
+    """How every online row is decoded alike: its stop strings (and their token ids) and the prompt
+    prefix all prompts share (prefilled once per model before any point is timed)."""
+
+    strings: list
+    stop: StopStrings | None
+    prefix: SharedPrefix | None
+
+
+def prepare_ends(pair, prompts: list[Prompt], stops: list[str]) -> Ends:
+    """Stop strings and the shared prompt prefix, its caches made now so no point pays for them."""
+    prefix = SharedPrefix.common([p.ids for p in prompts])
+    if prefix is not None:
+        for model in pair[:2]:
+            prefix.cache_for(model, 1)
+    return Ends(list(stops), StopStrings.build(pair[2], stops), prefix)
 
 
 def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: int, limit: int) -> list[Prompt]:
@@ -74,10 +95,11 @@ def point_name(method: str, alpha: float) -> str:
     return f"{method}@{alpha:g}"
 
 
-def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict):
+def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict,
+                  ends: Ends):
     drafter, verifier, _ = pair
     common = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                  attention_mask=mask)
+                  attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
     if method == "verifier":
         return generate_autoregressive(verifier, ids, role="verifier", **common)
     if method == "drafter":
@@ -94,46 +116,51 @@ def _pad_id(tokenizer) -> int:
     return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
 
 
-def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metric, rules: dict, bar) -> dict:
+# where a point's wall time goes (eval/paired.py splits it): stats keys summed over its batches
+TIME_PARTS = ("drafter_seconds", "verifier_seconds", "bonus_drafter_seconds", "rule_seconds")
+
+
+def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metric, rules: dict, bar,
+              ends: Ends) -> dict:
     """Decode and score every prompt at one (method, alpha), `cfg.batch_size` prompts per batch
-    (left-padded); aggregate the measurements."""
+    (left-padded); keep each prompt's output and outcome (paired comparisons need them) and
+    aggregate the measurements."""
     tokenizer = pair[2]
-    per_example, totals = [], {"tokens": 0, "seconds": 0.0, "model_seconds": 0.0, "verifier_row_forwards": 0,
-                               "drafts_evaluated": 0, "rejections": 0}
+    per_example, totals = [], {"tokens": 0, "seconds": 0.0, "verifier_row_forwards": 0, "drafts_evaluated": 0,
+                               "rejections": 0, **{k: 0.0 for k in TIME_PARTS}}
     for start in range(0, len(prompts), cfg.batch_size):
         batch = prompts[start: start + cfg.batch_size]
         ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
-        out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules)
+        out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules, ends)
         st = out.stats
         for b, prompt in enumerate(batch):
             n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
             new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
-            text = tokenizer.decode(new, skip_special_tokens=True)
-            per_example.append({"example_id": prompt.example_id, "text": text, "tokens": n_new,
+            text = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), ends.strings)
+            per_example.append({"example_id": prompt.example_id, "text": text, "tokens": n_new, "new_ids": new,
                                 **metric(text, prompt.meta)})
         totals["tokens"] += st["new_tokens"]
         totals["seconds"] += st["wall_seconds"]
-        totals["model_seconds"] += st.get("drafter_seconds", 0.0) + st.get("verifier_seconds", 0.0)
-        totals["verifier_row_forwards"] += st.get("verifier_row_forwards", 0)
-        totals["drafts_evaluated"] += st.get("drafts_evaluated", 0)
-        totals["rejections"] += st.get("rejections", 0)
+        for k in ("verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS):
+            totals[k] += st.get(k, 0)
         bar.update(len(batch))
     n_tok = max(totals["tokens"], 1)
-    score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens")]
+    score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "new_ids", "answer")]
+    model_seconds = totals["drafter_seconds"] + totals["verifier_seconds"]
     return {"method": method, "alpha": alpha, "prompts": len(prompts), "batch_size": cfg.batch_size,
             **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
-            "tokens": totals["tokens"], "seconds": totals["seconds"], "model_seconds": totals["model_seconds"],
+            "tokens": totals["tokens"], "seconds": totals["seconds"], "model_seconds": model_seconds,
+            "time_parts": {k: totals[k] for k in TIME_PARTS},
             "seconds_per_token": totals["seconds"] / n_tok,
             "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
             "rejection_rate": totals["rejections"] / totals["drafts_evaluated"] if totals["drafts_evaluated"] else
             float("nan"),
-            "outside_model_fraction": max(0.0, 1 - totals["model_seconds"] / totals["seconds"]) if totals["seconds"]
-            else 0.0,
+            "outside_model_fraction": max(0.0, 1 - model_seconds / totals["seconds"]) if totals["seconds"] else 0.0,
             "examples": per_example}
 
 
 # fingerprint keys added after points were first written, with the value those points were made with
-FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu"}
+FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": []}
 
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:
@@ -145,7 +172,7 @@ def same_fingerprint(done: dict | None, now: dict) -> bool:
 
 
 def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, metric, rules: dict,
-             folder: Path, fingerprint: dict) -> list[dict]:
+             folder: Path, fingerprint: dict, ends: Ends) -> list[dict]:
     """Every grid point, resuming from finished point files with the same fingerprint."""
     folder.mkdir(parents=True, exist_ok=True)
     results, todo = [], []
@@ -159,7 +186,7 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
     bar = tqdm(total=len(todo) * len(prompts), desc="online", unit="prompt")
     for method, alpha, path in todo:
         bar.set_description(f"online {point_name(method, alpha)}")
-        point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar)
+        point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends)
         point["fingerprint"] = fingerprint
         write_bytes(path, json.dumps(point, indent=1, default=float).encode())
         results.append(point)
@@ -197,3 +224,52 @@ def table_forms(points: list[dict]) -> dict:
 
 def known_method(name: str, routers: dict) -> bool:
     return name in rule_names() or name in BASELINES or name in routers
+
+
+def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends: Ends, folder: Path,
+                          batch_size: int = 4) -> float:
+    """The verifier's log-probability of every produced token, summed per prompt
+    (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file): one
+    teacher-forced verifier pass per distinct output (identical outputs of two methods are scored
+    once), after decoding so no latency includes it. Points already scored are skipped, and each
+    point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
+    Returns the seconds spent."""
+    from data_gen.scoring import forward_tail
+    from router.loop import check_pair
+    from router.prefix import start_layout
+
+    started = time.perf_counter()
+    drafter, verifier, tokenizer = pair
+    vocab = check_pair(drafter, verifier)
+    by_id = {p.example_id: p.ids for p in prompts}
+    known = {(e["example_id"], tuple(e["new_ids"])): (e["verifier_logprob"], e["verifier_logprob_tokens"])
+             for p in points for e in p["examples"] if "verifier_logprob" in e}
+    todo = [p for p in points if any("verifier_logprob" not in e for e in p["examples"])]
+    bar = tqdm(total=len(todo), desc="verifier log-probs", unit="point") if todo else None
+    for point in todo:
+        wanted = list(dict.fromkeys((e["example_id"], tuple(e["new_ids"])) for e in point["examples"]
+                                    if (e["example_id"], tuple(e["new_ids"])) not in known))
+        scored = [w for w in wanted if w[1]]
+        known.update({w: (0.0, 0) for w in wanted if not w[1]})  # an empty output has nothing to score
+        for start in range(0, len(scored), batch_size):
+            chunk = scored[start: start + batch_size]
+            prompt_ids, outputs = [by_id[i] for i, _ in chunk], [list(t) for _, t in chunk]
+            ids, mask = left_pad([p + o for p, o in zip(prompt_ids, outputs)], _pad_id(tokenizer))
+            prefix = ends.prefix if ends.prefix is not None and ends.prefix.covers(prompt_ids) else None
+            layout, prefix = start_layout(ids, mask, prefix, _pad_id(tokenizer))
+            keep = max(len(o) for o in outputs) + 1
+            with torch.inference_mode():
+                logits, _, _ = forward_tail(verifier, layout, keep, vocab, hidden=False, prefix=prefix)
+            logp = torch.log_softmax(logits.float(), -1)  # (B, keep, V)
+            for b, (key, out) in enumerate(zip(chunk, outputs)):
+                n = len(out)
+                rows = logp[b, keep - n - 1: keep - 1].gather(-1, torch.tensor(out)[:, None])  # (n, 1)
+                known[key] = (float(rows.sum()), n)
+        for e in point["examples"]:
+            e["verifier_logprob"], e["verifier_logprob_tokens"] = known[(e["example_id"], tuple(e["new_ids"]))]
+        write_bytes(folder / f"{point_name(point['method'], point['alpha'])}.json",
+                    json.dumps(point, indent=1, default=float).encode())
+        bar.update(1)
+    if bar:
+        bar.close()
+    return time.perf_counter() - started

@@ -29,6 +29,19 @@ def write_curves_csv(path: Path, rows: list[dict]) -> None:
     write_csv(path, ["stage", "method", "alpha", "rejection", "quality", "top1", "relative_latency"], rows)
 
 
+PER_PROMPT_COLUMNS = ["point", "example_id", "quality", "answer", "tokens", "same_output_as_verifier",
+                      "verifier_logprob", "verifier_logprob_tokens"]
+
+
+def write_per_prompt_csv(path: Path, per_prompt: dict[str, list[dict]]) -> None:
+    """online_per_prompt.csv: every point's outcome on every prompt (what the paired statistics use)."""
+    ref = {e["example_id"]: e.get("new_ids") for e in per_prompt.get("verifier@0", [])}
+    rows = [{"point": name, **{k: e.get(k, "") for k in PER_PROMPT_COLUMNS[1:]},
+             "same_output_as_verifier": int(e.get("new_ids") == ref.get(e["example_id"])) if ref else ""}
+            for name, examples in per_prompt.items() for e in examples]
+    write_csv(path, PER_PROMPT_COLUMNS, rows)
+
+
 def _plot(path: Path, title: str, xlabel: str, ylabel: str, lines: dict, refs: dict, vline: float | None = None):
     import matplotlib
 
@@ -147,6 +160,71 @@ def _ci(interval) -> str:
     return f"[{interval[0]:.3f}, {interval[1]:.3f}]"
 
 
+def _pm(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.3f}"
+
+
+def paired_rows(paired: list[dict]) -> list[list]:
+    """One row per point: quality, its difference to the verifier with the interval, McNemar p,
+    agreement with the verifier, the verifier's log-probability, and rejection offline vs online."""
+    rows = []
+    for r in paired:
+        off = r["offline"]
+        rows.append([r["method"], r["alpha"], r.get("quality", math.nan),
+                     f"{_pm(r.get('quality_diff', math.nan))} {_ci(r.get('quality_diff_ci', [math.nan] * 2))}",
+                     r.get("mcnemar_p", math.nan), r.get("identical_output", math.nan), r.get("same_answer", math.nan),
+                     r.get("verifier_logprob", math.nan), r["relative_latency"], off["greedy_rejection"],
+                     off["measured_rejection"], off["rejection_ratio"]])
+    return rows
+
+
+PAIRED_HEADER = ["method", "alpha", "quality", "diff to verifier [95% CI]", "McNemar p", "identical output",
+                 "same answer", "verifier log-prob / token", "relative latency", "offline rejection (greedy)",
+                 "online rejection", "online / offline"]
+
+
+def paired_sections(paired: list[dict], online: dict) -> list[str]:
+    """report.md: the paired comparison with the verifier, offline vs online, and the time split."""
+    n = paired[0].get("prompts", online["prompts"])
+    parts = ["### Paired with the verifier (same prompts)", "",
+             f"{n} prompts ({online.get('recorded_test_prompts', n)} from the records' test split, the rest unrecorded "
+             f"task examples the split rule holds out). Difference to verifier-only decoding: mean over prompts with a "
+             f"95% percentile bootstrap interval over prompts; McNemar: exact two-sided test on the prompts where "
+             f"exactly one of the two is correct. Identical output: the same tokens as the verifier's greedy output; "
+             f"same answer: the same outcome under the metric (final number / test result). Log-prob: the "
+             f"verifier's mean log-probability of the produced tokens (teacher-forced, after decoding). Offline "
+             f"rejection: the held-out records' greedy-view rejection rate at the point's alpha.", "",
+             markdown_table(PAIRED_HEADER, paired_rows(paired)), ""]
+    parts += ["### Offline prediction vs online measurement", "",
+              markdown_table(["method", "alpha", "offline rejection (t=1)", "offline rejection (greedy)",
+                              "online rejection", "online / offline", "predicted latency", "measured latency",
+                              "measured / predicted"],
+                             [[r["method"], r["alpha"], r["offline"]["t1_rejection"], r["offline"]["greedy_rejection"],
+                               r["offline"]["measured_rejection"], r["offline"]["rejection_ratio"],
+                               r["offline"]["predicted_latency"], r["offline"]["measured_latency"],
+                               r["offline"]["latency_ratio"]] for r in paired]), "",
+              *DIVERGENCE_NOTES, ""]
+    parts += ["### Where the time goes (share of each point's wall time)", "",
+              markdown_table(["method", "alpha", "drafting", "verifying", "bonus drafter", "rule / router", "other",
+                              "relative latency"],
+                             [[r["method"], r["alpha"], *[r["time_split"][k] for k in TIME_SPLIT], r["relative_latency"]]
+                              for r in paired]), "",
+              f"Shared prompt prefix: {online['shared_prefix']['tokens']} tokens prefilled once per model "
+              f"({online['shared_prefix']['seconds']:.1f} s, in no point's time).", ""]
+    return parts
+
+
+TIME_SPLIT = ("drafting", "verifying", "bonus_drafter", "rule", "other")
+DIVERGENCE_NOTES = [
+    "Why offline and online differ: (1) prefixes - the records score every position after the *gold* prefix, online "
+    "decoding after its own output (a cascade that defers less drifts to text the records never scored); (2) blocks - "
+    "online, a rejection ends the block, so drafts after it are never evaluated, and the rejection rate counts "
+    "rejections per evaluated draft, while offline every position counts once; (3) the analytic latency assumes "
+    "i.i.d. acceptance, a fixed drafter/verifier cost ratio and no time outside the two models, which the time split "
+    "above measures; (4) the t=1 rejection is the expected TV(q, pi) under sampling, the greedy one what argmax "
+    "drafting meets, and online decoding here is greedy."]
+
+
 def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plots: list[Path]) -> None:
     parts = [f"# specroute eval: {cfg.name}", "",
              f"Records: {', '.join(cfg.records)}; routers: {', '.join(cfg.routers) or 'none'}; gamma {cfg.gamma}, "
@@ -185,5 +263,7 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
                   markdown_table(["method", "(a) relative latency", "alpha", "(b) quality", "alpha"],
                                  [[m, f["a_latency_at_verifier_quality"], f["a_alpha"],
                                    f["b_quality_at_verifier_latency"], f["b_alpha"]] for m, f in forms.items()]), ""]
+        if online.get("paired"):
+            parts += paired_sections(online["paired"], online)
     parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     write_text(path, "\n".join(parts))

@@ -1,8 +1,10 @@
 """`specroute eval`: learned routers against every plug-in rule, offline on records and online.
 
-Writes into `output`: metrics.json (config, offline summary, online points and tables), curves.csv
-(offline curve points and online points), PNG plots, report.md, eval_config.json and online/ (one
-file per finished (method, alpha) point: a rerun resumes from them).
+Writes into `output`: metrics.json (config, offline summary, online points, their paired comparison
+with the verifier (eval/paired.py) and tables), curves.csv (offline curve points and online points),
+online_per_prompt.csv (every point's outcome per prompt), PNG plots, report.md, eval_config.json and
+online/ (one file per finished (method, alpha) point, outputs and outcomes per prompt included: a
+rerun resumes from them).
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import torch
 
 from eval.executor import SANDBOXES
 from eval.task_metrics import get_metric
-from eval.offline import (REFERENCE_METHODS, compare_views, curve_rows, load_held_out, load_routers, method_curves,
-                          summarise)
-from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, alphas_at_rejection, known_method,
-                         prepare_prompts, run_grid, table_forms)
-from eval.report import offline_plots, online_plots, write_curves_csv, write_report
+from eval.offline import (REFERENCE_METHODS, compare_views, curve_rows, greedy_curves, load_held_out, load_routers,
+                          method_curves, summarise)
+from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_verifier_logprobs, alphas_at_rejection,
+                         known_method,
+                         point_name, prepare_ends, prepare_prompts, run_grid, table_forms)
+from eval.paired import paired_table
+from eval.report import offline_plots, online_plots, write_curves_csv, write_per_prompt_csv, write_report
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.hardware import DTYPE_CHOICES, resolve_dtype
-from router.prompts import context_length, prompt_limit
+from router.prompts import context_length, default_stops, prompt_limit
 from router.records import RecordsError, read_examples, read_manifest
 from router.console import summary_table, wandb_offline
 from router.files import output_lock, write_json
@@ -45,7 +49,9 @@ class EvalConfig:
     online_methods: list | None = None  # default: every plug-in rule, every router, the baselines
     alphas: dict = field(default_factory=dict)  # per-method online alpha grids, e.g. {opt: [0, 0.5]}
     online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])  # x verifier's rejection
-    max_prompts: int = 10
+    max_prompts: int = 10                # held-out prompts: the records' test examples, then (when more are asked)
+    unrecorded_prompts: bool = True      #   the task's further examples its split rule puts in test
+    stop: list | None = None             # stop strings; None: the prompt format's (few-shot GSM8K: a blank line)
     max_new_tokens: int = 128
     batch_size: int = 1                  # prompts per decoding call (1: per-prompt latency, as served)
     gamma: int = 5
@@ -141,12 +147,13 @@ def dtype_note(cfg: EvalConfig, manifests: list[dict]) -> dict:
     return note
 
 
-def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict) -> dict:
+def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict, stops: list) -> dict:
     """What a finished online point depends on; a point file with another fingerprint is redone."""
     weights = {name: hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:16]
                for name, folder in zip(routers, cfg.routers)}  # a retrained router invalidates old points
     return {"models": manifest["models"], "prompts": [p.example_id for p in prompts], "routers": weights,
             "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
+            "stop": stops,
             **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
                                       "batch_size", "drafter", "verifier", "device")}}
 
@@ -184,12 +191,17 @@ def _run_eval(cfg: EvalConfig) -> dict:
         else (None, None)
     offline = None
     rows = []
+    cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0]) if (cfg.offline or online) else (None, None)
     if cfg.offline:
-        cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0])
         offline = {"positions": len(held_out.cols["tv"]), "cost_ratio": cost_ratio, "cost_ratio_source": source,
                    "summary": summarise(curves, held_out, cfg.gamma, cost_ratio),
                    "views": compare_views(cfg.records, held_out, routers, cfg.bootstrap)}
         rows = curve_rows(curves, cfg.gamma, cost_ratio)
+    if online:
+        per_prompt = online.pop("per_prompt")
+        write_per_prompt_csv(out / "online_per_prompt.csv", per_prompt)
+        online["paired"] = paired_table(per_prompt, online["points"], curves, greedy_curves(held_out, routers),
+                                        cfg.gamma, cost_ratio, cfg.bootstrap)
     online_rows = [{"stage": "online", "method": p["method"], "alpha": p["alpha"], "rejection": p["rejection_rate"],
                     "quality": p["quality"], "top1": math.nan, "relative_latency": p["relative_latency"]}
                    for p in (online or {}).get("points", [])]
@@ -210,19 +222,43 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
                 routers: dict) -> tuple[dict, tuple]:
     """The online grid on held-out prompts; returns its results and the loaded pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
-    examples = read_examples(cfg.records[0], split="test")
-    if not examples:
-        raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
+    examples = online_examples(cfg, manifest)
     grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
     pair = _load_pair(cfg, manifest)
     limit = prompt_limit(context_length(pair[0], pair[1]), cfg.max_new_tokens, manifest["config"].get("max_prompt_tokens"))
-    prompts = prepare_prompts(pair[2], examples, manifest["config"].get("chat", False), cfg.max_prompts, limit)
-    points = run_grid(pair, grid, prompts, cfg, metric, routers, Path(cfg.output) / "online",
-                      _fingerprint(cfg, manifest, prompts, routers))
+    chat = manifest["config"].get("chat", False)
+    prompts = prepare_prompts(pair[2], examples, chat, cfg.max_prompts, limit)
+    stops = default_stops(task, chat) if cfg.stop is None else list(cfg.stop)
+    ends = prepare_ends(pair, prompts, stops)
+    folder = Path(cfg.output) / "online"
+    points = run_grid(pair, grid, prompts, cfg, metric, routers, folder,
+                      _fingerprint(cfg, manifest, prompts, routers, stops), ends)
+    scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size)
     add_relative_latency(points)
-    online = {"prompts": len(prompts), "dtype": dtype_note(cfg, [manifest]), "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
-              "tables": table_forms(points)}
+    online = {"prompts": len(prompts), "recorded_test_prompts": sum(e.get("recorded", True) for e in examples[:len(prompts)]),
+              "dtype": dtype_note(cfg, [manifest]), "stop": stops,
+              "logprob_seconds": scoring_seconds,
+              "shared_prefix": {"tokens": len(ends.prefix) if ends.prefix else 0,
+                                "seconds": ends.prefix.seconds if ends.prefix else 0.0},
+              "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
+              "tables": table_forms(points), "per_prompt": {point_name(p["method"], p["alpha"]): p["examples"]
+                                                          for p in points}}
     return online, pair
+
+
+def online_examples(cfg: EvalConfig, manifest: dict) -> list[dict]:
+    """Held-out examples for online decoding: the records' test split, then (unrecorded_prompts) the
+    task's further examples the recording's split rule puts in test, up to max_prompts."""
+    examples = [{**e, "recorded": True} for e in read_examples(cfg.records[0], split="test")]
+    if len(examples) < cfg.max_prompts and cfg.unrecorded_prompts:
+        from data_gen.recorder import unrecorded_test_examples
+
+        recorded = {e["example_id"] for e in read_examples(cfg.records[0])}
+        more = unrecorded_test_examples(manifest["config"], recorded, cfg.max_prompts - len(examples))
+        examples += [{**e, "recorded": False} for e in more]
+    if not examples:
+        raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
+    return examples
 
 
 def _cost_ratio(cfg: EvalConfig, online: dict | None, pair, manifest: dict) -> tuple[float, str]:
@@ -268,15 +304,26 @@ def view_lines(views: dict) -> list[str]:
     return lines
 
 
+def online_lines(online: dict) -> list[str]:
+    """The online table: quality, difference to the verifier with its 95% interval over prompts,
+    agreement with the verifier, latency, and rejection offline (greedy view) vs online."""
+    lines = [f"online, {online['prompts']} held-out prompts; diff: 95% paired bootstrap interval over prompts",
+             f"{'method':<16}{'alpha':>8}{'quality':>9}{'diff to verifier':>26}{'same out':>10}{'same ans':>10}"
+             f"{'logp/tok':>10}{'rel. lat':>10}{'rej off':>9}{'rej on':>8}"]
+    for r in online.get("paired", []):
+        lo, hi = r.get("quality_diff_ci", [math.nan, math.nan])
+        lines.append(f"{r['method']:<16}{r['alpha']:>8.3g}{r.get('quality', math.nan):>9.3f}"
+                     f"{r.get('quality_diff', math.nan):>+9.3f} [{lo:+.3f}, {hi:+.3f}]"
+                     f"{r.get('identical_output', math.nan):>10.3f}{r.get('same_answer', math.nan):>10.3f}"
+                     f"{r.get('verifier_logprob', math.nan):>10.3f}{r['relative_latency']:>10.3f}"
+                     f"{r['offline']['greedy_rejection']:>9.3f}{r['offline']['measured_rejection']:>8.3f}")
+    return lines
+
+
 def print_eval_summary(metrics: dict, out: Path) -> None:
     lines = []
     if metrics["online"]:
-        pts = metrics["online"]["points"]
-        lines.append(f"{'online method':<22}{'alpha':>8}{'quality':>9}{'rel. latency':>14}{'verifier/tok':>14}"
-                     f"{'rejection':>11}")
-        for p in pts:
-            lines.append(f"{p['method']:<22}{p['alpha']:>8.3g}{p['quality']:>9.3f}{p['relative_latency']:>14.3f}"
-                         f"{p['verifier_calls_per_token']:>14.3f}{p['rejection_rate']:>11.3f}")
+        lines += online_lines(metrics["online"])
     if metrics["offline"]:
         lines += view_lines(metrics["offline"]["views"])
         s = metrics["offline"]["summary"]["methods"]

@@ -1,11 +1,13 @@
 """Real task metrics for generated outputs, keyed by task name.
 
-- gsm8k: exact match of the final number (after '####' when present, else the last number);
+- gsm8k: exact match of the final number ('the answer is N', else after '####', else the last number);
 - mbpp, humaneval: pass@1, the candidate and then its tests run by `eval.executor` in an isolated
   sandbox; a pass means the tests ran to their end (an early exit fails, as in the HumanEval harness);
 - triviaqa, nq, squad: exact match and token F1 against the answer aliases (SQuAD normalisation).
 Each metric takes the generated text and the example's `meta` (written by data_gen into the record
-folder's examples file) and returns a dict of scores in [0, 1]; `quality` is the headline one.
+folder's examples file) and returns a dict of scores in [0, 1] (`quality` is the headline one) and
+`answer`, what two outputs must share to count as the same outcome (the final number, the
+normalised answer, the test run's status) in eval's agreement with the verifier.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ from eval.executor import resolve_sandbox, run_program
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+ANSWER_IS = re.compile(r"answer is[:\s]*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
+
+
 def _number(text: str) -> float | None:
-    """The answer number: the first after '####' when the text has one, else the last one."""
+    """The answer number: the one after the first 'the answer is' (the few-shot chain-of-thought
+    form), else the first after '####' when the text has one, else the last number."""
+    stated = ANSWER_IS.search(text)
+    if stated:
+        return float(stated.group(1).replace(",", ""))
     marked = "####" in text
     found = NUMBER.findall(text.split("####", 1)[1] if marked else text)
     if not found:
@@ -36,7 +45,8 @@ def _number(text: str) -> float | None:
 def gsm8k_metric(output: str, meta: dict) -> dict:
     """Exact match of the final number of the output with the short answer."""
     got, want = _number(output), _number(str(meta["short_answer"]))
-    return {"quality": float(got is not None and want is not None and abs(got - want) < 1e-6)}
+    return {"quality": float(got is not None and want is not None and abs(got - want) < 1e-6),
+            "answer": "" if got is None else f"{got:g}"}
 
 
 def normalise_answer(text: str) -> str:
@@ -62,7 +72,7 @@ def qa_metric(output: str, meta: dict) -> dict:
     aliases = meta.get("aliases") or ([meta["reference"].strip()] if meta.get("reference") else [])
     em = max((float(normalise_answer(answer) == normalise_answer(a)) for a in aliases), default=0.0)
     f1 = max((_f1(answer, a) for a in aliases), default=0.0)
-    return {"quality": em, "exact_match": em, "f1": f1}
+    return {"quality": em, "exact_match": em, "f1": f1, "answer": normalise_answer(answer)}
 
 
 CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
@@ -78,7 +88,7 @@ def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str |
     code = extract_code(output)
     program = "\n".join([meta.get("test_setup_code") or "", code, *meta["tests"]]) + "\n"
     outcome = run_program(program, timeout_s, sandbox=sandbox)
-    return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout")}
+    return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout"), "answer": outcome.status}
 
 
 def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
@@ -87,7 +97,7 @@ def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: 
         code = meta["function_prompt"] + code
     program = f"{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
     outcome = run_program(program, timeout_s, sandbox=sandbox)
-    return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout")}
+    return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout"), "answer": outcome.status}
 
 
 METRICS: dict[str, Callable[[str, dict], dict]] = {

@@ -14,32 +14,37 @@ import time
 
 import torch
 
-from router.layout import CachedModel, Layout
+from router.layout import CachedModel
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, PADDING, GenerateOutput, Rows, Sampling, check_inputs,
-                         check_pair, eos_ids, finish, forward_stats, pad_id, vocab_size)
+                         check_pair, eos_ids, finish, forward_stats, pad_id, first_layout, vocab_size)
+from router.prefix import SharedPrefix
+from router.prompts import StopStrings
 from router.rules import chow_defer
 from router.sampling import sample
 
 
 def generate_autoregressive(model, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
                             max_new_tokens: int = 64, seed: int = 0, attention_mask=None,
-                            role: str = "verifier") -> GenerateOutput:
-    """One model alone, one token per forward, KV-cached; `role` names it in the stats."""
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
-    out, _ = _autoregressive(model, input_ids, check_inputs(input_ids, attention_mask), sampling, role)
+                            role: str = "verifier", stop: StopStrings | None = None,
+                            prefix: SharedPrefix | None = None) -> GenerateOutput:
+    """One model alone, one token per forward, KV-cached; `role` names it in the stats; stop
+    tokens and a shared prefix as in `router.decoding.generate`."""
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
+    out, _ = _autoregressive(model, input_ids, check_inputs(input_ids, attention_mask), sampling, role, prefix)
     return out
 
 
-def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: str):
+def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: str, prefix: SharedPrefix | None):
     """Autoregressive loop; also returns each row's mean raw probability of its chosen tokens."""
     eos = eos_ids(model)
     gen = sampling.generator(input_ids.device)
     started = time.perf_counter()
     batch = input_ids.shape[0]
-    rows = Rows.start(batch, eos, sampling.max_new_tokens)
+    rows = Rows.start(batch, eos, sampling.max_new_tokens, sampling.stop)
     source = FROM_DRAFTER if role == "drafter" else FROM_VERIFIER
     confidence = [[] for _ in range(batch)]
-    layout, m = Layout(input_ids, attention_mask), CachedModel(model, vocab_size(model))
+    m = CachedModel(model, vocab_size(model))
+    layout = first_layout(input_ids, attention_mask, prefix, pad_id(model, eos), m)
     active = list(range(batch))
     with torch.inference_mode():
         while active:
@@ -64,20 +69,21 @@ def _check_unit_alpha(alpha: float, what: str) -> None:
 
 def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: float = 0.3,
                            temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64,
-                           seed: int = 0, attention_mask=None) -> GenerateOutput:
+                           seed: int = 0, attention_mask=None, stop: StopStrings | None = None,
+                           prefix: SharedPrefix | None = None) -> GenerateOutput:
     """Sequential token-level cascade with Chow's rule: the drafter writes every position and the
     verifier is called only where max q_raw < 1 - alpha, catching up on the skipped tokens in that
     same forward. Deferred positions take the verifier's token."""
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "chow")
     vocab = check_pair(drafter, verifier)
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
     started = time.perf_counter()
-    rows = Rows.start(input_ids.shape[0], eos, max_new_tokens)
-    layout = Layout(input_ids, attention_mask)
+    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
+    layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     active, deferrals = list(range(input_ids.shape[0])), 0
     with torch.inference_mode():
         while active:
@@ -99,21 +105,22 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
 
 def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: float = 0.3,
                               temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64,
-                              seed: int = 0, attention_mask=None) -> GenerateOutput:
+                              seed: int = 0, attention_mask=None, stop: StopStrings | None = None,
+                              prefix: SharedPrefix | None = None) -> GenerateOutput:
     """Sequence-level cascade: the drafter writes each whole answer; rows whose mean token
     confidence (raw drafter probability of its chosen tokens) is below 1 - alpha are rewritten
     by the verifier from scratch. alpha 0 -> (almost) always the verifier, 1 -> the drafter."""
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "the sequence cascade")
     check_pair(drafter, verifier)
     started = time.perf_counter()
-    draft, confidence = _autoregressive(drafter, input_ids, attention_mask, sampling, "drafter")
+    draft, confidence = _autoregressive(drafter, input_ids, attention_mask, sampling, "drafter", prefix)
     redo = [b for b, c in enumerate(confidence) if c < 1 - alpha]
     stats = dict(method="sequence_cascade", alpha=alpha, deferrals=len(redo), deferred_rows=redo,
                  **{k: draft.stats[k] for k in ("drafter_forwards", "drafter_row_forwards", "drafter_seconds")},
                  verifier_forwards=0, verifier_row_forwards=0, verifier_seconds=0.0)
-    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens)
+    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
     width = input_ids.shape[1]
     for b in range(input_ids.shape[0]):
         toks = [t for t, s in zip(draft.sequences[b, width:].tolist(), draft.sources[b].tolist()) if s != PADDING]
@@ -121,7 +128,7 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
     if redo:
         idx = torch.tensor(redo, device=input_ids.device)
         redone = generate_autoregressive(verifier, input_ids[idx], temperature, top_p, max_new_tokens, seed,
-                                         attention_mask[idx])
+                                         attention_mask[idx], stop=stop, prefix=prefix)
         for k in ("verifier_forwards", "verifier_row_forwards", "verifier_seconds"):
             stats[k] = redone.stats[k]
         for i, b in enumerate(redo):

@@ -18,7 +18,9 @@ import torch
 
 from router.layout import CachedModel, Layout, drop_trailing_holes
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Sampling, check_inputs, check_pair,
-                         eos_ids, finish, forward_stats, pad_id)
+                         eos_ids, finish, forward_stats, first_layout, pad_id)
+from router.prefix import SharedPrefix
+from router.prompts import StopStrings
 from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
 from router.sampling import accept_drafts, next_after, sample
 
@@ -125,16 +127,19 @@ def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout
 
 def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int = 4,
              temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-             attention_mask: torch.Tensor | None = None, bonus_from: str = "target") -> GenerateOutput:
+             attention_mask: torch.Tensor | None = None, bonus_from: str = "target",
+             stop: StopStrings | None = None, prefix: SharedPrefix | None = None) -> GenerateOutput:
     """Speculative cascade decoding of a batch of left-padded prompts (see module docstring).
 
     `rule` is a rule name from `router.rules.rule_names()` or any deferral policy with the same
     `target` method (e.g. a learned router from `router.model.load_router`). When every draft of a
     block passes, the bonus token comes from pi (bonus_from="target", exact, as in the paper: costs
     one more drafter forward to get q there) or from the verifier's p (bonus_from="verifier": that
-    one position defers, and the drafter forward is saved).
+    one position defers, and the drafter forward is saved). `stop` strings end a row like EOS
+    (`router.prompts.StopStrings`); a `prefix` every prompt starts with is read from its cache
+    (`router.prefix.SharedPrefix`) instead of being prefilled again.
     """
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens)
+    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
     attention_mask = check_inputs(input_ids, attention_mask)
     if gamma < 1:
         raise ValueError(f"gamma ({gamma}) must be >= 1")
@@ -145,12 +150,12 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
     started = time.perf_counter()
-    rows = Rows.start(input_ids.shape[0], eos, max_new_tokens)
+    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
     stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
                  accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0, deferrals=0,
-                 expected_rejections=0.0)
-    layout = Layout(input_ids, attention_mask)
+                 expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
+    layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     d.want_hidden = "drafter" in policy.hidden_inputs
     v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
     active = list(range(input_ids.shape[0]))
@@ -160,9 +165,14 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             start = layout.length
             block = draft(d, layout, max(1, min(gamma, remaining - 1)), sampling, gen)  # no drafts past the limit
             verify(v, layout, block, sampling)
+            ticked = time.perf_counter()
             form_target(policy, alpha, block)
+            stats["rule_seconds"] += time.perf_counter() - ticked
             block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
+            ticked, drafter_before = time.perf_counter(), d.seconds
             q_n, pi_n = block_end(policy, alpha, d, layout, block, sampling, bonus_from)
+            stats["bonus_drafter_seconds"] += d.seconds - drafter_before  # the bonus-position forward
+            stats["rule_seconds"] += time.perf_counter() - ticked - (d.seconds - drafter_before)
             nxt = next_after(q_n, pi_n, ~block.whole, gen)  # step 6: residual token at a rejection, else bonus
             _record_block(stats, rows, active, block, nxt)
             layout.keep_first(start, block.n_accepted)

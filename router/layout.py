@@ -26,6 +26,11 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     return ids, mask
 
 
+def cache_argument(model) -> str:
+    """transformers >= 5.24 names the cache argument `cache`; older releases `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 class Layout:
     """Physical token columns of a batch: tokens, validity mask and position ids, all (B, L)."""
 
@@ -77,9 +82,7 @@ class CachedModel:
         self.model = model
         self.vocab = vocab  # logits are cut to the vocabulary both models share
         self.cache = None  # the model creates the right cache type on its first forward
-        # transformers >= 5.24 names the cache argument `cache`; older releases `past_key_values`
-        params = inspect.signature(model.forward).parameters
-        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self._cache_arg = cache_argument(model)
         self.n_cached = 0  # columns of the layout the cache covers
         self.forwards = 0  # forward calls
         self.row_forwards = 0  # forward calls weighted by the rows they served
@@ -108,6 +111,12 @@ class CachedModel:
         logits = out.logits[:, -keep:, : self.vocab].float()
         self.seconds += time.perf_counter() - started
         return logits
+
+    def start_from(self, prefix, batch: int) -> None:
+        """Begin with a copy of the model's cache over a shared prefix (`router.prefix`), which
+        fills the layout's first len(prefix) columns."""
+        self.cache = prefix.cache_for(self.model, batch)
+        self.n_cached = len(prefix)
 
     def crop_to(self, length: int) -> None:
         """Roll the cache back to its first `length` columns (never recomputes what is kept)."""

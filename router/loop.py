@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import torch
 
 from router.layout import CachedModel, Layout, keep_rows
+from router.prefix import SharedPrefix, start_layout
+from router.prompts import StopStrings
 from router.sampling import process_logits
 
 FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
@@ -30,6 +32,7 @@ class Sampling:
     top_p: float = 1.0
     seed: int = 0
     max_new_tokens: int = 64
+    stop: StopStrings | None = None  # strings that end a row like EOS (`router.prompts.StopStrings`)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -65,24 +68,35 @@ class Rows:
     tokens: list = field(default_factory=list)
     sources: list = field(default_factory=list)
     done: list = field(default_factory=list)
+    stop: StopStrings | None = None
+    tails: list = field(default_factory=list)  # the text of each row's last tokens, for stop strings
 
     @classmethod
-    def start(cls, batch: int, eos: set, max_new: int) -> "Rows":
-        return cls(eos, max_new, [[] for _ in range(batch)], [[] for _ in range(batch)], [False] * batch)
+    def start(cls, batch: int, eos: set, max_new: int, stop: StopStrings | None = None) -> "Rows":
+        return cls(eos, max_new, [[] for _ in range(batch)], [[] for _ in range(batch)], [False] * batch, stop,
+                   [""] * batch)
 
     def emit(self, row: int, tokens: list[int], sources: list[int]) -> int:
-        """Append tokens to a row up to EOS / the length limit; return how many were kept."""
+        """Append tokens to a row up to EOS, a stop string or the length limit; return how many
+        were kept."""
         room = self.max_new - len(self.tokens[row])
         kept = 0
         for tok, src in zip(tokens[:room], sources[:room]):
             self.tokens[row].append(tok)
             self.sources[row].append(src)
             kept += 1
-            if tok in self.eos:
+            if tok in self.eos or self._stops(row, tok):
+                self.done[row] = True
                 break
-        if len(self.tokens[row]) >= self.max_new or (kept and self.tokens[row][-1] in self.eos):
+        if len(self.tokens[row]) >= self.max_new:
             self.done[row] = True
         return kept
+
+    def _stops(self, row: int, tok: int) -> bool:
+        if self.stop is None:
+            return False
+        self.tails[row] = (self.tails[row] + self.stop.text(tok))[-self.stop.window:]
+        return self.stop.found(self.tails[row])
 
     def new_tokens(self) -> int:
         return sum(len(t) for t in self.tokens)
@@ -93,6 +107,17 @@ class Rows:
         if len(still) < len(active) and still:
             keep_rows(torch.tensor(still, device=layout.tokens.device), layout, *models)
         return [active[i] for i in still]
+
+
+def first_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad: int,
+          *models: CachedModel) -> Layout:
+    """The first layout of a loop, its models' caches starting from the shared prefix when every
+    prompt has it (`router.prefix`), else empty."""
+    layout, used = start_layout(input_ids, attention_mask, prefix, pad)
+    if used is not None:
+        for m in models:
+            m.start_from(used, input_ids.shape[0])
+    return layout
 
 
 # ---- input checks ------------------------------------------------------------------------------

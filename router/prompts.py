@@ -8,6 +8,7 @@ used when recording, in online evaluation and by `specroute generate`.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 
 def prompt_text(tokenizer, prompt: str, question: str, chat: bool) -> str:
@@ -38,3 +39,60 @@ def warn_truncated(count: int, limit: int, where: str) -> None:
     if count:
         warnings.warn(f"{count} prompt(s) longer than {limit} tokens were truncated from the left for {where} "
                       f"(as recording does)")
+
+
+# Few-shot contexts separate their shots by a blank line (GSM8K) or one line per answer (the QA
+# tasks): a model continuing such a prompt goes on to write the next shot, so the row ends there.
+# Chat prompts end at the turn's EOS and need none.
+FEW_SHOT_STOPS = {"gsm8k": ["\n\n", "\nQuestion:"], "triviaqa": ["\n"], "nq": ["\n"], "squad": ["\n"]}
+
+
+def default_stops(task: str, chat: bool) -> list[str]:
+    """Stop strings of a task's prompt format (none for chat prompts and unknown tasks)."""
+    return [] if chat else list(FEW_SHOT_STOPS.get(task, []))
+
+
+_TOKEN_TEXTS: dict = {}
+
+
+@dataclass(frozen=True, eq=False)
+class StopStrings:
+    """Strings that end a generated row wherever they appear in its text (e.g. a blank line, or
+    '\nQuestion:' when a few-shot model starts the next shot), checked on the text of the row's
+    last tokens as they are emitted, so a string split over several tokens is caught too. The
+    token that completes a string is kept; `cut_at_stop` removes the string from the text."""
+
+    strings: tuple
+    token_text: tuple  # the text of every token id
+
+    @classmethod
+    def build(cls, tokenizer, strings: list[str]) -> "StopStrings | None":
+        """None when there are no strings; each token's text is decoded once per tokenizer."""
+        if not strings:
+            return None
+        if any(not isinstance(s, str) or not s for s in strings):
+            raise ValueError(f"stop strings must be non-empty strings, got {strings!r}")
+        key = (getattr(tokenizer, "name_or_path", None) or id(tokenizer), len(tokenizer))
+        if key not in _TOKEN_TEXTS:
+            ids = [[i] for i in range(len(tokenizer))]
+            _TOKEN_TEXTS[key] = tuple(tokenizer.batch_decode(ids) if hasattr(tokenizer, "batch_decode")
+                                      else [tokenizer.decode(i) for i in ids])
+        return cls(tuple(strings), _TOKEN_TEXTS[key])
+
+    @property
+    def window(self) -> int:
+        """Characters of a row's tail to keep: enough for the longest string to straddle tokens."""
+        return 2 * max(len(s) for s in self.strings) + 16
+
+    def text(self, token: int) -> str:
+        return self.token_text[token] if 0 <= token < len(self.token_text) else ""
+
+    def found(self, tail: str) -> bool:
+        return any(s in tail for s in self.strings)
+
+
+def cut_at_stop(text: str, stops: list[str]) -> str:
+    """The text before the first stop string."""
+    for s in stops:
+        text = text.split(s, 1)[0]
+    return text

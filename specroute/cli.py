@@ -4,13 +4,14 @@
   specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
   specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
   specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
-  specroute demo [--preset tiny|cpu|gpu] [--fresh]   the whole pipeline, resumable
+  specroute demo [--preset tiny|cpu|long|gpu] [--fresh]   the whole pipeline, resumable
   specroute rules                     list the deferral rules and their alpha ranges
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import sys
 import time
@@ -36,6 +37,9 @@ def _generate_parser(sub) -> None:
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end the output where this text appears (repeatable; Python escapes such as \\n work), "
+                        "e.g. --stop '\\n\\n' for a few-shot prompt")
     g.add_argument("--compare", action="store_true", help="also decode with the verifier alone and report the speed-up")
     g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                    help="auto (default): bfloat16 where the hardware has it natively (CUDA, AMX, AVX512-BF16), "
@@ -58,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="YAML config, e.g. configs/train/mlp.yaml")
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
     demo = sub.add_parser("demo", help="the whole pipeline: gen -> train -> eval on the embedded pair")
-    demo.add_argument("--preset", default="cpu", choices=["tiny", "cpu", "gpu"],
-                      help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it expects here); gpu: bigger")
+    demo.add_argument("--preset", default="cpu", choices=["tiny", "cpu", "long", "gpu"],
+                      help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it expects here); long: cpu with 50 online prompts per task (hours, resumable); gpu: bigger")
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
@@ -145,12 +149,15 @@ def cmd_generate(args) -> int:
     from router.hardware import cpu_kind
     from router.loop import Sampling
     from router.pair import load_pair
-    from router.prompts import context_length, prompt_limit
+    from router.prompts import StopStrings, context_length, cut_at_stop, prompt_limit
     from router.console import summary_table
     from router.files import write_json
 
     rule = get_rule(args.rule)
+    stops = [codecs.decode(s, "unicode_escape") for s in args.stop]  # '\\n' typed in a shell is a newline
     try:
+        if any(not s for s in stops):
+            raise ValueError("--stop needs a non-empty text")
         rule.check_alpha(args.alpha)
         Sampling(args.temperature, args.top_p, args.seed, args.max_new_tokens)
     except ValueError as err:  # refused before loading any model
@@ -163,9 +170,10 @@ def cmd_generate(args) -> int:
     load_s = time.perf_counter() - t0
     limit = prompt_limit(context_length(drafter, verifier), args.max_new_tokens)
     input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
+    stop = StopStrings.build(tokenizer, stops)
     out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                   seed=args.seed, attention_mask=mask)
+                   seed=args.seed, attention_mask=mask, stop=stop)
     new_tokens = out.sequences[0, input_ids.shape[1]:].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -183,16 +191,16 @@ def cmd_generate(args) -> int:
             ("accepted-length histogram", str(stats["accepted_hist"])),
             ("model load seconds", f"{load_s:.1f}"),
             ("dtype / machine", f"{verifier.dtype} / {cpu_kind() if args.device == 'cpu' else args.device}")]
-    result = {"args": vars(args), "text": tokenizer.decode(new_tokens, skip_special_tokens=True),
+    result = {"args": vars(args), "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),
               "tokens": new_tokens, "sources": sources, "stats": stats}
     if args.compare:
         base = generate_autoregressive(verifier, input_ids, args.temperature, args.top_p,
-                                       args.max_new_tokens, args.seed, mask)
+                                       args.max_new_tokens, args.seed, mask, stop=stop)
         speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
         rows += [("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
                  ("speed-up vs verifier", f"{speedup:.2f}x")]
-        result["verifier_only"] = {"stats": base.stats, "text": tokenizer.decode(
-            base.sequences[0, input_ids.shape[1]:], skip_special_tokens=True)}
+        result["verifier_only"] = {"stats": base.stats, "text": cut_at_stop(tokenizer.decode(
+            base.sequences[0, input_ids.shape[1]:], skip_special_tokens=True), stops)}
     write_json(args.output, result)
     print("\n" + summary_table(rows) + f"\n  results written to {args.output}")
     return 0

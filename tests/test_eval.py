@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from data_gen.recorder import assign_split
 from eval.executor import run_program
+from eval.paired import bootstrap_mean, compare_point, mcnemar_exact
+from router.records import read_examples
 from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from specroute import cli
@@ -77,6 +80,10 @@ def test_task_metrics():
     assert gsm8k_metric("She has 3 + 4 = 7 apples.\n#### 7", {"short_answer": "7"})["quality"] == 1.0
     assert gsm8k_metric("The answer is 1,250.", {"short_answer": "1250"})["quality"] == 1.0
     assert gsm8k_metric("It is 8.", {"short_answer": "7"})["quality"] == 0.0
+    # the few-shot chain-of-thought form: the stated answer wins over later numbers
+    cot = gsm8k_metric(" 5 + 4 = 9. So the answer is 9. Then 12 more", {"short_answer": "9"})
+    assert cot == {"quality": 1.0, "answer": "9"}
+    assert gsm8k_metric("no number here", {"short_answer": "9"})["answer"] == ""
     qa = qa_metric(" The Eiffel Tower\nbecause", {"aliases": ["Eiffel Tower", "la tour Eiffel"]})
     assert qa["exact_match"] == 1.0 and qa["f1"] == 1.0
     assert qa_metric("Paris, France", {"aliases": ["Paris"]})["f1"] == pytest.approx(2 / 3)
@@ -86,7 +93,7 @@ def test_task_metrics():
     assert mbpp_metric(good, {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1.0
     assert mbpp_metric(good.replace("a + b", "a - b"), {"tests": ["assert add(1, 2) == 3"]})["quality"] == 0.0
     loop = mbpp_metric("def add(a, b):\n    while True: pass", {"tests": ["assert add(1, 2) == 3"]}, timeout_s=1)
-    assert loop == {"quality": 0.0, "timeout": 1.0}
+    assert loop == {"quality": 0.0, "timeout": 1.0, "answer": "timeout"}
     he = {"function_prompt": "def inc(x):\n", "entry_point": "inc",
           "test": "def check(f):\n    assert f(1) == 2\n"}
     assert humaneval_metric("    return x + 1\n", he)["quality"] == 1.0  # a bare body completes the prompt
@@ -115,7 +122,7 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     root, rec, rtr = tiny_pipeline
     assert cli.main(_eval_args(root, rec, rtr)) == 0
     out = root / "eval"
-    for name in ("metrics.json", "curves.csv", "report.md", "eval_config.json", "offline_quality_vs_rejection.png",
+    for name in ("metrics.json", "curves.csv", "online_per_prompt.csv", "report.md", "eval_config.json", "offline_quality_vs_rejection.png",
                  "offline_quality_vs_latency.png", "online_quality_vs_latency.png", "online_quality_vs_rejection.png"):
         assert (out / name).stat().st_size > 0, name
     metrics = json.loads((out / "metrics.json").read_text())
@@ -127,7 +134,9 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     assert "router" in metrics["offline"]["summary"]["methods"]
     report = (out / "report.md").read_text()
     assert "(a) lowest latency" in report and "| router |" in report
-    assert "online method" in capsys.readouterr().out
+    assert "diff to verifier" in capsys.readouterr().out
+    assert "Paired with the verifier" in report and "Where the time goes" in report and "Why offline and online" in report
+    _check_paired(metrics)
     stamps = {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
     assert cli.main(_eval_args(root, rec, rtr)) == 0  # a rerun reuses every finished point
     assert stamps == {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
@@ -146,6 +155,62 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     single = json.loads((out / "online" / "verifier@0.json").read_text())["examples"]
     batched = json.loads((root / "eval-b2" / "online" / "verifier@0.json").read_text())["examples"]
     assert [e["text"] for e in batched] == [e["text"] for e in single]
+
+
+def _check_paired(metrics):
+    """The paired rows: the verifier against itself is exact; every row has its measures."""
+    paired = {r["point"]: r for r in metrics["online"]["paired"]}
+    assert set(paired) == {f"{p['method']}@{p['alpha']:g}" for p in metrics["online"]["points"]}
+    me = paired["verifier@0"]
+    assert me["quality_diff"] == 0 and me["quality_diff_ci"] == [0, 0] and me["mcnemar_p"] == 1.0
+    assert me["identical_output"] == 1.0 and me["same_answer"] == 1.0 and me["logprob_diff"] == 0
+    assert np.isfinite(me["verifier_logprob"]) and me["verifier_logprob"] < 0
+    for r in paired.values():
+        assert r["prompts"] == metrics["online"]["prompts"]
+        assert sum(r["time_split"].values()) == pytest.approx(1.0, abs=0.02)
+        lo, hi = r["quality_diff_ci"]
+        assert lo <= r["quality_diff"] <= hi
+    assert paired["drafter@0"]["time_split"]["verifying"] == 0
+    opt = next(r for r in paired.values() if r["method"] == "opt")
+    assert 0 <= opt["offline"]["greedy_rejection"] <= 1 and 0 <= opt["offline"]["t1_rejection"] <= 1
+    assert np.isfinite(opt["offline"]["predicted_latency"]) and opt["time_split"]["rule"] > 0
+    assert paired["verifier@0"]["offline"]["greedy_rejection"] != paired["verifier@0"]["offline"]["greedy_rejection"]
+
+
+def test_online_prompts_go_beyond_the_recorded_test_split(tiny_pipeline):
+    """More prompts than the records' test split: further task examples the split rule holds out."""
+    root, rec, rtr = tiny_pipeline
+    recorded_test = [e["example_id"] for e in read_examples(rec, split="test")]
+    args = _eval_args(root, rec, rtr, f"output={root / 'eval-more'}", "offline=false",
+                      f"max_prompts={len(recorded_test) + 3}", "max_new_tokens=3")
+    args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[lossless]"
+    assert cli.main(args) == 0
+    metrics = json.loads((root / "eval-more" / "metrics.json").read_text())
+    assert metrics["online"]["prompts"] == len(recorded_test) + 3
+    assert metrics["online"]["recorded_test_prompts"] == len(recorded_test)
+    ids = [e["example_id"] for e in json.loads((root / "eval-more" / "online" / "verifier@0.json").read_text())["examples"]]
+    all_recorded = {e["example_id"] for e in read_examples(rec)}
+    assert ids[: len(recorded_test)] == recorded_test and not set(ids[len(recorded_test):]) & all_recorded
+    config = json.loads((rec / "gen_config.json").read_text())
+    assert all(assign_split(i, config["seed"], config["split_fractions"]) == "test" for i in ids)
+
+
+def test_paired_statistics_by_hand():
+    # McNemar: 6 prompts only the method gets right, 1 only the verifier: p = 2 * P(X <= 1), X ~ Bin(7, 1/2)
+    a = np.array([1] * 6 + [0] + [1] * 3 + [0] * 2)
+    b = np.array([0] * 6 + [1] + [1] * 3 + [0] * 2)
+    assert mcnemar_exact(a, b) == pytest.approx(2 * (1 + 7) / 2 ** 7)
+    assert mcnemar_exact(a, a) == 1.0 and np.isnan(mcnemar_exact(np.array([0.5]), np.array([1.0])))
+    lo, hi = bootstrap_mean(a - b, 2000)
+    assert lo < (a - b).mean() < hi and lo > -0.2
+    assert bootstrap_mean(np.zeros(5), 100) == [0.0, 0.0]
+    ex = [{"example_id": str(i), "quality": float(q), "answer": str(q), "new_ids": [i, q], "verifier_logprob": -1.0 * (i + 1),
+           "verifier_logprob_tokens": 2} for i, q in enumerate(a)]
+    ref = [{**e, "quality": float(q), "answer": str(q), "new_ids": [int(e["example_id"]), q]} for e, q in zip(ex, b)]
+    row = compare_point(ex, ref, 500)
+    assert row["quality_diff"] == pytest.approx(5 / 12) and row["same_answer"] == pytest.approx(5 / 12)
+    assert row["identical_output"] == pytest.approx(5 / 12) and row["logprob_diff"] == 0
+    assert row["verifier_logprob"] == pytest.approx(sum(-1.0 * (i + 1) for i in range(12)) / 24)
 
 
 def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):

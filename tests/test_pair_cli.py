@@ -70,6 +70,16 @@ def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys
     assert "speed-up vs verifier" in printed and "rejection rate" in printed
     if 1 in result["sources"]:
         assert "[[" in printed  # verifier-step tokens are marked when not on a terminal
+    # a stop text (typed with a shell escape) ends the output where it first appears
+    stop = result["text"][3:5]
+    assert stop and cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
+                              "--verifier", str(saved_pair / "verifier"), "--rule", "token_v3", "--alpha", "0.5",
+                              "--max-new-tokens", "12", "--dtype", "float32", "--stop",
+                              stop.encode("unicode_escape").decode(), "--output", str(out)]) == 0
+    stopped = json.loads(out.read_text())
+    assert stopped["text"] == result["text"].split(stop, 1)[0] and len(stopped["tokens"]) < len(result["tokens"])
+    with pytest.raises(SystemExit, match="non-empty"):
+        cli.main(["generate", "--prompt", "the", "--stop", ""])
 
 
 def test_cli_errors_are_messages_not_tracebacks(saved_pair, capsys):
