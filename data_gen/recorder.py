@@ -236,17 +236,24 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
         (out / MANIFEST).unlink(missing_ok=True)
         config_path.write_text(json.dumps(resolved, indent=2))
         return False
+    changed = config_changes(earlier, resolved) if earlier is not None else []
+    if changed:
+        state = "a finished" if (out / MANIFEST).exists() else "an unfinished"
+        raise ConfigError(f"{out} holds {state} recording made with a different config (differs in {changed}): "
+                          f"rerun with the same config{' to resume' if state == 'an unfinished' else ''}, record "
+                          f"into another output, or pass overwrite=true")
     if (out / MANIFEST).exists():
         return True
     out.mkdir(parents=True, exist_ok=True)
-    if earlier is not None:
-        if earlier != json.loads(json.dumps(resolved)):
-            changed = sorted(k for k in set(earlier) | set(resolved) if earlier.get(k) != resolved.get(k))
-            raise ConfigError(f"{out} holds an unfinished recording made with a different config (differs in "
-                              f"{changed}): rerun with the same config to resume, or pass overwrite=true")
-    else:
+    if earlier is None:
         config_path.write_text(json.dumps(resolved, indent=2))
     return False
+
+
+def config_changes(earlier: dict, resolved: dict) -> list[str]:
+    """Config keys whose values differ between an earlier recording and this one."""
+    now = json.loads(json.dumps(resolved))
+    return sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
 
 
 def _earlier_config(config_path: Path, out: Path) -> dict | None:

@@ -102,27 +102,44 @@ def gen_overrides(task: str, p: Preset, out: Path, mode: str) -> list[str]:
             f"output={record_folder(out, task, mode)}"]
 
 
-def _recorded_without_judge(folder: Path) -> bool:
-    """A finished gold folder from before judge inputs existed (the judge router cannot train on it)."""
-    manifest = folder / "manifest.json"
-    return manifest.exists() and not json.loads(manifest.read_text()).get("judge")
+def stale_records(folder: Path, task: str, overrides: list[str]) -> list[str]:
+    """The gen config keys in which a finished or started record folder differs from what the demo
+    would record now (e.g. the prompt format or judge inputs of an older version); [] if current."""
+    from data_gen.recorder import GenConfig, config_changes
+    from router.config import config_to_dict, load_config
+
+    made = folder / "gen_config.json"
+    if not made.exists():
+        return []
+    planned = {k: v for k, v in config_to_dict(load_config(GenConfig, f"configs/gen/{task}.yaml", overrides)).items()
+               if k != "overwrite"}
+    return config_changes(json.loads(made.read_text()), planned)
 
 
 def record(out: Path, p: Preset) -> dict:
     folders = {}
     for task in p.tasks:
         for mode in ("gold", "rollout"):
-            extra = []
-            if mode == "gold" and _recorded_without_judge(record_folder(out, task, mode)):
-                print(f"{record_folder(out, task, mode)} was recorded without judge inputs: recording it again")
-                extra = ["overwrite=true"]
-            run_stage("gen", f"configs/gen/{task}.yaml", gen_overrides(task, p, out, mode) + extra)
+            overrides = gen_overrides(task, p, out, mode)
+            changed = stale_records(record_folder(out, task, mode), task, overrides)
+            if changed:
+                print(f"{record_folder(out, task, mode)} was recorded with another config (differs in {changed}): "
+                      f"recording it again")
+                overrides = overrides + ["overwrite=true"]
+            run_stage("gen", f"configs/gen/{task}.yaml", overrides)
         folders[task] = {mode: record_folder(out, task, mode) for mode in ("gold", "rollout")}
     return folders
 
 
-def _router_done(folder: Path) -> bool:
-    return (folder / "metrics.json").exists() and (folder / "model.safetensors").exists()
+def _router_done(folder: Path, records_id: str | None = None) -> bool:
+    """Trained, and (when records_id is given) on exactly these records."""
+    if not ((folder / "metrics.json").exists() and (folder / "model.safetensors").exists()):
+        return False
+    if records_id is None:
+        return True
+    from router.model import load_router
+
+    return load_router(folder).cfg.records_id == records_id
 
 
 def estimate(out: Path, p: Preset) -> Estimate | None:
@@ -136,8 +153,9 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
 
     gen_left = [(t, m) for t in p.tasks for m in ("gold", "rollout")
                 if not (record_folder(out, t, m) / "manifest.json").exists()
-                or (m == "gold" and _recorded_without_judge(record_folder(out, t, m)))]
-    routers_left = [n for n in ROUTERS if not _router_done(out / "routers" / n)]
+                or stale_records(record_folder(out, t, m), t, gen_overrides(t, p, out, m))]
+    routers_left = list(ROUTERS) if any(m == "gold" for _, m in gen_left) else \
+        [n for n in ROUTERS if not _router_done(out / "routers" / n)]
     eval_left = [t for t in p.tasks if not (out / "eval" / t / "metrics.json").exists()]
     if not (gen_left or routers_left or eval_left):
         return None
@@ -172,16 +190,19 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
 
 
 def train(out: Path, p: Preset, folders: dict) -> dict:
+    from router.records import manifest_id, read_manifest
+
     records = "[" + ",".join(str(f["gold"]) for f in folders.values()) + "]"
+    records_id = ",".join(manifest_id(read_manifest(f["gold"])) for f in folders.values())
     trained = {}
     for name, extra in ROUTERS.items():
         folder = out / "routers" / name
-        if not _router_done(folder):
+        if not _router_done(folder, records_id):  # not trained yet, or trained on other records
             trained[name] = run_stage("train", "configs/train/mlp.yaml", [
                 f"records={records}", *extra, f"output={folder}", f"max_epochs={p.train_epochs}", "patience=4",
                 f"baselines={'true' if name == 'mlp' else 'false'}"])
         else:
-            print(f"\n{folder} is trained (metrics.json present): reusing it")
+            print(f"\n{folder} is trained on these records: reusing it")
             trained[name] = json.loads((folder / "metrics.json").read_text())
     return trained
 

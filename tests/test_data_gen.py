@@ -283,4 +283,6 @@ def test_recording_grows_keeping_finished_shards(qa_file, tmp_path):
     for col in ("example_id", "token", "q_token", "p_token", "draft_token"):
         np.testing.assert_array_equal(a[col], b[col])
     other = cfg_for(qa_file, grown, max_examples=14, modes=["gold"], top_k=4)
-    assert run_gen(other, Recorder(other, *PAIR)) == manifest  # other changes: complete folder left alone
+    with pytest.raises(ConfigError, match=r"finished recording made with a different config \(differs in \['top_k'\]\)"):
+        run_gen(other, Recorder(other, *PAIR))  # a finished folder is never silently reused for another config
+    assert read_manifest(grown) == manifest
