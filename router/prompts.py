@@ -43,13 +43,15 @@ def warn_truncated(count: int, limit: int, where: str) -> None:
 
 # Few-shot contexts separate their shots by a blank line (GSM8K) or one line per answer (the QA
 # tasks): a model continuing such a prompt goes on to write the next shot, so the row ends there.
-# Chat prompts end at the turn's EOS and need none.
 FEW_SHOT_STOPS = {"gsm8k": ["\n\n", "\nQuestion:"], "triviaqa": ["\n"], "nq": ["\n"], "squad": ["\n"]}
+# Chat turns end at EOS; for code tasks the metric reads the first fenced block only, so the row
+# ends at its closing fence (a fence line followed by more text) instead of explaining the code.
+CHAT_STOPS = {"mbpp": ["\n```\n"], "humaneval": ["\n```\n"]}
 
 
 def default_stops(task: str, chat: bool) -> list[str]:
-    """Stop strings of a task's prompt format (none for chat prompts and unknown tasks)."""
-    return [] if chat else list(FEW_SHOT_STOPS.get(task, []))
+    """Stop strings of a task's prompt format (none for unknown tasks)."""
+    return list((CHAT_STOPS if chat else FEW_SHOT_STOPS).get(task, []))
 
 
 _TOKEN_TEXTS: dict = {}

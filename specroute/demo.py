@@ -150,6 +150,7 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     from router.costs import measure_pair_costs
     from router.hardware import cpu_kind, resolve_dtype
     from router.pair import load_pair
+    import numpy as np
 
     gen_left = [(t, m) for t in p.tasks for m in ("gold", "rollout")
                 if not (record_folder(out, t, m) / "manifest.json").exists()
@@ -177,10 +178,12 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
             record_s += record_seconds(planned_batches(cfg, Recorder(cfg, drafter, verifier, tokenizer)), costs,
                                        p.rollout_tokens) + load_seconds
         if task in eval_left:
-            test_prompts = [n for split, _, lengths in gold if split == "test" for n, _ in lengths][: p.prompts]
-            if test_prompts and len(test_prompts) < p.prompts:  # the rest: unrecorded test examples, alike
-                test_prompts += [round(sum(test_prompts) / len(test_prompts))] * (p.prompts - len(test_prompts))
-            online_s += online_seconds(test_prompts, p.online_batch, p.new_tokens, costs, ONLINE_SPECULATIVE) + \
+            test = [(n, c) for split, _, lengths in gold if split == "test" for n, c in lengths][: p.prompts]
+            if test and len(test) < p.prompts:  # the rest: unrecorded test examples, priced like the recorded ones
+                test += [tuple(round(float(x)) for x in np.mean(test, 0))] * (p.prompts - len(test))
+            # outputs about as long as the gold answers (stop strings end few-shot rows there), 1.5x for slack
+            online_s += online_seconds([n for n, _ in test], p.online_batch, p.new_tokens, costs, ONLINE_SPECULATIVE,
+                                       [round(1.5 * c) for _, c in test]) + \
                 load_seconds + OFFLINE_SECONDS
     device = first.device
     training = len(routers_left) * train_seconds(train_rows, p.train_epochs)

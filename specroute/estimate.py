@@ -70,6 +70,9 @@ def record_seconds(batches: list[tuple[str, str, list[tuple[int, int]]]], costs:
     return seconds
 
 
+LOGPROB_DISTINCT = 0.6  # share of the online outputs that differ from every other method's (lossless = verifier...)
+
+
 def speculative_seconds_per_step(costs: PairCosts) -> float:
     """Seconds per emitted token (per batch) of a speculative method: gamma drafter steps, one
     verifier pass over gamma + 1 tokens and sometimes the bonus drafter step, per block."""
@@ -78,13 +81,19 @@ def speculative_seconds_per_step(costs: PairCosts) -> float:
 
 
 def online_seconds(prompt_lengths: list[int], batch: int, new_tokens: int, costs: PairCosts,
-                   speculative_methods: int) -> float:
+                   speculative_methods: int, output_lengths: list[int] | None = None) -> float:
     """Verifier-only, drafter-only and the speculative methods on the same prompts, `batch` per
-    call, each running to `new_tokens` (an upper bound: rows that end early stop sooner)."""
+    call, plus the verifier's log-probability pass over every output. A batch runs as long as its
+    longest row: `output_lengths` (expected tokens per prompt, e.g. its gold answer's length when
+    stop strings end the rows there), else every row runs to `new_tokens` (an upper bound)."""
     per_step = costs.verifier_step + costs.drafter_step + speculative_methods * speculative_seconds_per_step(costs)
     prefill_per_token = (1 + speculative_methods) * (costs.verifier_prefill + costs.drafter_prefill)
+    outputs = [min(n, new_tokens) for n in output_lengths] if output_lengths else [new_tokens] * len(prompt_lengths)
     seconds = 0.0
     for i in range(0, len(prompt_lengths), batch):
-        rows = prompt_lengths[i: i + batch]
-        seconds += len(rows) * max(rows) * prefill_per_token + new_tokens * per_step
+        rows, steps = prompt_lengths[i: i + batch], max(outputs[i: i + batch])
+        seconds += len(rows) * max(rows) * prefill_per_token + steps * per_step
+        # the log-probability pass: each method's output read once by the verifier (identical ones are not)
+        seconds += (2 + speculative_methods) * sum(r + o for r, o in zip(rows, outputs[i: i + batch])) * \
+            costs.verifier_prefill * LOGPROB_DISTINCT
     return seconds

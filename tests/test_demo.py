@@ -31,3 +31,21 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
     rerun = capsys.readouterr().out
     assert "nothing to do" in rerun and "reusing it" in rerun
     assert (out / "routers" / "mlp" / "model.safetensors").stat().st_mtime == router_stamp
+
+
+def test_online_estimate_prices_each_batch_at_its_longest_expected_output():
+    from router.costs import PairCosts
+    from specroute.estimate import online_seconds
+
+    costs = PairCosts(batch=2, gamma=5, drafter_prefill=0.01, verifier_prefill=0.03, drafter_step=0.1,
+                      verifier_step=0.3, verifier_block=0.5, probe_seconds=1.0)
+    prompts = [100, 80, 90, 70]
+    bound = online_seconds(prompts, 2, 256, costs, 4)
+    expected = online_seconds(prompts, 2, 256, costs, 4, output_lengths=[50, 120, 60, 60])
+    assert expected < bound
+    # a batch costs as much as its longest row: shortening a row that is not the longest changes only the
+    # log-probability pass
+    shorter = online_seconds(prompts, 2, 256, costs, 4, output_lengths=[10, 120, 60, 60])
+    assert shorter < expected and expected - shorter < 40 * 6 * 0.03
+    assert online_seconds(prompts, 2, 100, costs, 4, output_lengths=[500] * 4) == \
+        online_seconds(prompts, 2, 100, costs, 4, output_lengths=[100] * 4)  # capped at new_tokens

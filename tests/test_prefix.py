@@ -7,6 +7,7 @@ import torch
 
 from conftest import left_padded
 from data_gen.scoring import score_batch
+from eval.task_metrics import mbpp_metric
 from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
 from router.loop import PADDING
@@ -138,4 +139,7 @@ def test_stop_strings_and_the_prompt_formats_stops():
         " 4 + 5 = 9. So the answer is 9."
     assert cut_at_stop("9.\nQuestion: next", ["\n\n", "\nQuestion:"]) == "9."
     assert default_stops("gsm8k", chat=False) == ["\n\n", "\nQuestion:"] and default_stops("gsm8k", chat=True) == []
-    assert default_stops("mbpp", chat=False) == []
+    assert default_stops("mbpp", chat=False) == [] and default_stops("mbpp", chat=True) == ["\n```\n"]
+    # a code answer ends at its closing fence; the metric still reads the code block
+    answer = "```python\ndef add(a, b):\n    return a + b\n```\n\nThis function adds."
+    assert mbpp_metric(cut_at_stop(answer, default_stops("mbpp", True)), {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1
