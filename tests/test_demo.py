@@ -10,6 +10,7 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
     assert cli.main(["demo", "--preset", "tiny", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "results: online, held-out prompts" in printed and "report.md" in printed
+    assert "diff to verifier" in printed and "rej off" in printed  # the paired columns, at the demo's size
     summary = json.loads((out / "demo_summary.json").read_text())
     assert set(summary["online"]) == {"gsm8k", "mbpp"}
     for task in ("gsm8k", "mbpp"):
@@ -18,6 +19,10 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
         assert all(p["alpha"] == p["alpha"] for p in summary["online"][task]["points"])  # no NaN alphas
         for plot in ("offline_quality_vs_rejection", "online_quality_vs_latency"):
             assert (out / "eval" / task / f"{plot}.png").stat().st_size > 0
+        paired = summary["online"][task]["paired"]
+        assert [r["method"] for r in paired] == methods
+        assert all(len(r["quality_diff_ci"]) == 2 and "same_answer" in r and "offline" in r for r in paired)
+        assert "Paired with the verifier" in (out / "eval" / task / "report.md").read_text()
         shift = summary["gold_vs_rollout"][task]
         assert shift["gold"]["positions"] > 0 and shift["rollout"]["positions"] > 0
         assert 0 < shift["gold"]["top1_agreement"] <= 1 and shift["gold"]["mean_tv"] > 0
@@ -31,6 +36,16 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
     rerun = capsys.readouterr().out
     assert "nothing to do" in rerun and "reusing it" in rerun
     assert (out / "routers" / "mlp" / "model.safetensors").stat().st_mtime == router_stamp
+    # a record folder made with another config (an older prompt format, say) is recorded again, and the
+    # routers trained on the old records are trained again
+    config = out / "records" / "gsm8k" / "gen_config.json"
+    made = json.loads(config.read_text())
+    config.write_text(json.dumps({**made, "top_k": made["top_k"] + 1}))
+    assert cli.main(["demo", "--preset", "tiny", "--output", str(out)]) == 0
+    rerun = capsys.readouterr().out
+    assert "recorded with another config (differs in ['top_k'])" in rerun
+    assert json.loads(config.read_text())["top_k"] == made["top_k"]
+    assert (out / "routers" / "mlp" / "model.safetensors").stat().st_mtime != router_stamp
 
 
 def test_online_estimate_prices_each_batch_at_its_longest_expected_output():
