@@ -137,8 +137,11 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
             n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
             new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
             text = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), ends.strings)
-            per_example.append({"example_id": prompt.example_id, "text": text, "tokens": n_new, "new_ids": new,
-                                **metric(text, prompt.meta)})
+            row = {"example_id": prompt.example_id, "text": text, "tokens": n_new, "new_ids": new,
+                   **metric(text, prompt.meta)}
+            if out.verifier_logprobs is not None:  # computed by the loop itself (verifier-only, speculative)
+                row.update(verifier_logprob=float(sum(out.verifier_logprobs[b])), verifier_logprob_tokens=n_new)
+            per_example.append(row)
         totals["tokens"] += st["new_tokens"]
         totals["seconds"] += st["wall_seconds"]
         for k in ("verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS):
@@ -229,7 +232,8 @@ def known_method(name: str, routers: dict) -> bool:
 def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends: Ends, folder: Path,
                           batch_size: int = 4) -> float:
     """The verifier's log-probability of every produced token, summed per prompt
-    (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file): one
+    (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file), where the
+    loop did not compute it itself (drafter-only, the token and sequence cascades): one
     teacher-forced verifier pass per distinct output (identical outputs of two methods are scored
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.

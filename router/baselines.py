@@ -10,6 +10,7 @@ All take the same sampling arguments as `router.decoding.generate` and return it
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -51,8 +52,9 @@ def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: 
             raw, scaled = sampling.probs(m.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
             x = sample(scaled, gen)  # (B,)
             x_prob = raw.gather(-1, x[:, None]).squeeze(-1).tolist()
-            for i, b in enumerate(active):
-                if rows.emit(b, [int(x[i])], [source]):
+            for i, b in enumerate(active):  # the verifier alone knows its own log-probabilities
+                logp = [math.log(max(x_prob[i], 1e-30))] if role == "verifier" else None
+                if rows.emit(b, [int(x[i])], [source], logp):
                     confidence[b].append(x_prob[i])
             layout.append(x[:, None])
             active = rows.drop_finished(active, layout, m)
@@ -94,8 +96,8 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
                 _, p = sampling.probs(v.feed(layout, layout.length, keep=1)[:, -1])
                 dist = torch.where(defer[:, None], p, q)
             x = sample(dist, gen)
-            for i, b in enumerate(active):
-                deferrals += rows.emit(b, [int(x[i])], [int(defer[i])]) * int(defer[i])
+            for i, b in enumerate(active):  # the verifier's distribution exists only where it deferred
+                deferrals += rows.emit(b, [int(x[i])], [int(defer[i])], None) * int(defer[i])
             layout.append(x[:, None])
             active = rows.drop_finished(active, layout, d, v)
     stats = dict(method="token_cascade", rule="chow", alpha=alpha, deferrals=deferrals,
@@ -125,6 +127,7 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
     for b in range(input_ids.shape[0]):
         toks = [t for t, s in zip(draft.sequences[b, width:].tolist(), draft.sources[b].tolist()) if s != PADDING]
         rows.tokens[b], rows.sources[b] = toks, [FROM_DRAFTER] * len(toks)
+    rows.logps = None  # drafter answers: the verifier never scored them
     if redo:
         idx = torch.tensor(redo, device=input_ids.device)
         redone = generate_autoregressive(verifier, input_ids[idx], temperature, top_p, max_new_tokens, seed,

@@ -204,6 +204,11 @@ def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) ->
     n_acc_l, nxt_l, drafts_l = block.n_accepted.tolist(), nxt.tolist(), block.drafts.tolist()
     defers = deferred.tolist()  # (B, g)
     rej = rejection_prob.tolist()
+    # the verifier's log-probability of every emitted token: the accepted drafts and the next token sit
+    # at positions 0..n of this block's verification forward
+    emitted = torch.cat([block.drafts, nxt[:, None]], 1)  # (B, g+1); row i's next token moved to n below
+    emitted[torch.arange(len(nxt_l)), block.n_accepted] = nxt
+    logp = block.p_raw.gather(-1, emitted[..., None]).squeeze(-1).clamp_min(1e-30).log().tolist()  # (B, g+1)
     for i, b in enumerate(active):
         n = n_acc_l[i]
         stats["accepted_hist"][n] += 1
@@ -212,4 +217,4 @@ def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) ->
         stats["rejections"] += int(n < g)
         stats["expected_rejections"] += sum(rej[i][:evaluated])
         stats["deferrals"] += sum(defers[i][:evaluated])
-        rows.emit(b, drafts_l[i][:n] + [nxt_l[i]], [FROM_DRAFTER] * n + [FROM_VERIFIER])
+        rows.emit(b, drafts_l[i][:n] + [nxt_l[i]], [FROM_DRAFTER] * n + [FROM_VERIFIER], logp[i][: n + 1])

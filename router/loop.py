@@ -57,6 +57,9 @@ class GenerateOutput:
     sequences: torch.Tensor
     stats: dict
     sources: torch.Tensor
+    # per row, the verifier's (raw, temperature-1) log-probability of each new token, where the loop
+    # computed the verifier's distribution there anyway (verifier-only and speculative loops); else None
+    verifier_logprobs: list | None = None
 
 
 @dataclass
@@ -70,20 +73,25 @@ class Rows:
     done: list = field(default_factory=list)
     stop: StopStrings | None = None
     tails: list = field(default_factory=list)  # the text of each row's last tokens, for stop strings
+    logps: list | None = None  # per row, the verifier's log-probability of each kept token (when known)
 
     @classmethod
     def start(cls, batch: int, eos: set, max_new: int, stop: StopStrings | None = None) -> "Rows":
         return cls(eos, max_new, [[] for _ in range(batch)], [[] for _ in range(batch)], [False] * batch, stop,
-                   [""] * batch)
+                   [""] * batch, [[] for _ in range(batch)])
 
-    def emit(self, row: int, tokens: list[int], sources: list[int]) -> int:
+    def emit(self, row: int, tokens: list[int], sources: list[int], logps: list[float] | None = None) -> int:
         """Append tokens to a row up to EOS, a stop string or the length limit; return how many
-        were kept."""
+        were kept. `logps`: the verifier's log-probability of each token, when the loop has it."""
         room = self.max_new - len(self.tokens[row])
         kept = 0
-        for tok, src in zip(tokens[:room], sources[:room]):
+        if logps is None:
+            self.logps = None  # one token without it: the row's log-probabilities are not all known
+        for i, (tok, src) in enumerate(zip(tokens[:room], sources[:room])):
             self.tokens[row].append(tok)
             self.sources[row].append(src)
+            if self.logps is not None:
+                self.logps[row].append(logps[i])
             kept += 1
             if tok in self.eos or self._stops(row, tok):
                 self.done[row] = True
@@ -188,7 +196,7 @@ def finish(input_ids, rows: Rows, pad: int, stats: dict, started: float) -> Gene
     n_new = rows.new_tokens()
     stats.update(new_tokens=n_new, wall_seconds=wall, tokens_per_second=n_new / wall if wall > 0 else 0.0)
     _summarise(stats)
-    return GenerateOutput(torch.cat([input_ids.cpu(), new], 1), stats, src)
+    return GenerateOutput(torch.cat([input_ids.cpu(), new], 1), stats, src, rows.logps)
 
 
 def forward_stats(model: CachedModel, role: str) -> dict:

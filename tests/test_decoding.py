@@ -245,3 +245,32 @@ def test_bonus_token_source_is_exact(bonus_from, bonus_token):
     assert new_tokens(out, 0, 2) == [5, 5, 5, 5, bonus_token, 5, 5, 5, 5, bonus_token]
     expected_drafter_calls = 2 * (4 if bonus_from == "verifier" else 5)
     assert drafter.calls == expected_drafter_calls
+
+
+@pytest.mark.parametrize("method", ["verifier", "lossless", "opt", "token_v2"])
+def test_loop_logprobs_are_the_verifiers_teacher_forced_ones(near_pair, method):
+    """The verifier's log-probability of each emitted token, kept by the loop, equals a
+    teacher-forced verifier pass over the output (batch 3, ragged rows)."""
+    drafter, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    if method == "verifier":
+        out = generate_autoregressive(verifier, ids, max_new_tokens=20, attention_mask=mask)
+    else:
+        out = generate(drafter, verifier, ids, rule=method, alpha=0.3, gamma=4, max_new_tokens=20, attention_mask=mask)
+    assert out.verifier_logprobs is not None
+    for b, prompt in enumerate(PROMPTS):
+        new = new_tokens(out, b, ids.shape[1])
+        assert len(out.verifier_logprobs[b]) == len(new)
+        with torch.no_grad():
+            logits = verifier(torch.tensor([prompt + new])).logits[0, len(prompt) - 1: -1]
+        want = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(new)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(out.verifier_logprobs[b]), want, atol=1e-4, rtol=1e-4)
+
+
+def test_loops_without_the_verifiers_view_report_no_logprobs(near_pair):
+    drafter, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    assert generate_autoregressive(drafter, ids, max_new_tokens=5, attention_mask=mask, role="drafter").verifier_logprobs is None
+    assert generate_token_cascade(drafter, verifier, ids, alpha=0.3, max_new_tokens=5, attention_mask=mask).verifier_logprobs is None
+    assert generate_sequence_cascade(drafter, verifier, ids, alpha=0.5, max_new_tokens=5,
+                                     attention_mask=mask).verifier_logprobs is None
