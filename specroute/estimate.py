@@ -70,9 +70,6 @@ def record_seconds(batches: list[tuple[str, str, list[tuple[int, int]]]], costs:
     return seconds
 
 
-LOGPROB_DISTINCT = 0.6  # share of the online outputs that differ from every other method's (lossless = verifier...)
-
-
 def speculative_seconds_per_step(costs: PairCosts) -> float:
     """Seconds per emitted token (per batch) of a speculative method: gamma drafter steps, one
     verifier pass over gamma + 1 tokens and sometimes the bonus drafter step, per block."""
@@ -83,7 +80,7 @@ def speculative_seconds_per_step(costs: PairCosts) -> float:
 def online_seconds(prompt_lengths: list[int], batch: int, new_tokens: int, costs: PairCosts,
                    speculative_methods: int, output_lengths: list[int] | None = None) -> float:
     """Verifier-only, drafter-only and the speculative methods on the same prompts, `batch` per
-    call, plus the verifier's log-probability pass over every output. A batch runs as long as its
+    call, plus the verifier's log-probability pass over the drafter's outputs. A batch runs as long as its
     longest row: `output_lengths` (expected tokens per prompt, e.g. its gold answer's length when
     stop strings end the rows there), else every row runs to `new_tokens` (an upper bound)."""
     per_step = costs.verifier_step + costs.drafter_step + speculative_methods * speculative_seconds_per_step(costs)
@@ -93,7 +90,6 @@ def online_seconds(prompt_lengths: list[int], batch: int, new_tokens: int, costs
     for i in range(0, len(prompt_lengths), batch):
         rows, steps = prompt_lengths[i: i + batch], max(outputs[i: i + batch])
         seconds += len(rows) * max(rows) * prefill_per_token + steps * per_step
-        # the log-probability pass: each method's output read once by the verifier (identical ones are not)
-        seconds += (2 + speculative_methods) * sum(r + o for r, o in zip(rows, outputs[i: i + batch])) * \
-            costs.verifier_prefill * LOGPROB_DISTINCT
+        # the log-probability pass over the drafter-only outputs (the other loops keep the verifier's own)
+        seconds += sum(r + o for r, o in zip(rows, outputs[i: i + batch])) * costs.verifier_prefill
     return seconds
