@@ -83,6 +83,7 @@ def compare_point(mine: list[dict], ref: list[dict], replicates: int, seed: int 
     lp_ref, n_ref = mean_logprob([r for _, r in pairs])
     scored = (n_lp > 0) & (n_ref > 0)
     out = {"prompts": len(pairs), "quality": float(a.mean()) if len(a) else math.nan,
+           "quality_ci": bootstrap_mean(a, replicates, seed),
            "quality_diff": float((a - b).mean()) if len(a) else math.nan,
            "quality_diff_ci": bootstrap_mean(a - b, replicates, seed),
            "mcnemar_p": mcnemar_exact(a, b),
@@ -112,6 +113,33 @@ def time_split(point: dict) -> dict:
              "bonus_drafter": parts.get("bonus_drafter_seconds", 0.0), "rule": parts.get("rule_seconds", 0.0)}
     split["other"] = max(0.0, point["seconds"] - sum(split.values()))
     return {k: v / wall for k, v in split.items()}
+
+
+def batch_fill(examples: list[dict], batch_size: int) -> float:
+    """Tokens emitted / (rows x longest row) over the point's decoding batches: 1 when every row of
+    a batch is as long as its longest; low when one long row keeps a batch decoding alone, which
+    raises seconds per token at batch > 1 whatever the method (memory-bound steps cost about the
+    same for 1 row as for 4)."""
+    tokens = [e["tokens"] for e in examples]
+    batches = [tokens[i: i + batch_size] for i in range(0, len(tokens), batch_size)]
+    capacity = sum(len(b) * max(b) for b in batches if b)
+    return sum(tokens) / capacity if capacity else math.nan
+
+
+def divergences(rows: list[dict], low: float = 2 / 3, high: float = 1.5) -> list[str]:
+    """Plain sentences for the points whose online rejection or latency is far from the offline
+    prediction (ratio outside [low, high])."""
+    out = []
+    for r in rows:
+        off = r["offline"]
+        for what, ratio, measured, predicted in (("rejection rate", off["rejection_ratio"], off["measured_rejection"],
+                                                  off["greedy_rejection"]),
+                                                 ("relative latency", off["latency_ratio"], off["measured_latency"],
+                                                  off["predicted_latency"])):
+            if np.isfinite(ratio) and not low <= ratio <= high:
+                out.append(f"{r['point']}: online {what} {measured:.3f} is {ratio:.2f}x the offline prediction "
+                           f"{predicted:.3f}")
+    return out
 
 
 def offline_prediction(point: dict, curves: dict, greedy: dict, gamma: int, cost_ratio: float) -> dict:
@@ -150,7 +178,7 @@ def _ratio(a: float, b: float) -> float:
 
 
 def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: dict, greedy: dict, gamma: int,
-                 cost_ratio: float, replicates: int) -> list[dict]:
+                 cost_ratio: float, replicates: int, batch_size: int = 1) -> list[dict]:
     """Every point's row: paired measures vs the verifier, offline vs online, time split."""
     ref = per_prompt.get(REFERENCE)
     rows = []
@@ -162,5 +190,7 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
             row.update(compare_point(per_prompt[name], ref, replicates))
         row["offline"] = offline_prediction(p, curves, greedy, gamma, cost_ratio)
         row["time_split"] = time_split(p)
+        row["batch_fill"] = batch_fill(per_prompt[name], batch_size)
+        row["tokens"] = p.get("tokens")
         rows.append(row)
     return rows

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from eval.offline import BOUNDS, REFERENCE_METHODS
 from eval.online import BASELINES
+from eval.paired import divergences
 from router.files import write_csv, write_text
 from router.rules import rule_names
 from router.views import VIEW_TITLES
@@ -170,7 +171,7 @@ def paired_rows(paired: list[dict]) -> list[list]:
     rows = []
     for r in paired:
         off = r["offline"]
-        rows.append([r["method"], r["alpha"], r.get("quality", math.nan),
+        rows.append([r["method"], r["alpha"], f"{r.get('quality', math.nan):.3f} {_ci(r.get('quality_ci', [math.nan] * 2))}",
                      f"{_pm(r.get('quality_diff', math.nan))} {_ci(r.get('quality_diff_ci', [math.nan] * 2))}",
                      r.get("mcnemar_p", math.nan), r.get("identical_output", math.nan), r.get("same_answer", math.nan),
                      r.get("verifier_logprob", math.nan), r["relative_latency"], off["greedy_rejection"],
@@ -178,7 +179,7 @@ def paired_rows(paired: list[dict]) -> list[list]:
     return rows
 
 
-PAIRED_HEADER = ["method", "alpha", "quality", "diff to verifier [95% CI]", "McNemar p", "identical output",
+PAIRED_HEADER = ["method", "alpha", "quality [95% CI]", "diff to verifier [95% CI]", "McNemar p", "identical output",
                  "same answer", "verifier log-prob / token", "relative latency", "offline rejection (greedy)",
                  "online rejection", "online / offline"]
 
@@ -202,13 +203,20 @@ def paired_sections(paired: list[dict], online: dict) -> list[str]:
                              [[r["method"], r["alpha"], r["offline"]["t1_rejection"], r["offline"]["greedy_rejection"],
                                r["offline"]["measured_rejection"], r["offline"]["rejection_ratio"],
                                r["offline"]["predicted_latency"], r["offline"]["measured_latency"],
-                               r["offline"]["latency_ratio"]] for r in paired]), "",
-              *DIVERGENCE_NOTES, ""]
+                               r["offline"]["latency_ratio"]] for r in paired]), ""]
+    far = divergences(paired)
+    parts += (["Where they diverge (ratio outside [0.67, 1.5]):", ""] + [f"- {line}" for line in far]
+              if far else ["Every point's online rejection and latency is within [0.67, 1.5]x of the offline "
+                           "prediction."]) + ["", *DIVERGENCE_NOTES, ""]
     parts += ["### Where the time goes (share of each point's wall time)", "",
               markdown_table(["method", "alpha", "drafting", "verifying", "bonus drafter", "rule / router", "other",
-                              "relative latency"],
-                             [[r["method"], r["alpha"], *[r["time_split"][k] for k in TIME_SPLIT], r["relative_latency"]]
-                              for r in paired]), "",
+                              "relative latency", "tokens", "batch fill"],
+                             [[r["method"], r["alpha"], *[r["time_split"][k] for k in TIME_SPLIT], r["relative_latency"],
+                               r["tokens"], r["batch_fill"]] for r in paired]), "",
+              f"Batch fill: tokens emitted / (rows x longest row) over the decoding batches of {online.get('batch_size', 1)} "
+              f"prompts. A batch decodes until its longest row ends, and a decoding step costs about as much for one "
+              f"row as for four, so at batch > 1 a method whose rows end at very different lengths (low fill) pays "
+              f"more seconds per token whatever its rejection rate; at batch 1 the fill is 1.", "",
               f"Shared prompt prefix: {online['shared_prefix']['tokens']} tokens prefilled once per model "
               f"({online['shared_prefix']['seconds']:.1f} s, in no point's time).", ""]
     return parts

@@ -201,7 +201,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
         per_prompt = online.pop("per_prompt")
         write_per_prompt_csv(out / "online_per_prompt.csv", per_prompt)
         online["paired"] = paired_table(per_prompt, online["points"], curves, greedy_curves(held_out, routers),
-                                        cfg.gamma, cost_ratio, cfg.bootstrap)
+                                        cfg.gamma, cost_ratio, cfg.bootstrap, cfg.batch_size)
     online_rows = [{"stage": "online", "method": p["method"], "alpha": p["alpha"], "rejection": p["rejection_rate"],
                     "quality": p["quality"], "top1": math.nan, "relative_latency": p["relative_latency"]}
                    for p in (online or {}).get("points", [])]
@@ -235,7 +235,7 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
                       _fingerprint(cfg, manifest, prompts, routers, stops), ends)
     scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size)
     add_relative_latency(points)
-    online = {"prompts": len(prompts), "recorded_test_prompts": sum(e.get("recorded", True) for e in examples[:len(prompts)]),
+    online = {"prompts": len(prompts), "batch_size": cfg.batch_size, "recorded_test_prompts": sum(e.get("recorded", True) for e in examples[:len(prompts)]),
               "dtype": dtype_note(cfg, [manifest]), "stop": stops,
               "logprob_seconds": scoring_seconds,
               "shared_prefix": {"tokens": len(ends.prefix) if ends.prefix else 0,
@@ -308,12 +308,13 @@ def online_lines(online: dict) -> list[str]:
     """The online table: quality, difference to the verifier with its 95% interval over prompts,
     agreement with the verifier, latency, and rejection offline (greedy view) vs online."""
     lines = [f"online, {online['prompts']} held-out prompts; diff: 95% paired bootstrap interval over prompts",
-             f"{'method':<16}{'alpha':>8}{'quality':>9}{'diff to verifier':>26}{'same out':>10}{'same ans':>10}"
-             f"{'logp/tok':>10}{'rel. lat':>10}{'rej off':>9}{'rej on':>8}"]
+             f"{'method':<16}{'alpha':>8}{'quality [95% CI]':>24}{'diff to verifier':>26}{'same out':>10}"
+             f"{'same ans':>10}{'logp/tok':>10}{'rel. lat':>10}{'rej off':>9}{'rej on':>8}"]
     for r in online.get("paired", []):
         lo, hi = r.get("quality_diff_ci", [math.nan, math.nan])
-        lines.append(f"{r['method']:<16}{r['alpha']:>8.3g}{r.get('quality', math.nan):>9.3f}"
-                     f"{r.get('quality_diff', math.nan):>+9.3f} [{lo:+.3f}, {hi:+.3f}]"
+        q_lo, q_hi = r.get("quality_ci", [math.nan, math.nan])
+        lines.append(f"{r['method']:<16}{r['alpha']:>8.3g}{r.get('quality', math.nan):>9.3f} [{q_lo:.3f}, {q_hi:.3f}]"
+                     f"{r.get('quality_diff', math.nan):>+11.3f} [{lo:+.3f}, {hi:+.3f}]"
                      f"{r.get('identical_output', math.nan):>10.3f}{r.get('same_answer', math.nan):>10.3f}"
                      f"{r.get('verifier_logprob', math.nan):>10.3f}{r['relative_latency']:>10.3f}"
                      f"{r['offline']['greedy_rejection']:>9.3f}{r['offline']['measured_rejection']:>8.3f}")

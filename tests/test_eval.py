@@ -10,7 +10,7 @@ import torch
 
 from data_gen.recorder import assign_split
 from eval.executor import run_program
-from eval.paired import bootstrap_mean, compare_point, mcnemar_exact
+from eval.paired import batch_fill, bootstrap_mean, compare_point, divergences, mcnemar_exact
 from router.records import read_examples
 from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
@@ -168,6 +168,7 @@ def _check_paired(metrics):
     for r in paired.values():
         assert r["prompts"] == metrics["online"]["prompts"]
         assert sum(r["time_split"].values()) == pytest.approx(1.0, abs=0.02)
+        assert r["batch_fill"] == 1.0  # batch 1
         lo, hi = r["quality_diff_ci"]
         assert lo <= r["quality_diff"] <= hi
     assert paired["drafter@0"]["time_split"]["verifying"] == 0
@@ -211,6 +212,21 @@ def test_paired_statistics_by_hand():
     assert row["quality_diff"] == pytest.approx(5 / 12) and row["same_answer"] == pytest.approx(5 / 12)
     assert row["identical_output"] == pytest.approx(5 / 12) and row["logprob_diff"] == 0
     assert row["verifier_logprob"] == pytest.approx(sum(-1.0 * (i + 1) for i in range(12)) / 24)
+
+
+def test_batch_fill_and_divergences():
+    # the demo's opt batch: one 128-token row with three short ones fills a third of the batch
+    opt = [{"tokens": t} for t in (128, 13, 19, 10, 9, 16, 9, 84)]
+    verifier = [{"tokens": t} for t in (108, 57, 28, 128, 31, 83, 88, 70)]
+    assert batch_fill(opt, 4) == pytest.approx(288 / (4 * 128 + 4 * 84))
+    assert batch_fill(verifier, 4) == pytest.approx(593 / (4 * 128 + 4 * 88))
+    assert batch_fill(opt, 1) == 1.0
+    rows = [{"point": "opt@0.3", "offline": {"rejection_ratio": 3.0, "measured_rejection": 0.3, "greedy_rejection": 0.1,
+                                              "latency_ratio": 1.1, "measured_latency": 0.9, "predicted_latency": 0.82}},
+            {"point": "lossless@0", "offline": {"rejection_ratio": 1.0, "measured_rejection": 0.1, "greedy_rejection": 0.1,
+                                                "latency_ratio": float("nan"), "measured_latency": 0.5,
+                                                "predicted_latency": float("nan")}}]
+    assert divergences(rows) == ["opt@0.3: online rejection rate 0.300 is 3.00x the offline prediction 0.100"]
 
 
 def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
