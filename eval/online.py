@@ -128,6 +128,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
     tokenizer = pair[2]
     per_example, totals = [], {"tokens": 0, "seconds": 0.0, "verifier_row_forwards": 0, "drafts_evaluated": 0,
                                "rejections": 0, **{k: 0.0 for k in TIME_PARTS}}
+    batches = []  # per decoding call: its seconds and its longest row (see eval/paired.py: batch latency)
     for start in range(0, len(prompts), cfg.batch_size):
         batch = prompts[start: start + cfg.batch_size]
         ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
@@ -142,6 +143,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
             if out.verifier_logprobs is not None:  # computed by the loop itself (verifier-only, speculative)
                 row.update(verifier_logprob=float(sum(out.verifier_logprobs[b])), verifier_logprob_tokens=n_new)
             per_example.append(row)
+        batches.append({"seconds": st["wall_seconds"], "longest": max(e["tokens"] for e in per_example[-len(batch):])})
         totals["tokens"] += st["new_tokens"]
         totals["seconds"] += st["wall_seconds"]
         for k in ("verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS):
@@ -153,7 +155,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
     return {"method": method, "alpha": alpha, "prompts": len(prompts), "batch_size": cfg.batch_size,
             **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
             "tokens": totals["tokens"], "seconds": totals["seconds"], "model_seconds": model_seconds,
-            "time_parts": {k: totals[k] for k in TIME_PARTS},
+            "time_parts": {k: totals[k] for k in TIME_PARTS}, "batches": batches,
             "seconds_per_token": totals["seconds"] / n_tok,
             "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
             "rejection_rate": totals["rejections"] / totals["drafts_evaluated"] if totals["drafts_evaluated"] else

@@ -126,6 +126,16 @@ def batch_fill(examples: list[dict], batch_size: int) -> float:
     return sum(tokens) / capacity if capacity else math.nan
 
 
+def longest_row_latency(point: dict) -> float:
+    """Seconds per token of each batch's longest row: sum of batch seconds / sum of longest rows. A
+    memory-bound decoding step costs about as much for one row as for all, so a batch takes about as
+    long as its longest row alone would: this approximates per-prompt (batch 1) latency without the
+    fill confound of seconds per emitted token. Equal to seconds per token at batch 1."""
+    batches = point.get("batches") or []
+    longest = sum(b["longest"] for b in batches)
+    return sum(b["seconds"] for b in batches) / longest if longest else math.nan
+
+
 def divergences(rows: list[dict], low: float = 2 / 3, high: float = 1.5) -> list[str]:
     """Plain sentences for the points whose online rejection or latency is far from the offline
     prediction (ratio outside [low, high])."""
@@ -181,6 +191,8 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
                  cost_ratio: float, replicates: int, batch_size: int = 1) -> list[dict]:
     """Every point's row: paired measures vs the verifier, offline vs online, time split."""
     ref = per_prompt.get(REFERENCE)
+    ref_point = next((p for p in points if f"{p['method']}@{p['alpha']:g}" == REFERENCE), None)
+    ref_row_latency = longest_row_latency(ref_point) if ref_point else math.nan
     rows = []
     for p in points:
         name = f"{p['method']}@{p['alpha']:g}"
@@ -191,6 +203,7 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
         row["offline"] = offline_prediction(p, curves, greedy, gamma, cost_ratio)
         row["time_split"] = time_split(p)
         row["batch_fill"] = batch_fill(per_prompt[name], batch_size)
+        row["relative_row_latency"] = _ratio(longest_row_latency(p), ref_row_latency)
         row["tokens"] = p.get("tokens")
         rows.append(row)
     return rows

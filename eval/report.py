@@ -210,13 +210,16 @@ def paired_sections(paired: list[dict], online: dict) -> list[str]:
                            "prediction."]) + ["", *DIVERGENCE_NOTES, ""]
     parts += ["### Where the time goes (share of each point's wall time)", "",
               markdown_table(["method", "alpha", "drafting", "verifying", "bonus drafter", "rule / router", "other",
-                              "relative latency", "tokens", "batch fill"],
+                              "relative latency", "tokens", "batch fill", "relative latency (longest rows)"],
                              [[r["method"], r["alpha"], *[r["time_split"][k] for k in TIME_SPLIT], r["relative_latency"],
-                               r["tokens"], r["batch_fill"]] for r in paired]), "",
+                               r["tokens"], r["batch_fill"], r["relative_row_latency"]] for r in paired]), "",
               f"Batch fill: tokens emitted / (rows x longest row) over the decoding batches of {online.get('batch_size', 1)} "
               f"prompts. A batch decodes until its longest row ends, and a decoding step costs about as much for one "
               f"row as for four, so at batch > 1 a method whose rows end at very different lengths (low fill) pays "
-              f"more seconds per token whatever its rejection rate; at batch 1 the fill is 1.", "",
+              f"more seconds per token whatever its rejection rate; at batch 1 the fill is 1. Relative latency "
+              f"(longest rows): each batch's seconds per token of its longest row, relative to the verifier's: a "
+              f"batch takes about as long as its longest row would alone, so this approximates per-prompt latency "
+              f"without that confound (equal to the relative latency at batch 1).", "",
               f"Shared prompt prefix: {online['shared_prefix']['tokens']} tokens prefilled once per model "
               f"({online['shared_prefix']['seconds']:.1f} s, in no point's time).", ""]
     return parts

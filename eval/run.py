@@ -307,9 +307,11 @@ def view_lines(views: dict) -> list[str]:
 def online_lines(online: dict) -> list[str]:
     """The online table: quality, difference to the verifier with its 95% interval over prompts,
     agreement with the verifier, latency, and rejection offline (greedy view) vs online."""
-    lines = [f"online, {online['prompts']} held-out prompts; diff: 95% paired bootstrap interval over prompts",
+    lines = [f"online, {online['prompts']} held-out prompts, batch {online.get('batch_size', 1)}; diff: 95% paired "
+             f"bootstrap interval over prompts; rel. lat: seconds per token vs the verifier; row lat: per token of "
+             f"each batch's longest row; rej off/on: rejection predicted by the records (greedy) / measured",
              f"{'method':<16}{'alpha':>8}{'quality [95% CI]':>24}{'diff to verifier':>26}{'same out':>10}"
-             f"{'same ans':>10}{'logp/tok':>10}{'rel. lat':>10}{'rej off':>9}{'rej on':>8}"]
+             f"{'same ans':>10}{'logp/tok':>10}{'rel. lat':>10}{'row lat':>9}{'rej off':>9}{'rej on':>8}"]
     for r in online.get("paired", []):
         lo, hi = r.get("quality_diff_ci", [math.nan, math.nan])
         q_lo, q_hi = r.get("quality_ci", [math.nan, math.nan])
@@ -317,6 +319,7 @@ def online_lines(online: dict) -> list[str]:
                      f"{r.get('quality_diff', math.nan):>+11.3f} [{lo:+.3f}, {hi:+.3f}]"
                      f"{r.get('identical_output', math.nan):>10.3f}{r.get('same_answer', math.nan):>10.3f}"
                      f"{r.get('verifier_logprob', math.nan):>10.3f}{r['relative_latency']:>10.3f}"
+                     f"{r.get('relative_row_latency', math.nan):>9.3f}"
                      f"{r['offline']['greedy_rejection']:>9.3f}{r['offline']['measured_rejection']:>8.3f}")
     return lines
 

@@ -10,7 +10,8 @@ import torch
 
 from data_gen.recorder import assign_split
 from eval.executor import run_program
-from eval.paired import batch_fill, bootstrap_mean, compare_point, divergences, mcnemar_exact
+from eval.paired import (batch_fill, bootstrap_mean, compare_point, divergences, longest_row_latency,
+                         mcnemar_exact)
 from router.records import read_examples
 from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
@@ -168,7 +169,8 @@ def _check_paired(metrics):
     for r in paired.values():
         assert r["prompts"] == metrics["online"]["prompts"]
         assert sum(r["time_split"].values()) == pytest.approx(1.0, abs=0.02)
-        assert r["batch_fill"] == 1.0  # batch 1
+        assert r["batch_fill"] == 1.0  # batch 1: per-token and longest-row latency are the same measure
+        assert r["relative_row_latency"] == pytest.approx(r["relative_latency"])
         lo, hi = r["quality_diff_ci"]
         assert lo <= r["quality_diff"] <= hi
     assert paired["drafter@0"]["time_split"]["verifying"] == 0
@@ -221,6 +223,8 @@ def test_batch_fill_and_divergences():
     assert batch_fill(opt, 4) == pytest.approx(288 / (4 * 128 + 4 * 84))
     assert batch_fill(verifier, 4) == pytest.approx(593 / (4 * 128 + 4 * 88))
     assert batch_fill(opt, 1) == 1.0
+    point = {"batches": [{"seconds": 12.8, "longest": 128}, {"seconds": 8.4, "longest": 84}]}
+    assert longest_row_latency(point) == pytest.approx(0.1)
     rows = [{"point": "opt@0.3", "offline": {"rejection_ratio": 3.0, "measured_rejection": 0.3, "greedy_rejection": 0.1,
                                               "latency_ratio": 1.1, "measured_latency": 0.9, "predicted_latency": 0.82}},
             {"point": "lossless@0", "offline": {"rejection_ratio": 1.0, "measured_rejection": 0.1, "greedy_rejection": 0.1,
