@@ -284,8 +284,9 @@ def _grows(earlier: dict, resolved: dict) -> bool:
 
 def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, list[tuple[int, int]]]]:
     """What `run_gen` will feed the models, without running them: (split, mode, [(prompt tokens
-    after the shared prefix, continuation tokens) per example]) per batch, in recording order (rollout continuations counted
-    at their maximum length). For time estimates; skipped examples are left out as run_gen does."""
+    after the shared prefix, continuation tokens) per example]) per batch, in recording order
+    (rollout continuations counted at their maximum length). For time estimates; skipped examples
+    are left out as run_gen does."""
     out = []
     examples = _load_examples(cfg)
     recorder.share_prefix(examples)

@@ -171,7 +171,8 @@ def paired_rows(paired: list[dict]) -> list[list]:
     rows = []
     for r in paired:
         off = r["offline"]
-        rows.append([r["method"], r["alpha"], f"{r.get('quality', math.nan):.3f} {_ci(r.get('quality_ci', [math.nan] * 2))}",
+        quality = f"{r.get('quality', math.nan):.3f} {_ci(r.get('quality_ci', [math.nan] * 2))}"
+        rows.append([r["method"], r["alpha"], quality,
                      f"{_pm(r.get('quality_diff', math.nan))} {_ci(r.get('quality_diff_ci', [math.nan] * 2))}",
                      r.get("mcnemar_p", math.nan), r.get("identical_output", math.nan), r.get("same_answer", math.nan),
                      r.get("verifier_logprob", math.nan), r["relative_latency"], off["greedy_rejection"],
@@ -211,10 +212,11 @@ def paired_sections(paired: list[dict], online: dict) -> list[str]:
     parts += ["### Where the time goes (share of each point's wall time)", "",
               markdown_table(["method", "alpha", "drafting", "verifying", "bonus drafter", "rule / router", "other",
                               "relative latency", "tokens", "batch fill", "relative latency (longest rows)"],
-                             [[r["method"], r["alpha"], *[r["time_split"][k] for k in TIME_SPLIT], r["relative_latency"],
-                               r["tokens"], r["batch_fill"], r["relative_row_latency"]] for r in paired]), "",
-              f"Batch fill: tokens emitted / (rows x longest row) over the decoding batches of {online.get('batch_size', 1)} "
-              f"prompts. A batch decodes until its longest row ends, and a decoding step costs about as much for one "
+                             [[r["method"], r["alpha"], *[r["time_split"][k] for k in TIME_SPLIT],
+                               r["relative_latency"], r["tokens"], r["batch_fill"], r["relative_row_latency"]]
+                              for r in paired]), "",
+              f"Batch fill: tokens emitted / (rows x longest row) over the decoding batches of "
+              f"{online.get('batch_size', 1)} prompts. A batch decodes until its longest row ends, and a decoding step costs about as much for one "
               f"row as for four, so at batch > 1 a method whose rows end at very different lengths (low fill) pays "
               f"more seconds per token whatever its rejection rate; at batch 1 the fill is 1. Relative latency "
               f"(longest rows): each batch's seconds per token of its longest row, relative to the verifier's: a "

@@ -23,8 +23,7 @@ from eval.task_metrics import get_metric
 from eval.offline import (REFERENCE_METHODS, compare_views, curve_rows, greedy_curves, load_held_out, load_routers,
                           method_curves, summarise)
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_verifier_logprobs, alphas_at_rejection,
-                         known_method,
-                         point_name, prepare_ends, prepare_prompts, run_grid, table_forms)
+                         known_method, point_name, prepare_ends, prepare_prompts, run_grid, table_forms)
 from eval.paired import paired_table
 from eval.report import offline_plots, online_plots, write_curves_csv, write_per_prompt_csv, write_report
 from router.config import ConfigError, check_minimum, config_to_dict
@@ -235,14 +234,14 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
                       _fingerprint(cfg, manifest, prompts, routers, stops), ends)
     scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size)
     add_relative_latency(points)
-    online = {"prompts": len(prompts), "batch_size": cfg.batch_size, "recorded_test_prompts": sum(e.get("recorded", True) for e in examples[:len(prompts)]),
-              "dtype": dtype_note(cfg, [manifest]), "stop": stops,
-              "logprob_seconds": scoring_seconds,
+    online = {"prompts": len(prompts), "batch_size": cfg.batch_size,
+              "recorded_test_prompts": sum(e["recorded"] for e in examples[:len(prompts)]),
+              "dtype": dtype_note(cfg, [manifest]), "stop": stops, "logprob_seconds": scoring_seconds,
               "shared_prefix": {"tokens": len(ends.prefix) if ends.prefix else 0,
                                 "seconds": ends.prefix.seconds if ends.prefix else 0.0},
               "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
-              "tables": table_forms(points), "per_prompt": {point_name(p["method"], p["alpha"]): p["examples"]
-                                                          for p in points}}
+              "tables": table_forms(points),
+              "per_prompt": {point_name(p["method"], p["alpha"]): p["examples"] for p in points}}
     return online, pair
 
 

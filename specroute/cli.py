@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
     demo = sub.add_parser("demo", help="the whole pipeline: gen -> train -> eval on the embedded pair")
     demo.add_argument("--preset", default="cpu", choices=["tiny", "cpu", "long", "gpu"],
-                      help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it expects here); long: cpu with 50 online prompts per task (hours, resumable); gpu: bigger")
+                      help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it "
+                           "expects here); long: cpu with 50 online prompts per task (hours, resumable); gpu: bigger")
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")

@@ -270,7 +270,8 @@ def test_loop_logprobs_are_the_verifiers_teacher_forced_ones(near_pair, method):
 def test_loops_without_the_verifiers_view_report_no_logprobs(near_pair):
     drafter, verifier = near_pair
     ids, mask = left_padded(PROMPTS)
-    assert generate_autoregressive(drafter, ids, max_new_tokens=5, attention_mask=mask, role="drafter").verifier_logprobs is None
-    assert generate_token_cascade(drafter, verifier, ids, alpha=0.3, max_new_tokens=5, attention_mask=mask).verifier_logprobs is None
+    common = dict(max_new_tokens=5, attention_mask=mask)
+    assert generate_autoregressive(drafter, ids, role="drafter", **common).verifier_logprobs is None
+    assert generate_token_cascade(drafter, verifier, ids, alpha=0.3, **common).verifier_logprobs is None
     assert generate_sequence_cascade(drafter, verifier, ids, alpha=0.5, max_new_tokens=5,
                                      attention_mask=mask).verifier_logprobs is None
