@@ -251,9 +251,13 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
 
 
 def config_changes(earlier: dict, resolved: dict) -> list[str]:
-    """Config keys whose values differ between an earlier recording and this one."""
+    """Config keys whose values differ between an earlier recording and this one. A field the
+    earlier version did not have counts as its default (a newer version adding an option does not
+    make older recordings stale)."""
     now = json.loads(json.dumps(resolved))
-    return sorted(k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k))
+    defaults = json.loads(json.dumps(config_to_dict(GenConfig())))
+    return sorted(k for k in set(earlier) | set(now)
+                  if earlier.get(k, defaults.get(k)) != now.get(k, defaults.get(k)))
 
 
 def _earlier_config(config_path: Path, out: Path) -> dict | None:

@@ -286,3 +286,9 @@ def test_recording_grows_keeping_finished_shards(qa_file, tmp_path):
     with pytest.raises(ConfigError, match=r"finished recording made with a different config \(differs in \['top_k'\]\)"):
         run_gen(other, Recorder(other, *PAIR))  # a finished folder is never silently reused for another config
     assert read_manifest(grown) == manifest
+    # a field an older version did not write counts as its default: the folder stays current
+    made = json.loads((grown / "gen_config.json").read_text())
+    assert made.pop("long_prompts") == "truncate"
+    (grown / "gen_config.json").write_text(json.dumps(made))
+    assert rec.config_changes(made, {**made, "long_prompts": "truncate"}) == []
+    assert rec.config_changes(made, {**made, "long_prompts": "skip"}) == ["long_prompts"]
