@@ -61,9 +61,13 @@ def _hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, afte
     return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden, "after": after}}
 
 
-def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen) -> Block:
-    """Step 1: g drafts with their drafter distributions, g drafter forwards. The last draft is left
-    pending (not yet fed): its forward only pays off when some row accepts every draft (`block_end`)."""
+def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen,
+          draft_stop: float | None = None) -> Block:
+    """Step 1: up to g drafts with their drafter distributions, one drafter forward each. The last
+    draft is left pending (not yet fed): its forward only pays off when some row accepts every draft
+    (`block_end`). With `draft_stop`, the block ends early once the drafter's raw probability of its
+    own draft is below it in every row (an unsure drafter's next drafts are likely rejected); what
+    is drafted is still drawn from q, so the sampled distribution does not change."""
     raws, scaled, tokens, hidden = [], [], [], []
     for _ in range(g):
         raw, q = sampling.probs(drafter.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
@@ -74,6 +78,8 @@ def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen)
         if drafter.want_hidden:
             hidden.append(drafter.last_hidden[:, -1])  # (B, H) where q was computed
         layout.append(x[:, None])
+        if draft_stop is not None and bool((raw.gather(-1, x[:, None]) < draft_stop).all()):
+            break
     return Block(torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1),
                  torch.stack(hidden, 1) if hidden else None)
 
@@ -128,7 +134,8 @@ def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout
 def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int = 4,
              temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
              attention_mask: torch.Tensor | None = None, bonus_from: str = "target",
-             stop: StopStrings | None = None, prefix: SharedPrefix | None = None) -> GenerateOutput:
+             stop: StopStrings | None = None, prefix: SharedPrefix | None = None,
+             draft_stop: float | None = None) -> GenerateOutput:
     """Speculative cascade decoding of a batch of left-padded prompts (see module docstring).
 
     `rule` is a rule name from `router.rules.rule_names()` or any deferral policy with the same
@@ -137,12 +144,16 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     one more drafter forward to get q there) or from the verifier's p (bonus_from="verifier": that
     one position defers, and the drafter forward is saved). `stop` strings end a row like EOS
     (`router.prompts.StopStrings`); a `prefix` every prompt starts with is read from its cache
-    (`router.prefix.SharedPrefix`) instead of being prefilled again.
+    (`router.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
+    block early when the drafter is unsure of its draft in every row (as Hugging Face's assistant
+    confidence threshold and llama.cpp's draft p_min do); None drafts gamma tokens every block.
     """
     sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
     attention_mask = check_inputs(input_ids, attention_mask)
     if gamma < 1:
         raise ValueError(f"gamma ({gamma}) must be >= 1")
+    if draft_stop is not None and not 0 < draft_stop < 1:
+        raise ValueError(f"draft_stop must be in (0, 1) (a drafter probability), got {draft_stop}")
     if bonus_from not in ("target", "verifier"):
         raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     policy = resolve_rule(rule)
@@ -153,7 +164,8 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
     stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
                  accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0, deferrals=0,
-                 expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0)
+                 expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0, draft_stop=draft_stop,
+                 block_drafts=0)  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     d.want_hidden = "drafter" in policy.hidden_inputs
@@ -163,8 +175,9 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
         while active:
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             start = layout.length
-            block = draft(d, layout, max(1, min(gamma, remaining - 1)), sampling, gen)  # no drafts past the limit
+            block = draft(d, layout, max(1, min(gamma, remaining - 1)), sampling, gen, draft_stop)  # not past the limit
             verify(v, layout, block, sampling)
+            stats["block_drafts"] += block.g
             ticked = time.perf_counter()
             form_target(policy, alpha, block)
             stats["rule_seconds"] += time.perf_counter() - ticked

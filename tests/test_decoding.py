@@ -275,3 +275,40 @@ def test_loops_without_the_verifiers_view_report_no_logprobs(near_pair):
     assert generate_token_cascade(drafter, verifier, ids, alpha=0.3, **common).verifier_logprobs is None
     assert generate_sequence_cascade(drafter, verifier, ids, alpha=0.5, max_new_tokens=5,
                                      attention_mask=mask).verifier_logprobs is None
+
+
+def test_draft_stop_ends_unsure_blocks_without_changing_greedy_outputs(near_pair):
+    """A drafter-confidence stop shortens blocks; lossless greedy output stays the verifier's."""
+    drafter, verifier = near_pair
+    ids, mask = left_padded(PROMPTS)
+    full = generate(drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask)
+    short = generate(drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask,
+                     draft_stop=0.99)  # a random tiny drafter is never this sure: one draft per block
+    assert torch.equal(full.sequences, short.sequences)
+    assert short.stats["block_drafts"] == short.stats["blocks"] and short.stats["draft_stop"] == 0.99
+    never = generate(drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask,
+                     draft_stop=1e-9)  # always sure enough: the same blocks as without the option
+    assert never.stats["block_drafts"] == full.stats["block_drafts"] and torch.equal(never.sequences, full.sequences)
+    with pytest.raises(ValueError, match="draft_stop must be in"):
+        generate(drafter, verifier, ids, rule="lossless", attention_mask=mask, draft_stop=1.5)
+
+
+def test_draft_stop_keeps_the_sampled_distribution():
+    """Lossless sampling with blocks that end where the drafter is unsure still draws every token
+    from the verifier's distribution. The stub drafter is flat (unsure in every row) at odd
+    positions, so blocks end there for the whole batch; chi-square per output column."""
+    q = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.05, 0.05, 0.03, 0.02])
+    flat = torch.full((8,), 1 / 8)
+    p = torch.tensor([0.05, 0.40, 0.05, 0.30, 0.10, 0.02, 0.03, 0.05])
+    drafter = StubLM(probs=lambda t: flat if t % 2 else q, vocab=8, eos=100)  # eos outside the vocabulary
+    verifier = StubLM(probs=lambda t: p, vocab=8, eos=100)
+    n = 20000
+    plain = generate(drafter, verifier, torch.full((n, 1), 3), rule="lossless", gamma=4, temperature=1.0,
+                     max_new_tokens=5, seed=5)
+    out = generate(drafter, verifier, torch.full((n, 1), 3), rule="lossless", gamma=4, temperature=1.0,
+                   max_new_tokens=5, seed=5, draft_stop=0.2)
+    assert out.stats["block_drafts"] / out.stats["blocks"] < plain.stats["block_drafts"] / plain.stats["blocks"]
+    for column in range(1, 6):
+        freq = torch.bincount(out.sequences[:, column], minlength=8).double() / n
+        stat = float(((freq - p.double()) ** 2 / p.double()).sum() * n)  # chi-square, 7 degrees of freedom
+        assert stat < 24.3, (column, freq)  # p = 0.001
