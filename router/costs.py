@@ -6,7 +6,9 @@ on AMX vs float32 on AVX2; compute-bound prefill vs memory-bound decoding). `mea
 times, with the real models and the real decoding code (`router.layout.CachedModel`): a prefill
 (seconds per prompt token, the cost of recording and of reading prompts), one drafter step, and
 verifier passes over 1 and over gamma + 1 tokens, at a given batch size. The demo builds its time
-estimate from them.
+estimate from them. `measure_verify_curve` times verifier passes over 1..n tokens, and
+`choose_gamma` picks the block size with the lowest expected latency from those costs and an
+acceptance rate (or says that speculation does not pay on this machine).
 """
 
 from __future__ import annotations
@@ -86,3 +88,35 @@ def measure_pair_costs(drafter, verifier, batch: int = 1, gamma: int = 5) -> Pai
     d_prefill, (d_step,) = _model_costs(drafter, vocab, batch, (1,))
     v_prefill, (v_step, v_block) = _model_costs(verifier, vocab, batch, (1, gamma + 1))
     return PairCosts(batch, gamma, d_prefill, v_prefill, d_step, v_step, v_block, time.perf_counter() - started)
+
+
+@torch.inference_mode()
+def measure_verify_curve(verifier, batch: int = 1, max_tokens: int = 9) -> list[float]:
+    """Seconds of one verifier decoding forward over n tokens per row, for n = 1..max_tokens (what a
+    block of n - 1 drafts costs to verify; far from flat on a CPU, nearly flat on a GPU)."""
+    vocab = verifier.get_output_embeddings().weight.shape[0]
+    return _model_costs(verifier, vocab, batch, tuple(range(1, max_tokens + 1)))[1]
+
+
+def block_latency(gamma: int, acceptance: float, drafter_step: float, verify_seconds: list[float],
+                  bonus_drafter: bool = True) -> float:
+    """Expected seconds per emitted token of blocks of `gamma` drafts, relative to a verifier step
+    (verify_seconds[0]), for i.i.d. acceptance with probability `acceptance` (Leviathan et al.):
+    tokens per block (1 - a^(g+1)) / (1 - a); cost gamma drafter steps + one verifier pass over
+    gamma + 1 tokens + (bonus_drafter) one more drafter step when every draft is accepted (a^g)."""
+    a = min(max(acceptance, 0.0), 1 - 1e-9)
+    tokens = (1 - a ** (gamma + 1)) / (1 - a)
+    cost = gamma * drafter_step + verify_seconds[gamma] + (a ** gamma * drafter_step if bonus_drafter else 0.0)
+    return cost / tokens / verify_seconds[0]
+
+
+def choose_gamma(acceptance: float, drafter_step: float, verify_seconds: list[float],
+                 bonus_drafter: bool = True) -> tuple[int, dict[int, float]]:
+    """The block size with the lowest expected relative latency over gamma = 1..len(verify_seconds)-1,
+    and that latency for each gamma. A best value >= 1 means speculation does not pay on this
+    machine at this acceptance rate (decode with the verifier alone)."""
+    if len(verify_seconds) < 2:
+        raise ValueError("verify_seconds needs the verifier pass over 1 and at least 2 tokens")
+    latency = {g: block_latency(g, acceptance, drafter_step, verify_seconds, bonus_drafter)
+               for g in range(1, len(verify_seconds))}
+    return min(latency, key=latency.get), latency

@@ -148,3 +148,19 @@ def test_shipped_configs_let_the_machine_choose():
     for path in Path(__file__).resolve().parents[1].glob("configs/*/*.yaml"):
         dtype = (yaml.safe_load(path.read_text()) or {}).get("dtype", "auto")
         assert dtype == "auto" or (path.stem == "tiny" and dtype == "float32"), f"{path} pins dtype {dtype}"
+
+
+def test_choose_gamma_from_measured_costs():
+    from router.costs import block_latency, choose_gamma
+
+    flat = [1.0] * 9  # a GPU: verifying 8 tokens costs what verifying 1 does
+    best, latency = choose_gamma(0.8, 0.05, flat)
+    assert best >= 4 and latency[best] < 0.5 and latency[best] == min(latency.values())
+    # by hand, gamma 2 at acceptance 0.5: tokens 1.75; cost 2 x 0.05 + 1.0 + 0.25 x 0.05
+    assert block_latency(2, 0.5, 0.05, flat) == pytest.approx((0.1 + 1.0 + 0.0125) / 1.75)
+    steep = [1.0 + 0.6 * n for n in range(9)]  # a CPU in float32: each verified token costs 60% more
+    best_cpu, latency_cpu = choose_gamma(0.8, 0.35, steep)
+    assert best_cpu < best and latency_cpu[best_cpu] > 1  # speculation does not pay there
+    assert block_latency(3, 0.8, 0.35, steep, bonus_drafter=False) < block_latency(3, 0.8, 0.35, steep)
+    with pytest.raises(ValueError, match="at least 2 tokens"):
+        choose_gamma(0.8, 0.1, [1.0])
