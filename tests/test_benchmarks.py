@@ -1,0 +1,28 @@
+"""benchmarks/decode.py runs end to end on the tiny pair (every option), and its exact methods
+reproduce the verifier's greedy output."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_decode_benchmark_side_by_side_on_tiny_models(tmp_path):
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "2",
+                           "--max-new-tokens", "5", "--batch", "1", "2", "--few-shot", "--draft-stop", "0.5",
+                           "--hf-constant", "--opt-alphas", "0.3", "--token-alphas", "0.3", "--skip-drafter-only",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.with_suffix(".json").read_text())["results"]
+    by = {(r["batch"], r["method"]): r for r in results}
+    assert {m for b, m in by if b == 1} >= {"verifier-only", "hf-assisted", "hf-assisted constant", "lossless",
+                                             "lossless stop=0.5", "opt a=0.3", "token_v3 a=0.3 stop=0.5"}
+    assert not any(m.startswith("hf-") for b, m in by if b == 2)  # assisted generation runs at batch 1 only
+    for batch in (1, 2):  # exact methods: the verifier's greedy output, prompt for prompt
+        assert by[(batch, "lossless")]["identical_to_verifier"] == 2
+        assert by[(batch, "lossless stop=0.5")]["identical_to_verifier"] == 2
+    assert by[(1, "hf-assisted")]["identical_to_verifier"] == 2
+    assert "batch 2" in done.stdout and (out.with_suffix(".csv")).stat().st_size > 0
