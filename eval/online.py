@@ -165,7 +165,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
 
 
 # fingerprint keys added after points were first written, with the value those points were made with
-FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": []}
+FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": [], "machine": None}
 
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:

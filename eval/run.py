@@ -27,7 +27,7 @@ from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_ve
 from eval.paired import paired_table
 from eval.report import offline_plots, online_plots, write_curves_csv, write_per_prompt_csv, write_report
 from router.config import ConfigError, check_minimum, config_to_dict
-from router.hardware import DTYPE_CHOICES, resolve_dtype
+from router.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
 from router.prompts import context_length, default_stops, prompt_limit
 from router.records import RecordsError, read_examples, read_manifest
 from router.console import summary_table, wandb_offline
@@ -152,9 +152,17 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict, stops:
                for name, folder in zip(routers, cfg.routers)}  # a retrained router invalidates old points
     return {"models": manifest["models"], "prompts": [p.example_id for p in prompts], "routers": weights,
             "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
+            "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
             "stop": stops,
             **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
                                       "batch_size", "drafter", "verifier", "device")}}
+
+
+def machine_kind(device: str) -> str:
+    """The CPU kind (with its thread count) or the GPU name the online points are timed on."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return cpu_kind()
 
 
 def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:

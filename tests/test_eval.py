@@ -12,6 +12,7 @@ from data_gen.recorder import assign_split
 from eval.executor import run_program
 from eval.paired import (batch_fill, bootstrap_mean, compare_point, divergences, longest_row_latency,
                          mcnemar_exact)
+from router.hardware import cpu_kind
 from router.records import read_examples
 from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
@@ -149,6 +150,15 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     assert cli.main(_eval_args(root, rec, rtr, "online_methods=[router]")) == 0
     assert (out / "online" / "verifier@0.json").stat().st_mtime != stamps["verifier@0.json"]  # redone
     assert json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"]["router"] != old
+    # points timed on another machine are decoded again (latencies of two machines are not comparable)
+    path = next((out / "online").glob("opt@*.json"))
+    point = json.loads(path.read_text())
+    assert point["fingerprint"]["machine"] == cpu_kind()
+    point["fingerprint"]["machine"] = "another CPU"
+    path.write_text(json.dumps(point))
+    stamp = path.stat().st_mtime
+    assert cli.main(_eval_args(root, rec, rtr, "online_methods=[opt]")) == 0
+    assert path.stat().st_mtime != stamp and json.loads(path.read_text())["fingerprint"]["machine"] == cpu_kind()
     # batched decoding (left-padded) gives the same greedy verifier outputs as one prompt at a time
     args = _eval_args(root, rec, rtr, f"output={root / 'eval-b2'}", "batch_size=2", "offline=false")
     args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[token_cascade]"
