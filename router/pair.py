@@ -250,7 +250,24 @@ def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     path, extra = resolve_model_path(spec, choice.dtype)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, **extra).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    if spec.startswith("embedded:") or spec.endswith(".gguf"):
+        model.generation_config.eos_token_id = gguf_end_tokens(tokenizer, model.generation_config.eos_token_id)
     return model, tokenizer
+
+
+END_OF_TEXT = "<|endoftext|>"
+
+
+def gguf_end_tokens(tokenizer, eos) -> list[int] | int | None:
+    """A model converted from GGUF carries one EOS id (Qwen instruct: <|im_end|>), where the released
+    generation config lists <|endoftext|> too ([151645, 151643]); without it a model that writes
+    <|endoftext|> after its answer (as the 1.5B coder does on few-shot prompts) goes on writing a
+    new conversation. Both, when the vocabulary has <|endoftext|>."""
+    ids = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+    end = tokenizer.convert_tokens_to_ids(END_OF_TEXT) if END_OF_TEXT in tokenizer.get_vocab() else None
+    if end is None or end in ids or not ids:
+        return eos
+    return [*ids, end]
 
 
 def model_fingerprint(model) -> str:

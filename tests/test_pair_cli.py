@@ -95,3 +95,23 @@ def test_cli_rules_lists_every_rule(capsys):
     printed = capsys.readouterr().out
     for name in ("chow", "opt", "token_v3", "lossy", "lossless", "drafter"):
         assert name in printed
+
+
+def test_gguf_models_also_end_at_endoftext():
+    from router.pair import gguf_end_tokens
+
+    class Tok:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def get_vocab(self):
+            return self.vocab
+
+        def convert_tokens_to_ids(self, token):
+            return self.vocab[token]
+
+    qwen = Tok({"<|im_end|>": 151645, "<|endoftext|>": 151643, "a": 5})
+    assert gguf_end_tokens(qwen, 151645) == [151645, 151643]  # as Qwen's released generation config
+    assert gguf_end_tokens(qwen, [151645, 151643]) == [151645, 151643]
+    assert gguf_end_tokens(Tok({"</s>": 2}), 2) == 2  # no such token: unchanged
+    assert gguf_end_tokens(qwen, None) is None
