@@ -38,19 +38,37 @@ def forward_tail(model, layout: Layout, keep: int, vocab: int, hidden: bool, cac
     return out.logits[:, -keep:, :vocab], states, kv
 
 
+def tail_layout(prompts: list[list[int]], continuations: list[list[int]], pad_id: int, device,
+                prefix: SharedPrefix | None = None) -> tuple[Layout, SharedPrefix | None, int]:
+    """The left-padded [prompt + continuation] layout of a batch, the shared prefix it starts from
+    (when every prompt has it and a token of its own after it, else None) and `keep`, the number of
+    last columns whose logits predict the continuations (the logit before the first one too)."""
+    ids, mask = left_pad([p + c for p, c in zip(prompts, continuations)], pad_id)
+    if prefix is not None and not prefix.covers(prompts):
+        prefix = None
+    layout, prefix = start_layout(ids.to(device), mask.to(device), prefix, pad_id)
+    return layout, prefix, max(len(c) for c in continuations) + 1
+
+
+def continuation_logprobs(model, prompts: list[list[int]], continuations: list[list[int]], vocab: int, pad_id: int,
+                          prefix: SharedPrefix | None = None) -> list[float]:
+    """The model's summed log-probability of each (non-empty) continuation after its prompt, one
+    teacher-forced forward over the batch."""
+    layout, prefix, keep = tail_layout(prompts, continuations, pad_id, next(model.parameters()).device, prefix)
+    with torch.inference_mode():
+        logits, _, _ = forward_tail(model, layout, keep, vocab, hidden=False, prefix=prefix)
+    logp = torch.log_softmax(logits.float(), -1)  # (B, keep, V)
+    return [float(logp[b, keep - len(c) - 1: keep - 1].gather(-1, torch.tensor(c, device=logp.device)[:, None]).sum())
+            for b, c in enumerate(continuations)]
+
+
 def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list[list[int]], vocab: int,
                 pad_id: int, top_k: int, hidden: str, draft_seeds: list[int], judge: bool = False,
                 prefix: SharedPrefix | None = None) -> list[dict]:
     """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode);
     with judge, also the verifier's view of the drafted tokens (data_gen/judge.py). A shared
     prompt prefix (`router.prefix`) is read from its cache instead of being fed again."""
-    seqs = [p + c for p, c in zip(prompts, continuations)]
-    ids, mask = left_pad(seqs, pad_id)
-    device = next(drafter.parameters()).device
-    if prefix is not None and not prefix.covers(prompts):  # each prompt needs a token of its own after it
-        prefix = None
-    layout, prefix = start_layout(ids.to(device), mask.to(device), prefix, pad_id)
-    keep = max(len(c) for c in continuations) + 1  # the logit before the first continuation token too
+    layout, prefix, keep = tail_layout(prompts, continuations, pad_id, next(drafter.parameters()).device, prefix)
     with torch.inference_mode():
         q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"),
                                              prefix=prefix)

@@ -95,7 +95,7 @@ def greedy_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
     router, plus lossless and the drafter: what the records predict for greedy online decoding."""
     out = {name: sweep.curve() for name, sweep in method_sweeps(data, routers, views=("greedy",))["greedy"].items()}
     cost = greedy_columns(data)["cost"]
-    out["lossless"] = _point_curve(float(np.mean(cost)), data.q_top1 * 0 + data.p_top1, data.p_top1, 1.0)
+    out["lossless"] = _point_curve(float(np.mean(cost)), data.p_top1, data.p_top1, 1.0)
     out["drafter"] = _point_curve(0.0, data.q_top1, data.q_top1, 0.0)
     return out
 

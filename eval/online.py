@@ -44,8 +44,9 @@ class Prompt:
 
 @dataclass
 class Ends:
-    """How every online row is decoded alike: its stop strings (and their token ids) and the prompt
-    prefix all prompts share (prefilled once per model before any point is timed)."""
+    """How every online row is decoded alike: its stop strings (as text, to cut outputs, and as the
+    loop's `StopStrings`) and the prompt prefix all prompts share (prefilled once per model before
+    any point is timed)."""
 
     strings: list
     stop: StopStrings | None
@@ -240,9 +241,8 @@ def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends:
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
     Returns the seconds spent."""
-    from data_gen.scoring import forward_tail
+    from data_gen.scoring import continuation_logprobs
     from router.loop import check_pair
-    from router.prefix import start_layout
 
     started = time.perf_counter()
     drafter, verifier, tokenizer = pair
@@ -259,18 +259,10 @@ def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends:
         known.update({w: (0.0, 0) for w in wanted if not w[1]})  # an empty output has nothing to score
         for start in range(0, len(scored), batch_size):
             chunk = scored[start: start + batch_size]
-            prompt_ids, outputs = [by_id[i] for i, _ in chunk], [list(t) for _, t in chunk]
-            ids, mask = left_pad([p + o for p, o in zip(prompt_ids, outputs)], _pad_id(tokenizer))
-            prefix = ends.prefix if ends.prefix is not None and ends.prefix.covers(prompt_ids) else None
-            layout, prefix = start_layout(ids, mask, prefix, _pad_id(tokenizer))
-            keep = max(len(o) for o in outputs) + 1
-            with torch.inference_mode():
-                logits, _, _ = forward_tail(verifier, layout, keep, vocab, hidden=False, prefix=prefix)
-            logp = torch.log_softmax(logits.float(), -1)  # (B, keep, V)
-            for b, (key, out) in enumerate(zip(chunk, outputs)):
-                n = len(out)
-                rows = logp[b, keep - n - 1: keep - 1].gather(-1, torch.tensor(out)[:, None])  # (n, 1)
-                known[key] = (float(rows.sum()), n)
+            outputs = [list(t) for _, t in chunk]
+            sums = continuation_logprobs(verifier, [by_id[i] for i, _ in chunk], outputs, vocab, _pad_id(tokenizer),
+                                         ends.prefix)
+            known.update({key: (total, len(out)) for key, total, out in zip(chunk, sums, outputs)})
         for e in point["examples"]:
             e["verifier_logprob"], e["verifier_logprob_tokens"] = known[(e["example_id"], tuple(e["new_ids"]))]
         write_bytes(folder / f"{point_name(point['method'], point['alpha'])}.json",

@@ -63,7 +63,7 @@ def _by_prompt(examples: list[dict]) -> dict[str, dict]:
     return {e["example_id"]: e for e in examples}
 
 
-def mean_logprob(examples: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+def logprob_sums(examples: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     """Per prompt: summed verifier log-probability of its tokens and their count (0 when unscored)."""
     total = np.array([e.get("verifier_logprob", 0.0) or 0.0 for e in examples], np.float64)
     count = np.array([e.get("verifier_logprob_tokens", 0) for e in examples], np.float64)
@@ -79,8 +79,8 @@ def compare_point(mine: list[dict], ref: list[dict], replicates: int, seed: int 
     same_output = np.array([e.get("new_ids") == r.get("new_ids") for e, r in pairs], np.float64)
     same_answer = np.array([e.get("answer", e["quality"]) == r.get("answer", r["quality"]) for e, r in pairs],
                            np.float64)
-    lp, n_lp = mean_logprob([e for e, _ in pairs])
-    lp_ref, n_ref = mean_logprob([r for _, r in pairs])
+    lp, n_lp = logprob_sums([e for e, _ in pairs])
+    lp_ref, n_ref = logprob_sums([r for _, r in pairs])
     scored = (n_lp > 0) & (n_ref > 0)
     out = {"prompts": len(pairs), "quality": float(a.mean()) if len(a) else math.nan,
            "quality_ci": bootstrap_mean(a, replicates, seed),

@@ -83,7 +83,7 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
     started = time.perf_counter()
-    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
+    rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     active, deferrals = list(range(input_ids.shape[0])), 0

@@ -161,7 +161,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
     started = time.perf_counter()
-    rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
+    rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
                  accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0, deferrals=0,
                  expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0, draft_stop=draft_stop,

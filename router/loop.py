@@ -118,7 +118,7 @@ class Rows:
 
 
 def first_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad: int,
-          *models: CachedModel) -> Layout:
+                 *models: CachedModel) -> Layout:
     """The first layout of a loop, its models' caches starting from the shared prefix when every
     prompt has it (`router.prefix`), else empty."""
     layout, used = start_layout(input_ids, attention_mask, prefix, pad)

@@ -1,7 +1,7 @@
 """A prompt prefix every prompt shares (a few-shot context), prefilled once per model.
 
 Few-shot prompts repeat the same worked examples before each question, and on a CPU that shared
-prefill is most of a prompt's cost (GSM8K's 5-shot context is ~650 of its ~775 tokens; the
+prefill is most of a prompt's cost (GSM8K's 5-shot prompts share 709 of their ~775 tokens; the
 1.5B verifier prefills ~31 tokens/s on 2 AVX2 cores in float32). A `SharedPrefix` holds those
 token ids and, per model, the KV cache over them, computed on first use; every batch that starts
 with them then starts from a copy of that cache and feeds only the rest of its prompts, as a

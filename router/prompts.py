@@ -66,6 +66,7 @@ class StopStrings:
 
     strings: tuple
     token_text: tuple  # the text of every token id
+    window: int = 0  # characters of a row's tail to keep: enough for the longest string to straddle tokens
 
     @classmethod
     def build(cls, tokenizer, strings: list[str]) -> "StopStrings | None":
@@ -79,12 +80,7 @@ class StopStrings:
             ids = [[i] for i in range(len(tokenizer))]
             _TOKEN_TEXTS[key] = tuple(tokenizer.batch_decode(ids) if hasattr(tokenizer, "batch_decode")
                                       else [tokenizer.decode(i) for i in ids])
-        return cls(tuple(strings), _TOKEN_TEXTS[key])
-
-    @property
-    def window(self) -> int:
-        """Characters of a row's tail to keep: enough for the longest string to straddle tokens."""
-        return 2 * max(len(s) for s in self.strings) + 16
+        return cls(tuple(strings), _TOKEN_TEXTS[key], 2 * max(len(s) for s in strings) + 16)
 
     def text(self, token: int) -> str:
         return self.token_text[token] if 0 <= token < len(self.token_text) else ""

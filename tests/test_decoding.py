@@ -6,6 +6,7 @@ import torch
 from conftest import StubLM, left_padded, tiny_qwen
 from router.tiny import tiny_pair
 from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from data_gen.scoring import continuation_logprobs
 from router.decoding import generate
 from router.loop import FROM_DRAFTER, PADDING
 
@@ -265,6 +266,11 @@ def test_loop_logprobs_are_the_verifiers_teacher_forced_ones(near_pair, method):
             logits = verifier(torch.tensor([prompt + new])).logits[0, len(prompt) - 1: -1]
         want = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(new)[:, None]).squeeze(-1)
         torch.testing.assert_close(torch.tensor(out.verifier_logprobs[b]), want, atol=1e-4, rtol=1e-4)
+    # eval's pass for outputs the loop did not score: the same sums, batched and ragged
+    outputs = [new_tokens(out, b, ids.shape[1]) for b in range(len(PROMPTS))]
+    sums = continuation_logprobs(verifier, PROMPTS, outputs, verifier.config.vocab_size, 0)
+    torch.testing.assert_close(torch.tensor(sums), torch.tensor([sum(x) for x in out.verifier_logprobs]),
+                               atol=1e-3, rtol=1e-4)
 
 
 def test_loops_without_the_verifiers_view_report_no_logprobs(near_pair):
