@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.recorder import GenConfig, Recorder, _load_examples, run_gen  # noqa: E402
-from data_gen.scoring import forward_tail  # noqa: E402
+from router.teacher import forward_tail  # noqa: E402
 from router.layout import Layout, left_pad  # noqa: E402
 from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed  # noqa: E402

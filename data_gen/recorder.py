@@ -12,7 +12,6 @@ import errno
 import hashlib
 import json
 import shutil
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from data_gen.scoring import example_seed, score_batch
+from router import clock
 from router.layout import left_pad
 from router.prefix import SharedPrefix
 from data_gen.tasks import Example, load_task
@@ -33,7 +33,7 @@ from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
 from router.console import summary_table
 from router.files import output_lock, write_bytes
 from router.prompts import context_length, fit_prompt, prompt_limit, prompt_text
-from router.records import (EXAMPLES, MANIFEST, SCHEMA_VERSION, SPLITS, TOKEN_CLASSES, RecordsError,
+from router.records import (EXAMPLES, HELDOUT, MANIFEST, SCHEMA_VERSION, SPLITS, TOKEN_CLASSES, RecordsError,
                             intact_shard, manifest_id, rows_to_table, write_manifest, write_shard)
 
 
@@ -318,16 +318,16 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     out = Path(cfg.output)
     if _prepare_folder(out, cfg):
         manifest = json.loads((out / MANIFEST).read_text())
-        if not (out / EXAMPLES).exists():  # folders recorded before the examples file existed
-            write_examples(out, plan_shards(_load_examples(cfg), cfg))
+        if not (out / EXAMPLES).exists() or not (out / HELDOUT).exists():  # recorded before these files existed
+            write_examples(out, plan_shards(_load_examples(cfg), cfg), cfg)
         print(f"{out} is complete (manifest {manifest_id(manifest)}); nothing to do (overwrite=true to redo)")
         return manifest
     examples = _load_examples(cfg)
     plan = plan_shards(examples, cfg)
-    write_examples(out, plan)
+    write_examples(out, plan, cfg)
     recorder = recorder or Recorder(cfg)
     recorder.share_prefix(examples)
-    started, tokens_done = time.perf_counter(), 0
+    started, tokens_done = clock.now(), 0
     bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
     for name, split, shard_examples in plan:
         ids = [ex.example_id for ex in shard_examples]
@@ -342,21 +342,27 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
                 tokens_done += sum(len(r["token"]) for r in new_rows)
                 rows += new_rows
             bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{tokens_done / (time.perf_counter() - started):.0f}")
+            bar.set_postfix(tok_s=f"{tokens_done / (clock.now() - started):.0f}")
         if rows:
             _write_shard_or_explain(out, name, rows, ids)
     bar.close()
-    manifest = _finish_manifest(out, cfg, plan, recorder, time.perf_counter() - started)
+    manifest = _finish_manifest(out, cfg, plan, recorder, clock.now() - started)
     print_summary(manifest)
     return manifest
 
 
-def write_examples(out: Path, plan) -> None:
-    """examples.jsonl: every planned example with its split, prompt, reference and metric fields, so
-    eval can run held-out prompts and score them without importing data_gen (stages meet on disk)."""
-    lines = [json.dumps(example_row(ex, split), default=str) + "\n" for _, split, shard_examples in plan
-             for ex in shard_examples]
-    write_bytes(out / EXAMPLES, "".join(lines).encode())
+def write_examples(out: Path, plan, cfg: GenConfig) -> None:
+    """examples.jsonl: every planned example with its split, prompt, reference and metric fields, and
+    heldout.jsonl: the task's other examples that the split rule puts in test, so eval can run
+    held-out prompts and score them without importing data_gen (stages meet on disk)."""
+    rows = [example_row(ex, split) for _, split, shard_examples in plan for ex in shard_examples]
+    recorded = {r["example_id"] for r in rows}
+    write_bytes(out / EXAMPLES, _jsonl_bytes(rows))
+    write_bytes(out / HELDOUT, _jsonl_bytes(unrecorded_test_examples(vars(cfg), recorded)))
+
+
+def _jsonl_bytes(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r, default=str) + "\n" for r in rows).encode()
 
 
 def example_row(ex: Example, split: str) -> dict:
@@ -365,22 +371,17 @@ def example_row(ex: Example, split: str) -> dict:
             "reference": ex.reference, "meta": ex.meta}
 
 
-def unrecorded_test_examples(config: dict, recorded: set, n: int) -> list[dict]:
-    """Up to n examples of a recording's task beyond the ones it recorded that its split rule
-    (seeded hash of the id) puts in the test split: held out exactly as its test examples are, so
-    online evaluation can use more prompts than were recorded. In task order, examples-file form."""
-    fields = {k: config[k] for k in ("data_path", "prompt_field", "reference_field", "id_field")}
-    user = dict(path=fields["data_path"], prompt_field=fields["prompt_field"],
-                reference_field=fields["reference_field"], id_field=fields["id_field"]) \
+def unrecorded_test_examples(config: dict, recorded: set) -> list[dict]:
+    """The examples of a recording's task beyond the ones it recorded that its split rule (seeded
+    hash of the id) puts in the test split: held out exactly as its test examples are. In task
+    order, examples-file form."""
+    user = dict(path=config["data_path"], prompt_field=config["prompt_field"],
+                reference_field=config["reference_field"], id_field=config["id_field"]) \
         if config["task"] == "custom" else {}
-    out = []
-    for ex in load_task(config["task"], **user):
-        if len(out) >= n:
-            break
-        if ex.example_id not in recorded and assign_split(ex.example_id, config["seed"],
-                                                           config["split_fractions"]) == "test":
-            out.append(json.loads(json.dumps(example_row(ex, "test"), default=str)))
-    return out
+    return [json.loads(json.dumps(example_row(ex, "test"), default=str))
+            for ex in load_task(config["task"], **user)
+            if ex.example_id not in recorded
+            and assign_split(ex.example_id, config["seed"], config["split_fractions"]) == "test"]
 
 
 def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from router import clock
 from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
 from router.loop import PADDING
@@ -177,16 +177,26 @@ def same_fingerprint(done: dict | None, now: dict) -> bool:
     return all(done.get(k, FINGERPRINT_DEFAULTS.get(k)) == v for k, v in now.items())
 
 
+# where a point was timed: a point from another machine is redone, unless every point of the grid was
+# finished on one machine (a complete set is reused whole, so no table mixes two machines' latencies)
+MACHINE_KEYS = ("machine", "dtype")
+
+
 def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, metric, rules: dict,
              folder: Path, fingerprint: dict, ends: Ends) -> list[dict]:
     """Every grid point, resuming from finished point files with the same fingerprint."""
     folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{point_name(method, alpha)}.json" for method, alpha in grid]
+    done = [json.loads(path.read_text()) if path.exists() else None for path in paths]
+    complete = complete_elsewhere(done, fingerprint)
+    if complete:
+        print(f"[specroute] every online point was finished on {complete['machine']} in {complete['dtype']} "
+              f"(this machine: {fingerprint['machine']} in {fingerprint['dtype']}): reusing the whole set")
+        return done
     results, todo = [], []
-    for method, alpha in grid:
-        path = folder / f"{point_name(method, alpha)}.json"
-        done = json.loads(path.read_text()) if path.exists() else None
-        if done is not None and same_fingerprint(done.get("fingerprint"), fingerprint):
-            results.append(done)
+    for (method, alpha), path, point in zip(grid, paths, done):
+        if point is not None and same_fingerprint(point.get("fingerprint"), fingerprint):
+            results.append(point)
         else:
             todo.append((method, alpha, path))
     bar = tqdm(total=len(todo) * len(prompts), desc="online", unit="prompt")
@@ -198,6 +208,27 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
         results.append(point)
     bar.close()
     return results
+
+
+def complete_elsewhere(done: list[dict | None], fingerprint: dict) -> dict | None:
+    """The machine and dtype every finished point was timed on, when all points are finished, agree
+    with the fingerprint but for those, and were timed on one other machine; else None."""
+    if not done or any(p is None for p in done):
+        return None
+    same = {k: v for k, v in fingerprint.items() if k not in MACHINE_KEYS}
+    if not all(same_fingerprint(p.get("fingerprint"), same) for p in done):
+        return None
+    timed = {tuple(p["fingerprint"].get(k, FINGERPRINT_DEFAULTS.get(k)) for k in MACHINE_KEYS) for p in done}
+    here = tuple(fingerprint[k] for k in MACHINE_KEYS)
+    if len(timed) != 1 or here in timed:
+        return None
+    return dict(zip(MACHINE_KEYS, timed.pop()))
+
+
+def timed_on(points: list[dict]) -> dict:
+    """The machine and dtype the points were timed on (one, by run_grid's rule)."""
+    fp = points[0].get("fingerprint", {}) if points else {}
+    return {k: fp.get(k, FINGERPRINT_DEFAULTS.get(k)) for k in MACHINE_KEYS}
 
 
 def add_relative_latency(points: list[dict]) -> None:
@@ -241,10 +272,10 @@ def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends:
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
     Returns the seconds spent."""
-    from data_gen.scoring import continuation_logprobs
+    from router.teacher import continuation_logprobs
     from router.loop import check_pair
 
-    started = time.perf_counter()
+    started = clock.now()
     drafter, verifier, tokenizer = pair
     vocab = check_pair(drafter, verifier)
     by_id = {p.example_id: p.ids for p in prompts}
@@ -270,4 +301,4 @@ def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends:
         bar.update(1)
     if bar:
         bar.close()
-    return time.perf_counter() - started
+    return clock.now() - started

@@ -266,6 +266,11 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
                   f"({online['dtype']['reason']}).", ""]
         if "mixed" in online["dtype"]:
             parts += [f"Note: {online['dtype']['mixed']}.", ""]
+        timed = online.get("timed_on", {})
+        if timed.get("machine") and (timed["machine"], timed["dtype"]) != (online["dtype"]["cpu"] if cfg.device == "cpu"
+                                                                          else timed["machine"], online["dtype"]["dtype"]):
+            parts += [f"Note: every online point was timed by an earlier run on {timed['machine']} in {timed['dtype']} "
+                      f"and reused as a complete set; the numbers below are that machine's.", ""]
         header = ["method", "alpha", "quality", "relative latency", "verifier calls / token", "rejection rate",
                   "tokens"]
         parts += [markdown_table(header, [[p["method"], p["alpha"], p["quality"], p["relative_latency"],

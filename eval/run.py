@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,13 +22,14 @@ from eval.task_metrics import get_metric
 from eval.offline import (REFERENCE_METHODS, compare_views, curve_rows, greedy_curves, load_held_out, load_routers,
                           method_curves, summarise)
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_verifier_logprobs, alphas_at_rejection,
-                         known_method, point_name, prepare_ends, prepare_prompts, run_grid, table_forms)
+                         known_method, point_name, prepare_ends, prepare_prompts, run_grid, table_forms, timed_on)
 from eval.paired import paired_table
 from eval.report import offline_plots, online_plots, write_curves_csv, write_per_prompt_csv, write_report
+from router import clock
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
 from router.prompts import context_length, default_stops, prompt_limit
-from router.records import RecordsError, read_examples, read_manifest
+from router.records import RecordsError, read_examples, read_heldout, read_manifest
 from router.console import summary_table, wandb_offline
 from router.files import output_lock, write_json
 from router.views import VIEW_TITLES
@@ -184,7 +184,7 @@ def run_eval(cfg: EvalConfig) -> dict:
 
 
 def _run_eval(cfg: EvalConfig) -> dict:
-    started = time.perf_counter()
+    started = clock.now()
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "eval_config.json", config_to_dict(cfg))
@@ -216,7 +216,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
     plots = (offline_plots(out, rows, offline["summary"], task) if offline else []) + \
         (online_plots(out, online["points"], task) if online else [])
     metrics = {"task": task, "config": config_to_dict(cfg), "offline": offline, "online": online,
-               "seconds": time.perf_counter() - started}
+               "seconds": clock.now() - started}
     write_json(out / "metrics.json", metrics)
     write_report(out / "report.md", cfg, offline, online, plots)
     if cfg.logger == "wandb":
@@ -229,7 +229,7 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
                 routers: dict) -> tuple[dict, tuple]:
     """The online grid on held-out prompts; returns its results and the loaded pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
-    examples = online_examples(cfg, manifest)
+    examples = online_examples(cfg)
     grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
     pair = _load_pair(cfg, manifest)
     limit = prompt_limit(context_length(pair[0], pair[1]), cfg.max_new_tokens, manifest["config"].get("max_prompt_tokens"))
@@ -244,7 +244,7 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
     add_relative_latency(points)
     online = {"prompts": len(prompts), "batch_size": cfg.batch_size,
               "recorded_test_prompts": sum(e["recorded"] for e in examples[:len(prompts)]),
-              "dtype": dtype_note(cfg, [manifest]), "stop": stops, "logprob_seconds": scoring_seconds,
+              "dtype": dtype_note(cfg, [manifest]), "timed_on": timed_on(points), "stop": stops, "logprob_seconds": scoring_seconds,
               "shared_prefix": {"tokens": len(ends.prefix) if ends.prefix else 0,
                                 "seconds": ends.prefix.seconds if ends.prefix else 0.0},
               "points": [{k: v for k, v in p.items() if k != "examples"} for p in points],
@@ -253,15 +253,12 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
     return online, pair
 
 
-def online_examples(cfg: EvalConfig, manifest: dict) -> list[dict]:
+def online_examples(cfg: EvalConfig) -> list[dict]:
     """Held-out examples for online decoding: the records' test split, then (unrecorded_prompts) the
     task's further examples the recording's split rule puts in test, up to max_prompts."""
     examples = [{**e, "recorded": True} for e in read_examples(cfg.records[0], split="test")]
     if len(examples) < cfg.max_prompts and cfg.unrecorded_prompts:
-        from data_gen.recorder import unrecorded_test_examples
-
-        recorded = {e["example_id"] for e in read_examples(cfg.records[0])}
-        more = unrecorded_test_examples(manifest["config"], recorded, cfg.max_prompts - len(examples))
+        more = read_heldout(cfg.records[0])[: cfg.max_prompts - len(examples)]
         examples += [{**e, "recorded": False} for e in more]
     if not examples:
         raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")

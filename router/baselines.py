@@ -11,10 +11,10 @@ All take the same sampling arguments as `router.decoding.generate` and return it
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 
+from router import clock
 from router.layout import CachedModel
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, PADDING, GenerateOutput, Rows, Sampling, check_inputs,
                          check_pair, eos_ids, finish, forward_stats, pad_id, first_layout, vocab_size)
@@ -39,7 +39,7 @@ def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: 
     """Autoregressive loop; also returns each row's mean raw probability of its chosen tokens."""
     eos = eos_ids(model)
     gen = sampling.generator(input_ids.device)
-    started = time.perf_counter()
+    started = clock.now()
     batch = input_ids.shape[0]
     rows = Rows.start(batch, eos, sampling.max_new_tokens, sampling.stop)
     source = FROM_DRAFTER if role == "drafter" else FROM_VERIFIER
@@ -82,7 +82,7 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
     vocab = check_pair(drafter, verifier)
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
-    started = time.perf_counter()
+    started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
@@ -116,7 +116,7 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "the sequence cascade")
     check_pair(drafter, verifier)
-    started = time.perf_counter()
+    started = clock.now()
     draft, confidence = _autoregressive(drafter, input_ids, attention_mask, sampling, "drafter", prefix)
     redo = [b for b, c in enumerate(confidence) if c < 1 - alpha]
     stats = dict(method="sequence_cascade", alpha=alpha, deferrals=len(redo), deferred_rows=redo,

@@ -11,11 +11,11 @@ batch accept different numbers of tokens (see `router/layout.py`). What every lo
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
 
+from router import clock
 from router.layout import CachedModel, Layout, drop_trailing_holes
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Sampling, check_inputs, check_pair,
                          eos_ids, finish, forward_stats, first_layout, pad_id)
@@ -160,7 +160,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     vocab = check_pair(drafter, verifier)
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
-    started = time.perf_counter()
+    started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
                  accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0, deferrals=0,
@@ -178,14 +178,14 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             block = draft(d, layout, max(1, min(gamma, remaining - 1)), sampling, gen, draft_stop)  # not past the limit
             verify(v, layout, block, sampling)
             stats["block_drafts"] += block.g
-            ticked = time.perf_counter()
+            ticked = clock.now()
             form_target(policy, alpha, block)
-            stats["rule_seconds"] += time.perf_counter() - ticked
+            stats["rule_seconds"] += clock.now() - ticked
             block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
-            ticked, drafter_before = time.perf_counter(), d.seconds
+            ticked, drafter_before = clock.now(), d.seconds
             q_n, pi_n = block_end(policy, alpha, d, layout, block, sampling, bonus_from)
             stats["bonus_drafter_seconds"] += d.seconds - drafter_before  # the bonus-position forward
-            stats["rule_seconds"] += time.perf_counter() - ticked - (d.seconds - drafter_before)
+            stats["rule_seconds"] += clock.now() - ticked - (d.seconds - drafter_before)
             nxt = next_after(q_n, pi_n, ~block.whole, gen)  # step 6: residual token at a rejection, else bonus
             _record_block(stats, rows, active, block, nxt)
             layout.keep_first(start, block.n_accepted)

@@ -10,9 +10,11 @@ from the layout and from both caches. With batch 1 there are never any holes.
 from __future__ import annotations
 
 import inspect
-import time
 
 import torch
+
+from router import clock
+
 
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
@@ -92,7 +94,7 @@ class CachedModel:
 
     def feed(self, layout: Layout, upto: int, keep: int) -> torch.Tensor:
         """Run the columns [n_cached, upto) and return logits (B, keep, V) of the last `keep`."""
-        started = time.perf_counter()
+        started = clock.now()
         out = self.model(
             input_ids=layout.tokens[:, self.n_cached:upto],
             attention_mask=layout.mask[:, :upto],
@@ -109,7 +111,7 @@ class CachedModel:
         self.forwards += 1
         self.row_forwards += layout.tokens.shape[0]
         logits = out.logits[:, -keep:, : self.vocab].float()
-        self.seconds += time.perf_counter() - started
+        self.seconds += clock.now() - started
         return logits
 
     def start_from(self, prefix, batch: int) -> None:

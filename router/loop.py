@@ -7,11 +7,11 @@ until EOS or the length limit, drop finished rows from the batch and report the 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
+from router import clock
 from router.layout import CachedModel, Layout, keep_rows
 from router.prefix import SharedPrefix, start_layout
 from router.prompts import StopStrings
@@ -192,7 +192,7 @@ def finish(input_ids, rows: Rows, pad: int, stats: dict, started: float) -> Gene
     for b, (toks, srcs) in enumerate(zip(rows.tokens, rows.sources)):
         new[b, : len(toks)] = torch.tensor(toks, dtype=torch.long)
         src[b, : len(srcs)] = torch.tensor(srcs, dtype=torch.long)
-    wall = time.perf_counter() - started
+    wall = clock.now() - started
     n_new = rows.new_tokens()
     stats.update(new_tokens=n_new, wall_seconds=wall, tokens_per_second=n_new / wall if wall > 0 else 0.0)
     _summarise(stats)

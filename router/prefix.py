@@ -14,10 +14,10 @@ rounding (the matmul shapes differ).
 from __future__ import annotations
 
 import copy
-import time
 
 import torch
 
+from router import clock
 from router.layout import Layout, left_pad
 
 MIN_SHARED_TOKENS = 32  # below this a shared prefix saves less than the cache copies cost
@@ -64,12 +64,12 @@ class SharedPrefix:
         """A fresh copy of the model's cache over the prefix, repeated for `batch` rows."""
         key = id(model)
         if key not in self._caches:
-            started = time.perf_counter()
+            started = clock.now()
             ids = torch.tensor([self.ids], device=next(model.parameters()).device)
             with torch.inference_mode():
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
             self._caches[key] = getattr(out, "cache", None) or out.past_key_values
-            self.seconds += time.perf_counter() - started
+            self.seconds += clock.now() - started
         cache = copy.deepcopy(self._caches[key])
         if batch > 1:
             cache.batch_repeat_interleave(batch)

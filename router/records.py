@@ -21,6 +21,8 @@ SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's can
 MANIFEST = "manifest.json"
 TOKEN_CLASSES = "token_classes.npy"  # class bits per token id (router.features.token_class_table)
 EXAMPLES = "examples.jsonl"  # the recorded examples (id, split, prompt, reference, metric fields), for eval
+# the task's further examples that the split rule puts in test (same form): online prompts beyond the recording
+HELDOUT = "heldout.jsonl"
 SPLITS = ("train", "validation", "test")
 
 # scalar columns and their Arrow types; list columns are built from (N, k) arrays
@@ -237,5 +239,20 @@ def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:
     if not path.exists():
         raise RecordsError(f"{folder} has no {EXAMPLES} (recorded by an older specroute): rerun the same "
                            f"`specroute gen` command; it writes the file without re-recording")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = _jsonl(path)
     return [r for r in rows if split is None or r["split"] == split]
+
+
+def read_heldout(folder: str | Path) -> list[dict]:
+    """The task's examples beyond the recorded ones that the recording's split rule puts in test
+    (`heldout.jsonl`, in task order, examples-file form): held out exactly as the recorded test
+    examples are, so online evaluation can run more prompts than were recorded."""
+    path = Path(folder) / HELDOUT
+    if not path.exists():
+        raise RecordsError(f"{folder} has no {HELDOUT} (recorded by an older specroute): rerun the same "
+                           f"`specroute gen` command; it writes the file without re-recording")
+    return _jsonl(path)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

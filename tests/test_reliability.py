@@ -3,7 +3,7 @@ they depend on changes."""
 
 import pytest
 
-from eval.online import same_fingerprint
+from eval.online import complete_elsewhere, same_fingerprint
 from router.files import OutputBusy, output_lock
 from specroute import cli
 
@@ -33,6 +33,20 @@ def test_online_points_are_redone_when_device_or_models_change():
     assert not same_fingerprint({**now, "dtype": "bfloat16"}, now)
     assert not same_fingerprint(None, now)
 
+
+
+def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
+    """Latencies of two machines never meet in one table: a partial set from another machine is
+    redone, a complete one (every point, one machine, everything else unchanged) is kept whole."""
+    now = {"models": {"d": 1}, "gamma": 5, "machine": "AMD EPYC x2", "dtype": "float32"}
+    there = {**now, "machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
+    points = [{"fingerprint": there}, {"fingerprint": there}]
+    assert complete_elsewhere(points, now) == {"machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
+    assert complete_elsewhere([points[0], None], now) is None  # one point missing: redo the other machine's
+    assert complete_elsewhere([points[0], {"fingerprint": {**there, "machine": "third"}}], now) is None
+    assert complete_elsewhere([points[0], {"fingerprint": {**there, "gamma": 4}}], now) is None
+    assert complete_elsewhere([{"fingerprint": now}] * 2, now) is None  # same machine: the usual resume
+    assert complete_elsewhere([], now) is None
 
 @pytest.mark.parametrize("cls,overrides,message", [
     ("gen", ["max_prompt_tokens=-5"], "max_prompt_tokens must be >= 1"),

@@ -1,0 +1,44 @@
+"""A clock that leaves out the time the process was paused, so latencies stay true when a long job
+is paused to lend the CPU to something else.
+
+Pause a running `specroute eval` / `demo` / `gen` with Ctrl-Z or `kill -TSTP <pid>` and resume it
+with `fg` or `kill -CONT <pid>`: every timer in the decoding loop and the eval reads `now()`, which
+does not advance while the process is stopped. (SIGSTOP cannot be caught, so `kill -STOP` still
+counts the pause: use TSTP.) Python runs the handler between bytecodes, so a model forward in flight
+finishes before the process stops; that time is real work and is counted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+_paused = 0.0  # seconds the process has spent stopped by SIGTSTP since start
+
+
+def now() -> float:
+    """Seconds on a monotonic clock, minus the time spent paused (SIGTSTP)."""
+    return time.perf_counter() - _paused
+
+
+def paused_seconds() -> float:
+    """Seconds spent paused so far."""
+    return _paused
+
+
+def _stop_and_count(signum, frame) -> None:
+    global _paused
+    started = time.perf_counter()
+    os.kill(os.getpid(), signal.SIGSTOP)  # returns once the process is continued (SIGCONT)
+    _paused += time.perf_counter() - started
+
+
+def pause_aware() -> bool:
+    """Make SIGTSTP pause the process with the paused time left out of `now()`; True if installed
+    (only possible in the main thread of a POSIX process)."""
+    if not hasattr(signal, "SIGTSTP") or threading.current_thread() is not threading.main_thread():
+        return False
+    signal.signal(signal.SIGTSTP, _stop_and_count)
+    return True

@@ -1,0 +1,34 @@
+"""The pause-aware clock: time spent stopped by SIGTSTP is left out of every latency."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CHILD = """
+import sys, time
+from router import clock
+assert clock.pause_aware()
+print("ready", flush=True)
+wall, paused = time.perf_counter(), clock.now()
+deadline = time.perf_counter() + 2.0
+while time.perf_counter() < deadline:  # busy, as a decoding loop is
+    pass
+print(f"{time.perf_counter() - wall:.3f} {clock.now() - paused:.3f} {clock.paused_seconds():.3f}", flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTSTP"), reason="POSIX signals only")
+def test_a_paused_process_does_not_count_the_pause():
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    child.send_signal(signal.SIGTSTP)
+    time.sleep(2.0)  # stopped: the child's busy loop cannot reach its deadline meanwhile
+    child.send_signal(signal.SIGCONT)
+    wall, measured, paused = map(float, child.stdout.readline().split())
+    assert child.wait(timeout=30) == 0
+    assert paused > 1.5 and wall >= 2.0  # the deadline is on the plain clock: it passed during the pause
+    assert measured == pytest.approx(wall - paused, abs=0.05) and measured < wall - 1.5
