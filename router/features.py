@@ -13,6 +13,8 @@ import threading
 
 import torch
 
+from router.reduce import top2
+
 FEATURE_NAMES: tuple[str, ...] = (
     "q_max", "p_max",                  # confidence of each model
     "q_entropy", "p_entropy",          # nats
@@ -44,22 +46,16 @@ def _scratch(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return cached[1], cached[2]
 
 
-def _top2(x: torch.Tensor, scratch: torch.Tensor):
-    """(max, argmax, second largest) over the last axis, (...) each; cheaper than topk(2)."""
-    top, idx = x.max(-1, keepdim=True)
-    second = scratch.copy_(x).scatter_(-1, idx, -1.0).amax(-1)
-    return top.squeeze(-1), idx.squeeze(-1), second
-
-
 @torch.no_grad()
-def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
-    """Features (..., F) from raw drafter/verifier probabilities (..., V); F = len(FEATURE_NAMES)."""
+def position_stats(q_raw: torch.Tensor, p_raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(features (..., F), drafter argmax (...), verifier argmax (...)) from raw probabilities (..., V):
+    `token_features` and the two argmaxes, which token and judge routers read too (one pass, not two)."""
     q_raw, p_raw = q_raw.float(), p_raw.float()
     # This runs once per decoding block on (B, gamma, V): each V-sized pass counts, so it makes
-    # eleven (two max, two second-max, two logs, four products, one min) into two reused buffers.
+    # seven (two logs, four products, one min) into two reused buffers, plus two blocked top-2s.
     logs, work = _scratch(q_raw)
-    q_max, q_arg, q_second = _top2(q_raw, work)
-    p_max, p_arg, p_second = _top2(p_raw, work)
+    q_max, q_arg, q_second = top2(q_raw)
+    p_max, p_arg, p_second = top2(p_raw)
     torch.clamp_min(q_raw, EPS, out=logs).log_()  # log q
     q_entropy = -torch.mul(q_raw, logs, out=work).sum(-1)
     p_cross_q = torch.mul(p_raw, logs, out=work).sum(-1)  # sum p log q
@@ -82,7 +78,12 @@ def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
         "log_p_max": p_max.clamp_min(EPS).log(),
         "p_max_minus_q_max": p_max - q_max,
     }
-    return torch.stack([feats[name] for name in FEATURE_NAMES], -1)
+    return torch.stack([feats[name] for name in FEATURE_NAMES], -1), q_arg, p_arg
+
+
+def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
+    """Features (..., F) from raw drafter/verifier probabilities (..., V); F = len(FEATURE_NAMES)."""
+    return position_stats(q_raw, p_raw)[0]
 
 
 def candidate_features(cand_q: torch.Tensor, cand_p: torch.Tensor, is_p_argmax: torch.Tensor,

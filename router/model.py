@@ -26,8 +26,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from router.features import (CANDIDATE_FEATURE_NAMES, FEATURE_NAMES, JUDGE_FEATURE_NAMES, candidate_features,
-                             class_bits, judge_features, lookahead_features, token_features)
+                             class_bits, judge_features, lookahead_features, position_stats)
 from router.records import SCHEMA_VERSION
+from router.reduce import fast_argmax, fast_topk_ids
 from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
 
 ARCHS = ("linear", "mlp", "gru")
@@ -129,11 +130,27 @@ def windows(feats: torch.Tensor, window: int) -> torch.Tensor:
     return padded.unfold(-2, window, 1).transpose(-1, -2)
 
 
-def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
-    """Candidate features (..., K, 5) of ids cand (..., K) from full raw distributions (..., V)."""
-    is_p = cand == p_raw.argmax(-1, keepdim=True)
-    is_q = cand == q_raw.argmax(-1, keepdim=True)
-    return candidate_features(q_raw.gather(-1, cand), p_raw.gather(-1, cand), is_p, is_q)
+def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor, q_arg: torch.Tensor | None = None,
+                  p_arg: torch.Tensor | None = None) -> torch.Tensor:
+    """Candidate features (..., K, 5) of ids cand (..., K) from full raw distributions (..., V); the
+    models' argmaxes (...) when already known (router.features.position_stats computes them)."""
+    q_arg = fast_argmax(q_raw) if q_arg is None else q_arg
+    p_arg = fast_argmax(p_raw) if p_arg is None else p_arg
+    return candidate_features(q_raw.gather(-1, cand), p_raw.gather(-1, cand), cand == p_arg[..., None],
+                              cand == q_arg[..., None])
+
+
+def _lookahead(p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """Lookahead features (..., 2) of next_p_raw (..., V). In the decoding loop next_p_raw is p_raw
+    moved on by one position (two views of one verification forward): the position features already
+    hold max and entropy of all but its last row, so only that row is computed (same values)."""
+    shifted = (p_raw.dim() >= 2 and next_p_raw.shape == p_raw.shape and p_raw.shape[-2] > 1
+               and next_p_raw.stride() == p_raw.stride() and next_p_raw.data_ptr() == p_raw[..., 1, :].data_ptr()
+               and p_raw.dtype == torch.float32)
+    if not shifted:
+        return lookahead_features(next_p_raw)
+    known = position[..., 1:, [FEATURE_NAMES.index("p_max"), FEATURE_NAMES.index("p_entropy")]]  # (..., T-1, 2)
+    return torch.cat([known, lookahead_features(next_p_raw[..., -1:, :])], -2)
 
 
 def recorded_candidate_features(cand) -> torch.Tensor:
@@ -189,9 +206,10 @@ class LearnedRouter:
 
     def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None) -> torch.Tensor:
         """Per-position router input (..., D): token_features, then the requested hidden states."""
-        feats = token_features(q_raw, p_raw)
-        parts = [feats, *self._hidden_parts(hidden, feats.shape[:-1])]
-        return torch.cat(parts, -1)
+        return self._inputs(position_stats(q_raw, p_raw)[0], hidden)
+
+    def _inputs(self, feats: torch.Tensor, hidden: dict | None) -> torch.Tensor:
+        return torch.cat([feats, *self._hidden_parts(hidden, feats.shape[:-1])], -1)
 
     @torch.no_grad()
     def score_positions(self, feats: torch.Tensor) -> torch.Tensor:
@@ -217,8 +235,10 @@ class LearnedRouter:
             raise ValueError(f"router {self.name}: alpha is NaN")
         if self.cfg.head == "judge":
             keep = self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden) <= alpha  # (...)
-            return torch.where(keep[..., None], nn.functional.one_hot(drafts.long(), q.shape[-1]).to(p.dtype), p)
-        feats = self.position_inputs(q_raw, p_raw, hidden)  # (..., D)
+            pi = p * (~keep)[..., None]  # rows that keep the draft: zero, then one-hot on it
+            return pi.scatter_add_(-1, drafts.long()[..., None], keep[..., None].to(p.dtype))
+        stats, q_arg, p_arg = position_stats(q_raw, p_raw)
+        feats = self._inputs(stats, hidden)  # (..., D)
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
             # at temperature 1 without top-p the scaled distributions are the raw ones, whose TV the
@@ -226,7 +246,7 @@ class LearnedRouter:
             same = q is q_raw and p is p_raw
             tv = feats[..., FEATURE_NAMES.index("tv")] if same else tv_distance(p, q)
             return cascade_mix(q, p, gap > alpha * tv)
-        return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha))
+        return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha, q_arg, p_arg))
 
     @torch.no_grad()
     def judge_scores(self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None) -> torch.Tensor:
@@ -235,9 +255,9 @@ class LearnedRouter:
             raise RouterError(f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
                               f"next_p_raw (router.decoding.generate passes them)")
         d = drafts.long()[..., None]
-        position = token_features(q_raw, p_raw)  # (..., F)
-        x = judge_features(position, q_raw.gather(-1, d)[..., 0], p_raw.gather(-1, d)[..., 0],
-                           drafts == p_raw.argmax(-1), drafts == q_raw.argmax(-1), lookahead_features(next_p_raw),
+        position, q_arg, p_arg = position_stats(q_raw, p_raw)  # (..., F), (...), (...)
+        x = judge_features(position, q_raw.gather(-1, d)[..., 0], p_raw.gather(-1, d)[..., 0], drafts == p_arg,
+                           drafts == q_arg, _lookahead(p_raw, next_p_raw, position),
                            class_bits(self.net.token_classes, drafts))
         x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
@@ -259,12 +279,12 @@ class LearnedRouter:
         return parts
 
     @torch.no_grad()
-    def _keep_set(self, q, q_raw, p_raw, feats, alpha) -> torch.Tensor:
+    def _keep_set(self, q, q_raw, p_raw, feats, alpha, q_arg=None, p_arg=None) -> torch.Tensor:
         """Boolean keep set A (..., V): candidates whose predicted gap is at most alpha."""
         k = min(self.cfg.token_candidates, q.shape[-1])
-        cand = q.topk(k, dim=-1).indices  # (..., K) the drafter tokens that can be drafted
+        cand = fast_topk_ids(q, k)  # (..., K) the drafter tokens that can be drafted
         x = torch.cat([feats[..., None, :].expand(*cand.shape, feats.shape[-1]),
-                       candidates_of(q_raw, p_raw, cand)], -1)  # (..., K, D)
+                       candidates_of(q_raw, p_raw, cand, q_arg, p_arg)], -1)  # (..., K, D)
         gap = self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
         keep = torch.zeros_like(q, dtype=torch.bool)
         return keep.scatter(-1, cand, gap <= alpha)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from router.reduce import fast_argmax, fast_max
 from router.rules import DENOM_FLOOR, safe_normalize
 
 
@@ -61,7 +62,7 @@ def next_after(q_n: torch.Tensor, pi_n: torch.Tensor, rejected: torch.Tensor,
 
 def sample(dist: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row of dist (B, V); a one-hot row returns its argmax without drawing."""
-    top, arg = dist.max(-1)
+    top, arg = fast_max(dist)
     if bool((top >= 1.0).all()):
         return arg
     drawn = torch.multinomial(dist.float(), 1, generator=generator).squeeze(-1)
@@ -88,7 +89,7 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> tu
     logits = logits.float()
     raw = logits.softmax(-1)
     if temperature <= 0:
-        scaled = torch.zeros_like(raw).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        scaled = torch.zeros_like(raw).scatter_(-1, fast_argmax(logits)[..., None], 1.0)
         return raw, scaled
     scaled = raw if temperature == 1.0 else (logits / temperature).softmax(-1)
     return raw, top_p_filter(scaled, top_p)

@@ -26,3 +26,21 @@ def test_decode_benchmark_side_by_side_on_tiny_models(tmp_path):
         assert by[(batch, "lossless stop=0.5")]["identical_to_verifier"] == 2
     assert by[(1, "hf-assisted")]["identical_to_verifier"] == 2
     assert "batch 2" in done.stdout and (out.with_suffix(".csv")).stat().st_size > 0
+
+
+def test_router_cost_benchmark_on_tiny_models(tmp_path):
+    """benchmarks/router_cost.py: every policy timed against the verifier forward, blocked and not."""
+    from router.model import LearnedRouter, RouterConfig, RouterNet, save_router
+
+    router = save_router(LearnedRouter(RouterNet(RouterConfig())), tmp_path / "mlp")
+    out = tmp_path / "cost.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "router_cost.py"), "--tiny", "--batch", "1", "2",
+                           "--gamma", "3", "--repeats", "3", "--rules", "opt", "token_v2", "--routers", str(router),
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())["results"]
+    assert {(r["batch"], r["policy"]) for r in results} == {(b, p) for b in (1, 2) for p in ("opt", "token_v2", "mlp")}
+    for r in results:
+        assert r["seconds"] > 0 and r["verifier_forward_seconds"] > 0
+        assert r["share_of_verifier_forward"] == r["seconds"] / r["verifier_forward_seconds"]
+    assert "% verifier fwd" in done.stdout

@@ -53,6 +53,27 @@ def test_windows_pad_and_order():
     assert w[0, :, :, 0].tolist() == [[0, 1], [1, 2], [2, 3]]
 
 
+def test_judge_reads_the_loops_shifted_view_as_a_separate_tensor():
+    """In the loop next_p_raw is p_raw moved on by one position (views of one verification forward);
+    the judge then reuses the position features for all but the last lookahead: same decisions, same
+    pi, as when next_p_raw is a separate tensor."""
+    torch.manual_seed(0)
+    net = RouterNet(RouterConfig(head="judge", vocab=1024))
+    with torch.no_grad():
+        net.mean.uniform_(-1, 1)
+    judge = LearnedRouter(net)
+    q, p_all = dists(8, (2, 4, 1024)), dists(9, (2, 5, 1024))
+    drafts = torch.randint(0, 1024, (2, 4), generator=torch.Generator().manual_seed(1))
+    p, nxt = p_all[:, :4], p_all[:, 1:]
+    shifted = judge.judge_scores(q, p, drafts, nxt, None)
+    separate = judge.judge_scores(q, p, drafts, nxt.clone(), None)
+    torch.testing.assert_close(shifted, separate, rtol=0, atol=1e-6)
+    for alpha in (float(shifted.median()), -10.0, 10.0):
+        pi = judge.target(q, p, alpha, drafts=drafts, next_p_raw=nxt)
+        keep = (separate <= alpha)[..., None]
+        assert torch.equal(pi, torch.where(keep, torch.nn.functional.one_hot(drafts, 1024).float(), p))
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("head", HEADS)
 def test_export_load_round_trip_is_identical(tmp_path, arch, head):

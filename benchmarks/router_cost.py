@@ -1,0 +1,120 @@
+"""What a deferral decision costs per block, next to the verifier forward it rides on.
+
+For each plug-in rule and each router folder given, times `target(...)` on one block's inputs
+(batch B, gamma drafts, the pair's vocabulary) as `router.decoding.generate` calls it (a judge gets
+the loop's shifted view of p and the hidden state after each draft), side by side with the same
+call on torch's unblocked reductions (max with index, argmax, topk: the baseline before
+`router/reduce.py`), and divides by the verifier's forward over gamma + 1 tokens at that batch
+(`router.costs.measure_verify_curve`, the real model). Prints the CPU kind and dtype, writes JSON.
+
+    python benchmarks/router_cost.py --routers runs/demo/long/routers/{mlp,token,judge} [--batch 1 4]
+        [--gamma 5] [--rules token_v2 entropy_gate opt] [--tiny]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from router import reduce  # noqa: E402
+from router.costs import measure_verify_curve  # noqa: E402
+from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
+from router.model import load_router  # noqa: E402
+from router.pair import embedded_installed, load_pair  # noqa: E402
+from router.rules import get_rule, trusted_inputs  # noqa: E402
+from router.tiny import tiny_pair  # noqa: E402
+
+
+@contextmanager
+def unblocked():
+    """torch's own reductions everywhere (the baseline): no vocabulary width is blocked."""
+    saved = reduce._block_width
+    reduce._block_width = lambda v: None
+    try:
+        yield
+    finally:
+        reduce._block_width = saved
+
+
+def block_inputs(policy, batch: int, gamma: int, vocab: int, hidden_sizes: dict) -> tuple:
+    """(q, p, kwargs) shaped as one block of the loop; probabilities with a realistic peak."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.softmax(torch.randn(batch, gamma, vocab, generator=gen) * 4, -1)
+    p_all = torch.softmax(torch.randn(batch, gamma + 1, vocab, generator=gen) * 4, -1)  # (B, g+1, V)
+    p = p_all[:, :gamma]
+    kw = {}
+    if getattr(policy, "form", "") == "judge":
+        kw = {"drafts": q.argmax(-1), "next_p_raw": p_all[:, 1:]}
+    roles = getattr(policy, "hidden_inputs", ())
+    if roles:
+        kw["hidden"] = {r: torch.randn(batch, gamma, hidden_sizes["drafter" if r == "drafter" else "verifier"])
+                        for r in roles}
+    return q, p, kw
+
+
+def time_target(policy, q, p, kw, repeats: int) -> float:
+    """Median seconds of one target() call (after two warm-up calls)."""
+    with torch.inference_mode(), trusted_inputs():
+        for _ in range(2):
+            policy.target(q, p, 0.3, q_raw=q, p_raw=p, **kw)
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            policy.target(q, p, 0.3, q_raw=q, p_raw=p, **kw)
+            times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--routers", nargs="*", default=[], help="router folders (specroute train outputs)")
+    parser.add_argument("--rules", nargs="*", default=["token_v2", "entropy_gate", "opt"])
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--gamma", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--tiny", action="store_true", help="tiny random pair even if the embedded one is installed")
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
+    parser.add_argument("--out", default="runs/bench/router_cost.json")
+    args = parser.parse_args()
+
+    tiny = args.tiny or not embedded_installed()
+    drafter, verifier, _ = tiny_pair() if tiny else load_pair(dtype=args.dtype)
+    vocab = min(m.get_output_embeddings().weight.shape[0] for m in (drafter, verifier))
+    sizes = {"drafter": drafter.config.hidden_size, "verifier": verifier.config.hidden_size}
+    policies = [(name, get_rule(name)) for name in args.rules]
+    policies += [(Path(f).name, load_router(f)) for f in args.routers]
+    rows = []
+    for batch in args.batch:
+        forward = measure_verify_curve(verifier, batch, args.gamma + 1)[args.gamma]  # over gamma + 1 tokens
+        for name, policy in policies:
+            q, p, kw = block_inputs(policy, batch, args.gamma, vocab, sizes)
+            now = time_target(policy, q, p, kw, args.repeats)
+            with unblocked():
+                before = time_target(policy, q, p, kw, args.repeats)
+            rows.append({"batch": batch, "policy": name, "seconds": now, "seconds_unblocked": before,
+                         "verifier_forward_seconds": forward, "share_of_verifier_forward": now / forward,
+                         "share_unblocked": before / forward, "speedup": before / now})
+    meta = {"cpu": cpu_kind(), "dtype": str(next(verifier.parameters()).dtype).removeprefix("torch."),
+            "pair": "tiny" if tiny else "embedded", "gamma": args.gamma, "vocab": vocab,
+            "threads": torch.get_num_threads(), "torch": torch.__version__}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
+    print(f"\n{meta['pair']} pair in {meta['dtype']} on {meta['cpu']}, gamma {args.gamma}, vocabulary {vocab}")
+    print(f"{'batch':>5} {'policy':<16}{'ms/block':>10}{'% verifier fwd':>16}{'unblocked ms':>14}{'% (unblocked)':>15}"
+          f"{'speedup':>9}")
+    for r in rows:
+        print(f"{r['batch']:>5} {r['policy']:<16}{r['seconds'] * 1e3:>10.2f}{r['share_of_verifier_forward'] * 100:>15.2f}%"
+              f"{r['seconds_unblocked'] * 1e3:>14.2f}{r['share_unblocked'] * 100:>14.2f}%{r['speedup']:>8.2f}x")
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()
