@@ -109,7 +109,8 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
         return generate_token_cascade(drafter, verifier, ids, alpha=alpha, **common)
     if method == "sequence_cascade":
         return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
-    return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, gamma=cfg.gamma, **common)
+    return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, gamma=cfg.gamma,
+                    draft_stop=cfg.draft_stop, **common)
 
 
 def _pad_id(tokenizer) -> int:
@@ -166,7 +167,8 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
 
 
 # fingerprint keys added after points were first written, with the value those points were made with
-FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": [], "machine": None}
+FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": [], "machine": None,
+                        "draft_stop": None}
 
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:

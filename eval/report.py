@@ -238,10 +238,19 @@ DIVERGENCE_NOTES = [
     "drafting meets, and online decoding here is greedy."]
 
 
-def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plots: list[Path]) -> None:
+def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plots: list[Path],
+                 gamma: dict | None = None) -> None:
     parts = [f"# specroute eval: {cfg.name}", "",
              f"Records: {', '.join(cfg.records)}; routers: {', '.join(cfg.routers) or 'none'}; gamma {cfg.gamma}, "
              f"temperature {cfg.temperature}.", ""]
+    if gamma and "latency" in gamma:  # gamma: auto
+        chosen = gamma["gamma"]
+        parts += [f"gamma {chosen} was chosen on {gamma['machine']} in {gamma['dtype']} at batch {gamma['batch']} "
+                  f"from the records' acceptance rate {gamma['acceptance']:.3f} and the measured costs (drafter step "
+                  f"{gamma['drafter_step'] * 1e3:.1f} ms; verifier pass over n = 1..{len(gamma['verify_seconds'])} "
+                  f"tokens: {', '.join(f'{t * 1e3:.0f}' for t in gamma['verify_seconds'])} ms): expected "
+                  f"{gamma['latency'][chosen]:.3f}x the verifier's time per token"
+                  + ("." if gamma["pays"] else "; speculation is NOT expected to pay on this machine."), ""]
     if offline:
         s, refs = offline["summary"]["methods"], offline["summary"]["references"]
         parts += ["## Offline (held-out records, no model calls)", "",

@@ -10,8 +10,9 @@ rerun resumes from them).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_ve
 from eval.paired import paired_table
 from eval.report import offline_plots, online_plots, write_curves_csv, write_per_prompt_csv, write_report
 from router import clock
+from router.calibrate import GammaChoice, calibrate_gamma, machine_of
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
 from router.prompts import context_length, default_stops, prompt_limit
@@ -53,7 +55,10 @@ class EvalConfig:
     stop: list | None = None             # stop strings; None: the prompt format's (few-shot GSM8K: a blank line)
     max_new_tokens: int = 128
     batch_size: int = 1                  # prompts per decoding call (1: per-prompt latency, as served)
-    gamma: int = 5
+    gamma: int | str = 5                 # drafts per block, or auto: chosen from the pair's measured costs on this
+                                         #   machine and the records' acceptance rate (gamma.json; router/calibrate.py)
+    draft_stop: float | None = None      # end a block where the drafter's probability of its draft is below this
+                                         #   in every row (speculative methods; router.decoding.generate)
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
@@ -72,7 +77,11 @@ class EvalConfig:
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
-        check_minimum(self, 1, "gamma", "max_prompts", "max_new_tokens", "batch_size", "bootstrap")
+        check_minimum(self, 1, "max_prompts", "max_new_tokens", "batch_size", "bootstrap")
+        if self.draft_stop is not None and not 0 < self.draft_stop < 1:
+            raise ConfigError(f"draft_stop must be in (0, 1) (a drafter probability) or null, got {self.draft_stop}")
+        if self.gamma != "auto" and (isinstance(self.gamma, str) or self.gamma < 1):
+            raise ConfigError(f"gamma must be an integer >= 1 or auto, got {self.gamma!r}")
         check_minimum(self, 0, "temperature")
         if self.cost_ratio is not None and not self.cost_ratio > 0:
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
@@ -154,7 +163,7 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict, stops:
             "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
             "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
             "stop": stops,
-            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "temperature", "top_p", "seed", "metric",
+            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "draft_stop", "temperature", "top_p", "seed", "metric",
                                       "batch_size", "drafter", "verifier", "device")}}
 
 
@@ -194,8 +203,13 @@ def _run_eval(cfg: EvalConfig) -> dict:
     held_out = load_held_out(cfg.records)
     curves = method_curves(held_out, routers)
     verifier_rejection = float(np.mean(held_out.cols["tv"]))
-    online, pair = _run_online(cfg, manifests[0], task, curves, verifier_rejection, routers) if cfg.online \
-        else (None, None)
+    pair, gamma = None, None
+    if cfg.gamma == "auto":  # resolved once, before anything uses it: every point decodes with one gamma
+        pair = _load_pair(cfg, manifests[0])
+        gamma = resolve_gamma(out, pair, cfg.records, cfg.batch_size, cfg.temperature)
+        cfg = replace(cfg, gamma=gamma.gamma)
+    online, pair = _run_online(cfg, manifests[0], task, curves, verifier_rejection, routers, pair) if cfg.online \
+        else (None, pair)
     offline = None
     rows = []
     cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0]) if (cfg.offline or online) else (None, None)
@@ -216,9 +230,10 @@ def _run_eval(cfg: EvalConfig) -> dict:
     plots = (offline_plots(out, rows, offline["summary"], task) if offline else []) + \
         (online_plots(out, online["points"], task) if online else [])
     metrics = {"task": task, "config": config_to_dict(cfg), "offline": offline, "online": online,
+               "gamma": gamma.as_dict() if gamma else {"gamma": cfg.gamma, "source": "the config"},
                "seconds": clock.now() - started}
     write_json(out / "metrics.json", metrics)
-    write_report(out / "report.md", cfg, offline, online, plots)
+    write_report(out / "report.md", cfg, offline, online, plots, metrics["gamma"])
     if cfg.logger == "wandb":
         _log_wandb(cfg, metrics, out, plots)
     print_eval_summary(metrics, out)
@@ -226,12 +241,12 @@ def _run_eval(cfg: EvalConfig) -> dict:
 
 
 def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifier_rejection: float,
-                routers: dict) -> tuple[dict, tuple]:
-    """The online grid on held-out prompts; returns its results and the loaded pair."""
+                routers: dict, pair=None) -> tuple[dict, tuple]:
+    """The online grid on held-out prompts; returns its results and the (loaded) pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
     examples = online_examples(cfg)
     grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
-    pair = _load_pair(cfg, manifest)
+    pair = pair or _load_pair(cfg, manifest)
     limit = prompt_limit(context_length(pair[0], pair[1]), cfg.max_new_tokens, manifest["config"].get("max_prompt_tokens"))
     chat = manifest["config"].get("chat", False)
     prompts = prepare_prompts(pair[2], examples, chat, cfg.max_prompts, limit)
@@ -251,6 +266,43 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
               "tables": table_forms(points),
               "per_prompt": {point_name(p["method"], p["alpha"]): p["examples"] for p in points}}
     return online, pair
+
+
+def records_acceptance(records: list, temperature: float) -> float:
+    """How often the verifier keeps the drafter's token, on the records' validation split (train
+    when there is none): argmax agreement for greedy decoding, else sum min(p, q) = 1 - TV, the
+    acceptance probability of exact speculative sampling."""
+    from router.records import load_records
+
+    rows = []
+    for folder in records:
+        for split in ("validation", "train"):
+            ds = load_records(folder, split=split)
+            if len(ds):
+                rows.append(ds.select_columns(["q_argmax", "p_argmax", "tv"]).with_format("numpy")[:])
+                break
+    if not rows:
+        raise RecordsError(f"{records} have no validation or train rows to measure the acceptance rate on")
+    if temperature <= 0:
+        return float(np.mean(np.concatenate([r["q_argmax"] == r["p_argmax"] for r in rows])))
+    return float(1 - np.mean(np.concatenate([r["tv"] for r in rows])))
+
+
+def resolve_gamma(out: Path, pair, records: list, batch: int, temperature: float) -> GammaChoice:
+    """gamma: auto. The choice in out/gamma.json when it was made on this machine, in this dtype, at
+    this batch size (a rerun resumes with the same gamma); else a fresh calibration, saved there."""
+    drafter, verifier, _ = pair
+    path = out / "gamma.json"
+    if path.exists():
+        done = GammaChoice.from_dict(json.loads(path.read_text()))
+        if (done.machine, done.dtype, done.batch) == (*machine_of(verifier), batch):
+            print(f"[specroute] {done.summary()} (from {path})")
+            return done
+    print("[specroute] gamma: auto: measuring the pair's costs on this machine ...", flush=True)
+    choice = calibrate_gamma(drafter, verifier, batch, records_acceptance(records, temperature))
+    write_json(path, choice.as_dict())
+    print(f"[specroute] {choice.summary()}")
+    return choice
 
 
 def online_examples(cfg: EvalConfig) -> list[dict]:
@@ -328,6 +380,13 @@ def online_lines(online: dict) -> list[str]:
     return lines
 
 
+def _gamma_line(gamma: dict) -> str:
+    if "latency" not in gamma:
+        return f"{gamma.get('gamma')} ({gamma.get('source', 'the config')})"
+    return (f"{gamma['gamma']} (auto: expected {gamma['latency'][gamma['gamma']]:.3f}x the verifier per token at "
+            f"acceptance {gamma['acceptance']:.3f}{'' if gamma['pays'] else '; speculation does not pay here'})")
+
+
 def print_eval_summary(metrics: dict, out: Path) -> None:
     lines = []
     if metrics["online"]:
@@ -338,6 +397,7 @@ def print_eval_summary(metrics: dict, out: Path) -> None:
         lines.append(f"\n{'offline method':<22}{'area':>8}{'best quality':>14}{'latency @ verifier quality':>28}")
         for m, v in sorted(s.items(), key=lambda kv: -np.nan_to_num(kv[1]["area"], nan=-np.inf)):
             lines.append(f"{m:<22}{v['area']:>8.4f}{v['best_quality']:>14.4f}{v['latency_at_verifier_quality']:>28.3f}")
-    rows = [("task", metrics["task"]), ("seconds", f"{metrics['seconds']:.1f}"),
+    rows = [("task", metrics["task"]), ("gamma", _gamma_line(metrics.get("gamma", {}))),
+            ("seconds", f"{metrics['seconds']:.1f}"),
             ("report", str(out / "report.md")), ("metrics", str(out / "metrics.json"))]
     print("\n" + "\n".join(lines) + "\n\n" + summary_table(rows))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from router import clock
+from router.calibrate import MAX_GAMMA, AdaptiveGamma
 from router.layout import CachedModel, Layout, drop_trailing_holes
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Sampling, check_inputs, check_pair,
                          eos_ids, finish, forward_stats, first_layout, pad_id)
@@ -131,7 +132,7 @@ def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout
     return torch.where(whole, bonus_q, q_n), torch.where(whole, bonus_pi, pi_n)
 
 
-def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int = 4,
+def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int | str = 4,
              temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
              attention_mask: torch.Tensor | None = None, bonus_from: str = "target",
              stop: StopStrings | None = None, prefix: SharedPrefix | None = None,
@@ -147,23 +148,29 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     (`router.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
     block early when the drafter is unsure of its draft in every row (as Hugging Face's assistant
     confidence threshold and llama.cpp's draft p_min do); None drafts gamma tokens every block.
+    gamma="auto" chooses the block size before every block from the pair's measured costs on this
+    machine and the acceptance rate so far (`router.calibrate.AdaptiveGamma`; the costs are measured
+    once per process, pair and batch size, about 30 s for the embedded pair on 2 CPU cores).
     """
     sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
     attention_mask = check_inputs(input_ids, attention_mask)
-    if gamma < 1:
-        raise ValueError(f"gamma ({gamma}) must be >= 1")
+    if gamma != "auto" and (isinstance(gamma, (str, bool)) or gamma < 1):
+        raise ValueError(f"gamma must be an integer >= 1 or 'auto', got {gamma!r}")
     if draft_stop is not None and not 0 < draft_stop < 1:
         raise ValueError(f"draft_stop must be in (0, 1) (a drafter probability), got {draft_stop}")
     if bonus_from not in ("target", "verifier"):
         raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     policy = resolve_rule(rule)
     vocab = check_pair(drafter, verifier)
+    adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], policy.bonus_needs_drafter and
+                             bonus_from == "target") if gamma == "auto" else None
+    most = MAX_GAMMA if adaptive else gamma  # the largest block
     eos = eos_ids(verifier)
     gen = sampling.generator(input_ids.device)
     started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
-                 accepted_hist=[0] * (gamma + 1), drafts_evaluated=0, rejections=0, deferrals=0,
+                 accepted_hist=[0] * (most + 1), drafts_evaluated=0, rejections=0, deferrals=0,
                  expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0, draft_stop=draft_stop,
                  block_drafts=0)  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
@@ -175,7 +182,8 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
         while active:
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             start = layout.length
-            block = draft(d, layout, max(1, min(gamma, remaining - 1)), sampling, gen, draft_stop)  # not past the limit
+            g = adaptive.next() if adaptive else gamma
+            block = draft(d, layout, max(1, min(g, remaining - 1)), sampling, gen, draft_stop)  # not past the limit
             verify(v, layout, block, sampling)
             stats["block_drafts"] += block.g
             ticked = clock.now()
@@ -188,11 +196,17 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             stats["rule_seconds"] += clock.now() - ticked - (d.seconds - drafter_before)
             nxt = next_after(q_n, pi_n, ~block.whole, gen)  # step 6: residual token at a rejection, else bonus
             _record_block(stats, rows, active, block, nxt)
+            if adaptive:
+                n = block.n_accepted
+                adaptive.update(int(n.sum()), int((n + 1).clamp_max(block.g).sum()))
             layout.keep_first(start, block.n_accepted)
             drop_trailing_holes(layout, d, v)
             layout.append(nxt[:, None])
             active = rows.drop_finished(active, layout, d, v)
     stats.update(forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
+    if adaptive:
+        stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}  # blocks per gamma
+        stats["acceptance_estimate"] = adaptive.acceptance
     return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
 
 

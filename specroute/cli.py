@@ -25,6 +25,15 @@ VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
 VERIFIER_BRACKETS = ("[[", "]]")  # elsewhere (pipes, files)
 
 
+def _gamma_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {text!r}") from None
+
+
 def _generate_parser(sub) -> None:
     g = sub.add_parser("generate", help="decode one prompt with a speculative cascade")
     g.add_argument("--prompt", required=True, help="the prompt text")
@@ -32,7 +41,11 @@ def _generate_parser(sub) -> None:
     g.add_argument("--verifier", default="embedded:verifier", help="hub id, local folder, .gguf file or embedded:verifier")
     g.add_argument("--rule", default="opt", choices=rule_names(), help="deferral rule (default: opt)")
     g.add_argument("--alpha", type=float, default=0.3, help="trade-off knob, see `specroute rules` for ranges")
-    g.add_argument("--gamma", type=int, default=4, help="draft block length")
+    g.add_argument("--gamma", type=_gamma_arg, default=4,
+                   help="draft block length, or auto: chosen each block from the pair's measured costs and the "
+                        "acceptance so far")
+    g.add_argument("--draft-stop", type=float, default=None,
+                   help="end a block where the drafter's probability of its draft is below this (default: never)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-new-tokens", type=int, default=128)
@@ -68,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "expects here); long: cpu with 50 online prompts per task (hours, resumable); gpu: bigger")
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
+    demo.add_argument("--gamma", help="drafts per block online: a number, or auto (default: the preset's)")
+    demo.add_argument("--draft-stop", type=float, help="end a block where the drafter is less sure of its draft than "
+                      "this in every row (default: never)")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
@@ -77,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_demo(args) -> int:
     from specroute.demo import run_demo
 
-    run_demo(args.preset, args.output, args.fresh)
+    run_demo(args.preset, args.output, args.fresh, gamma=args.gamma, draft_stop=args.draft_stop)
     return 0
 
 
@@ -175,7 +191,7 @@ def cmd_generate(args) -> int:
     stop = StopStrings.build(tokenizer, stops)
     out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                   seed=args.seed, attention_mask=mask, stop=stop)
+                   seed=args.seed, attention_mask=mask, stop=stop, draft_stop=args.draft_stop)
     new_tokens = out.sequences[0, input_ids.shape[1]:].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -186,7 +202,8 @@ def cmd_generate(args) -> int:
     rows = [("rule", f"{args.rule} (alpha {args.alpha}, gamma {args.gamma}, temperature {args.temperature})"),
             ("new tokens", str(stats["new_tokens"])),
             ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
-            ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {args.gamma}"),
+            ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {args.gamma}"
+             + (f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else "")),
             ("rejection rate", f"{stats['rejection_rate']:.3f}"),
             ("deferral rate", f"{stats['deferral_rate']:.3f}"),
             ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
@@ -43,16 +43,20 @@ class Preset:
     eval_extra: list = field(default_factory=list)
 
 
+# gamma=auto: drafts per block chosen from the pair's costs measured on this machine and the records'
+# acceptance rate (router/calibrate.py), stored in eval/<task>/gamma.json
 PRESETS = {
     "tiny": Preset(["drafter=tiny:drafter", "verifier=tiny:verifier", "dtype=float32", "chat=false",
                     "max_prompt_tokens=256"], ["gsm8k", "mbpp"], 24, 4, 16, 48, 3, 2, 8, 2,
-                   eval_extra=["dtype=float32"]),
-    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 8, 160, 4),
+                   eval_extra=["dtype=float32", "gamma=auto"]),
+    "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 8, 160, 4, eval_extra=["gamma=auto"]),
     # the cpu recording and routers, online on 50 held-out prompts per task (the records' test
-    # split, then unrecorded examples the split rule puts in test): hours on 2 cores, resumable
-    "long": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 50, 256, 4),
+    # split, then unrecorded examples the split rule puts in test): hours on 2 cores, resumable.
+    # gamma stays 5: its first points were timed at 5 before gamma could be calibrated, and a
+    # change would redo hours of finished points (pass gamma=auto to a fresh output to calibrate)
+    "long": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 50, 256, 4, eval_extra=["gamma=5"]),
     "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 32, 256, 8, gen_batch=16,
-                  eval_extra=["device=cuda"]),
+                  eval_extra=["device=cuda", "gamma=auto"]),
 }
 ONLINE_SPECULATIVE = 4  # online methods besides verifier/drafter: best router, best rule of each form, lossless
 
@@ -294,10 +298,13 @@ def gap_table(gaps: dict) -> str:
     return "\n".join(lines)
 
 
-def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False) -> dict:
+def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False, gamma: str | int | None = None,
+             draft_stop: float | None = None) -> dict:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
     p = PRESETS[preset]
+    extra = ([f"gamma={gamma}"] if gamma is not None else []) + ([f"draft_stop={draft_stop}"] if draft_stop else [])
+    p = replace(p, eval_extra=[e for e in p.eval_extra if not (gamma is not None and e.startswith("gamma="))] + extra)
     if preset == "gpu":
         import torch
 

@@ -318,3 +318,44 @@ def test_draft_stop_keeps_the_sampled_distribution():
         freq = torch.bincount(out.sequences[:, column], minlength=8).double() / n
         stat = float(((freq - p.double()) ** 2 / p.double()).sum() * n)  # chi-square, 7 degrees of freedom
         assert stat < 24.3, (column, freq)  # p = 0.001
+
+
+def test_auto_gamma_adapts_the_block_size_and_stays_exact(near_pair, monkeypatch):
+    """gamma="auto": gamma re-chosen each block from the pair's costs and the acceptance so far;
+    greedy lossless still reproduces the verifier token for token."""
+    from router import calibrate
+
+    drafter, verifier = near_pair
+    # costs where long blocks pay only at high acceptance: a pass over n tokens costs 1 + 0.4 (n - 1)
+    monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (0.05, [1 + 0.4 * n for n in range(m + 1)]))
+    calibrate._COSTS.clear()
+    ids, mask = left_padded(PROMPTS)
+    out = generate(drafter, verifier, ids, rule="lossless", gamma="auto", max_new_tokens=NEW, attention_mask=mask)
+    for b, prompt in enumerate(PROMPTS):
+        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+    chosen, acceptance = out.stats["gamma_chosen"], out.stats["acceptance_estimate"]
+    assert sum(chosen.values()) == out.stats["blocks"] and 0 < acceptance < 1
+    assert len(out.stats["accepted_hist"]) == calibrate.MAX_GAMMA + 1
+    # the last choice is what choose_gamma gives at the final acceptance estimate
+    from router.costs import choose_gamma
+    assert all(1 <= g <= calibrate.MAX_GAMMA for g in chosen)
+    expected, _ = choose_gamma(acceptance, 0.05, [1 + 0.4 * n for n in range(calibrate.MAX_GAMMA + 1)])
+    assert expected in chosen
+    with pytest.raises(ValueError, match="'auto'"):
+        generate(drafter, verifier, ids, gamma="fast", attention_mask=mask)
+
+
+def test_calibrated_gamma_follows_the_costs(near_pair):
+    from router.calibrate import GammaChoice, calibrate_gamma
+
+    drafter, verifier = near_pair
+    flat = (0.01, [1.0] * 9)  # a GPU-like verifier: 8 drafts cost what 1 does
+    steep = (0.3, [1.0 + 0.5 * n for n in range(9)])  # a CPU in float32 with a slow drafter
+    assert calibrate_gamma(drafter, verifier, 1, 0.9, costs=flat).gamma == 8
+    slow = calibrate_gamma(drafter, verifier, 1, 0.5, costs=steep)
+    assert not slow.pays and "does NOT pay" in slow.summary()
+    measured = calibrate_gamma(drafter, verifier, 2, 0.8, max_gamma=3)  # the real measurement, tiny pair
+    assert len(measured.verify_seconds) == 4 and measured.batch == 2 and 1 <= measured.gamma <= 3
+    assert GammaChoice.from_dict(measured.as_dict()) == measured
+    with pytest.raises(ValueError, match="acceptance"):
+        calibrate_gamma(drafter, verifier, 1, 1.5, costs=flat)

@@ -23,6 +23,9 @@ def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
         assert [r["method"] for r in paired] == methods
         assert all(len(r["quality_diff_ci"]) == 2 and "same_answer" in r and "offline" in r for r in paired)
         assert "Paired with the verifier" in (out / "eval" / task / "report.md").read_text()
+        gamma = json.loads((out / "eval" / task / "gamma.json").read_text())  # the preset's gamma=auto
+        assert {p["fingerprint"]["gamma"] for p in (json.loads(f.read_text()) for f in
+                                                    (out / "eval" / task / "online").glob("*.json"))} == {gamma["gamma"]}
         shift = summary["gold_vs_rollout"][task]
         assert shift["gold"]["positions"] > 0 and shift["rollout"]["positions"] > 0
         assert 0 < shift["gold"]["top1_agreement"] <= 1 and shift["gold"]["mean_tv"] > 0

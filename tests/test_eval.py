@@ -17,6 +17,8 @@ from router.records import read_examples
 from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from specroute import cli
+from eval.run import EvalConfig
+from router.config import load_config
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
 from router.rules import get_rule, tv_distance
 from router.tradeoff import oracle_bound
@@ -284,3 +286,29 @@ def test_eval_logs_to_wandb_offline(tiny_pipeline, tmp_path, monkeypatch):
     while not list(runs[0].glob("files/media/images/*.png")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert list(runs[0].glob("files/media/images/*.png")) and list(runs[0].glob("files/media/table/*.json"))
+
+
+def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipeline, monkeypatch):
+    from router import calibrate
+
+    root, rec, rtr = tiny_pipeline
+    out = root / "eval-gamma"
+    args = _eval_args(root, rec, rtr, f"output={out}", "offline=false", "gamma=auto", "draft_stop=0.5")
+    args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[lossless,opt]"
+    assert cli.main(args) == 0
+    chosen = json.loads((out / "gamma.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["gamma"]["gamma"] == chosen["gamma"] == metrics["config"]["gamma"]
+    assert 0 <= chosen["acceptance"] <= 1 and len(chosen["verify_seconds"]) == calibrate.MAX_GAMMA + 1
+    points = [json.loads(p.read_text()) for p in (out / "online").glob("*.json")]
+    assert {p["fingerprint"]["gamma"] for p in points} == {chosen["gamma"]}
+    assert {p["fingerprint"]["draft_stop"] for p in points} == {0.5}
+    assert f"gamma {chosen['gamma']} was chosen on" in (out / "report.md").read_text()
+    # a rerun on this machine reuses the choice (no new measurement) and every finished point
+    monkeypatch.setattr(calibrate, "measure_costs", lambda *a: pytest.fail("calibrated again"))
+    assert cli.main(args) == 0
+    assert json.loads((out / "gamma.json").read_text()) == chosen
+    with pytest.raises(Exception, match="gamma must be an integer >= 1 or auto"):
+        load_config(EvalConfig, None, ["gamma=fast"])
+    with pytest.raises(Exception, match="draft_stop must be in"):
+        load_config(EvalConfig, None, ["draft_stop=2"])

@@ -80,6 +80,15 @@ def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys
     assert stopped["text"] == result["text"].split(stop, 1)[0] and len(stopped["tokens"]) < len(result["tokens"])
     with pytest.raises(SystemExit, match="non-empty"):
         cli.main(["generate", "--prompt", "the", "--stop", ""])
+    # gamma chosen from measured costs, and blocks that end where the drafter is unsure
+    assert cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
+                     "--verifier", str(saved_pair / "verifier"), "--rule", "lossless", "--gamma", "auto",
+                     "--draft-stop", "0.5", "--max-new-tokens", "12", "--dtype", "float32", "--output", str(out)]) == 0
+    auto = json.loads(out.read_text())
+    assert auto["stats"]["gamma"] == "auto" and sum(auto["stats"]["gamma_chosen"].values()) == auto["stats"]["blocks"]
+    assert auto["stats"]["draft_stop"] == 0.5 and "blocks per gamma" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--prompt", "the", "--gamma", "fast"])
 
 
 def test_cli_errors_are_messages_not_tracebacks(saved_pair, capsys):
