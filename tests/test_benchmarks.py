@@ -44,3 +44,30 @@ def test_router_cost_benchmark_on_tiny_models(tmp_path):
         assert r["seconds"] > 0 and r["verifier_forward_seconds"] > 0
         assert r["share_of_verifier_forward"] == r["seconds"] / r["verifier_forward_seconds"]
     assert "% verifier fwd" in done.stdout
+
+
+def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_path):
+    """--methods at the alpha matched on the records' validation split; --gamma auto per batch size."""
+    from data_gen.recorder import run_gen
+    from router.config import load_config
+    from data_gen.recorder import GenConfig
+
+    rec = tmp_path / "rec"
+    run_gen(load_config(GenConfig, ROOT / "configs/gen/tiny.yaml", [f"output={rec}", "max_examples=12"]))
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "2",
+                           "--max-new-tokens", "5", "--batch", "1", "2", "--gamma", "auto", "--records", str(rec),
+                           "--methods", "token_v2", "opt", "--opt-alphas", "0.3", "--token-alphas", "0.3",
+                           "--skip-drafter-only", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    for batch in ("1", "2"):
+        chosen = data["meta"]["gamma"][batch]
+        assert chosen["batch"] == int(batch) and 1 <= chosen["gamma"] <= 8 and 0 <= chosen["acceptance"] <= 1
+    methods = {r["method"] for r in data["results"]}
+    assert any(m.startswith("token_v2 a=") for m in methods) and sum(m.startswith("opt a=") for m in methods) == 2
+    assert {r["identical_to_verifier"] for r in data["results"] if r["method"] == "lossless"} == {2}
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--methods", "opt"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert bad.returncode != 0 and "--methods needs --records" in bad.stderr
