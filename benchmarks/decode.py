@@ -79,7 +79,7 @@ def few_shot_examples(n: int) -> list:
 
 def accuracy(outputs: list[list[int]], examples: list, tokenizer, stops: list[str]) -> float:
     """GSM8K exact match of the final number (eval's metric) over the benchmark prompts."""
-    from eval.task_metrics import gsm8k_metric
+    from router.metrics import gsm8k_metric
     from router.prompts import cut_at_stop
 
     return sum(gsm8k_metric(cut_at_stop(tokenizer.decode(out, skip_special_tokens=True), stops), ex.meta)["quality"]

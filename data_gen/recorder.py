@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from data_gen.consequence import (ConsequenceSearch, Searched, consequence_columns, label_counts, summary_line,
+                                  untested_columns)
 from data_gen.scoring import example_seed, score_batch
 from router import clock
 from router.layout import left_pad
@@ -32,9 +34,13 @@ from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
 from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
 from router.console import summary_table
 from router.files import output_lock, write_bytes
-from router.prompts import context_length, fit_prompt, prompt_limit, prompt_text
-from router.records import (EXAMPLES, HELDOUT, MANIFEST, SCHEMA_VERSION, SPLITS, TOKEN_CLASSES, RecordsError,
-                            intact_shard, manifest_id, rows_to_table, write_manifest, write_shard)
+from router.metrics import get_metric
+from router.prompts import context_length, default_stops, fit_prompt, prompt_limit, prompt_text
+from router.records import (EXAMPLES, HARMLESS, HELDOUT, IMPORTANT, MANIFEST, SCHEMA_VERSION, SPLITS, TOKEN_CLASSES,
+                            RecordsError, intact_shard, manifest_id, rows_to_table, write_manifest, write_shard)
+
+
+MODES = ("gold", "rollout", "consequence")
 
 
 @dataclass
@@ -54,7 +60,7 @@ class GenConfig:
     max_examples: int | None = None        # first N examples of the task (None = all)
     split_fractions: list = field(default_factory=lambda: [0.7, 0.15, 0.15])  # train/validation/test
     seed: int = 0
-    modes: list = field(default_factory=lambda: ["gold"])  # gold and/or rollout
+    modes: list = field(default_factory=lambda: ["gold"])  # gold, rollout and/or consequence
     rollout_temperature: float = 1.0
     rollout_max_new_tokens: int = 128
     max_continuation_tokens: int = 256     # gold continuations are cut to this many tokens
@@ -63,6 +69,14 @@ class GenConfig:
     top_k: int = 8
     hidden_states: str = "none"            # none, drafter, verifier or both (stored as float16)
     judge: bool = False                    # the verifier's view of the drafted tokens (judge routers; +1 verifier pass)
+    # consequence mode (data_gen/consequence.py): the verifier's greedy answer, and at each drafter/verifier
+    # mismatch along it (up to consequence_max_mismatches per example) a branch the verifier finishes
+    consequence_max_new_tokens: int = 256  # answer budget (branches included)
+    consequence_max_mismatches: int = 8    # branches per example; later mismatches stay untested
+    consequence_batch_size: int = 4        # branches (and answers) decoded per batch
+    metric: str | None = None              # consequence: the task metric judging answers (default: the task's)
+    sandbox: str = "auto"                  # consequence on code tasks: where generated programs run
+    stop: list | None = None               # consequence: stop strings (default: the prompt format's)
     batch_size: int = 4
     examples_per_shard: int = 32
     output: str = "runs/records/gsm8k"
@@ -75,12 +89,13 @@ class GenConfig:
             raise ValueError(f"long_prompts must be 'truncate' or 'skip', got {self.long_prompts!r}")
         if self.hidden_states not in ("none", "drafter", "verifier", "both"):
             raise ValueError(f"hidden_states must be none, drafter, verifier or both, got {self.hidden_states!r}")
-        if not self.modes or set(self.modes) - {"gold", "rollout"}:
-            raise ValueError(f"modes must be a non-empty subset of [gold, rollout], got {self.modes}")
+        if not self.modes or set(self.modes) - set(MODES):
+            raise ValueError(f"modes must be a non-empty subset of [{', '.join(MODES)}], got {self.modes}")
         if len(self.split_fractions) != 3 or abs(sum(self.split_fractions) - 1) > 1e-6 or min(self.split_fractions) < 0:
             raise ValueError(f"split_fractions must be 3 non-negative numbers summing to 1, got {self.split_fractions}")
         check_minimum(self, 1, "top_k", "batch_size", "examples_per_shard", "max_continuation_tokens",
-                      "rollout_max_new_tokens")
+                      "rollout_max_new_tokens", "consequence_max_new_tokens", "consequence_max_mismatches",
+                      "consequence_batch_size")
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
         check_minimum(self, 0, "rollout_temperature")
         if self.task == "custom" and not self.data_path:
@@ -141,12 +156,21 @@ class Recorder:
         self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0,
                            judge_tree_tokens=0)  # tokens of the judge's extra verifier pass (data_gen/judge.py)
         self.prefix = None  # the prompts' shared prefix, set by share_prefix
+        self.search = None  # consequence mode's search, made by share_prefix (it reads the prefix's cache)
+        if "consequence" in cfg.modes:  # checked before any decoding: a task without a metric is refused now
+            self.metric = get_metric(cfg.task, cfg.metric, cfg.sandbox)
+            self.stops = default_stops(cfg.task, cfg.chat) if cfg.stop is None else list(cfg.stop)
 
     def share_prefix(self, examples: list[Example]) -> None:
         """Find the prompt prefix every example shares (a few-shot context): it is prefilled once
         per model (`router.prefix`) instead of once per batch."""
         prompts = [self.prompt_ids(ex) for ex in examples if ex.prompt.strip() or ex.question.strip()]
         self.prefix = SharedPrefix.common(prompts)
+        if "consequence" in self.cfg.modes:
+            c = self.cfg
+            self.search = ConsequenceSearch(self.drafter, self.verifier, self.tok, self.metric, self.stops, self.vocab,
+                                            self.pad_id, c.consequence_max_new_tokens, c.consequence_max_mismatches,
+                                            c.consequence_batch_size, self.prefix)
 
     # ---- one example -> token ids -------------------------------------------------------------
     def prompt_ids(self, ex: Example) -> list[int]:
@@ -167,8 +191,9 @@ class Recorder:
         if not ex.prompt.strip() and not ex.question.strip():
             self.counts["skipped_empty"] += 1
             return None
-        if mode == "rollout":  # no gold needed: the drafter writes the continuation
-            prompt = self.fit(self.prompt_ids(ex), [0] * self.cfg.rollout_max_new_tokens)
+        if mode in ("rollout", "consequence"):  # no gold needed: a model writes the continuation
+            budget = self.cfg.rollout_max_new_tokens if mode == "rollout" else self.cfg.consequence_max_new_tokens
+            prompt = self.fit(self.prompt_ids(ex), [0] * budget)
             return None if prompt is None else (prompt, None)
         cont = self.tok.encode(ex.reference, add_special_tokens=False) if ex.reference.strip() else []
         if not cont:
@@ -192,22 +217,42 @@ class Recorder:
                                       role="drafter", prefix=self.prefix)
         return [out.sequences[b, ids.shape[1]:][out.sources[b] >= 0].tolist() for b in range(len(prompts))]
 
+    def consequence(self, batch: list[Example], prompts: list[list[int]]) -> list[Searched]:
+        """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""
+        before = self.search.branch_tokens
+        found = self.search.run(prompts, [ex.meta for ex in batch])
+        self.counts["consequence_branch_tokens"] = self.counts.get("consequence_branch_tokens", 0) + \
+            self.search.branch_tokens - before
+        for s in found:
+            for key, kind in (("important", IMPORTANT), ("harmless", HARMLESS)):
+                self.counts[f"consequence_{key}"] = self.counts.get(f"consequence_{key}", 0) + \
+                    sum(v == kind for v in s.labels.values())
+        return found
+
     def record_batch(self, batch: list[Example], split: str, mode: str) -> list[dict]:
         pairs = [(ex, self.prepare(ex, mode)) for ex in batch]
         pairs = [(ex, pc) for ex, pc in pairs if pc is not None]
         if not pairs:
             return []
         exs, prompts = [ex for ex, _ in pairs], [pc[0] for _, pc in pairs]
-        conts = [pc[1] for _, pc in pairs] if mode == "gold" else self.rollouts(exs, prompts)
+        searched = None
+        if mode == "consequence":
+            searched = self.consequence(exs, prompts)
+            conts = [s.tokens for s in searched]
+        else:
+            conts = [pc[1] for _, pc in pairs] if mode == "gold" else self.rollouts(exs, prompts)
         keep = [i for i, c in enumerate(conts) if c]
         exs, prompts, conts = [exs[i] for i in keep], [prompts[i] for i in keep], [conts[i] for i in keep]
+        searched = [searched[i] for i in keep] if searched else None
         if not exs:
             return []
         rows = score_batch(self.drafter, self.verifier, prompts, conts, self.vocab, self.pad_id, self.cfg.top_k,
                            self.cfg.hidden_states, [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs],
                            judge=self.cfg.judge, prefix=self.prefix)
-        for ex, row in zip(exs, rows):
+        for b, (ex, row) in enumerate(zip(exs, rows)):
             n = len(row["token"])
+            if "consequence" in self.cfg.modes:  # every row of such a folder has the columns (shards mix modes)
+                row.update(consequence_columns(searched[b], row["q_argmax"]) if searched else untested_columns(n))
             if self.cfg.judge:  # the argmax and the sample, where each differs from the trajectory's token
                 self.counts["judge_tree_tokens"] += int((row["q_argmax"] != row["token"]).sum()
                                                         + (row["draft_token"] != row["token"]).sum())
@@ -300,7 +345,8 @@ def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, 
             for mode in cfg.modes:
                 prepared = [recorder.prepare(ex, mode) for ex in shard_examples[i: i + cfg.batch_size]]
                 lengths = [(len(p) - shared if shared and p[:shared] == recorder.prefix.ids else len(p),
-                            len(c) if c is not None else cfg.rollout_max_new_tokens)
+                            len(c) if c is not None else
+                            cfg.rollout_max_new_tokens if mode == "rollout" else cfg.consequence_max_new_tokens)
                            for p, c in filter(None, prepared)]
                 if lengths:
                     out.append((split, mode, lengths))
@@ -412,6 +458,7 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
     shards, stats = [], {"tokens": 0, "agree": 0.0, "q_top1": 0.0, "p_top1": 0.0, "gold_tokens": 0}
     split_examples = {s: 0 for s in SPLITS}
     split_rows = {s: 0 for s in SPLITS}
+    consequence: dict = {}
     for name, split, shard_examples in plan:
         receipt = intact_shard(out, name, [ex.example_id for ex in shard_examples])
         if receipt is None:
@@ -430,6 +477,8 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
                        "sha256": receipt["sha256"]})
         split_examples[split] += n_ex
         split_rows[split] += len(ds)
+        for key, value in label_counts(ds).items():
+            consequence[key] = consequence.get(key, 0) + value
     total_bytes = sum(s["bytes"] for s in shards)
     tokens = max(stats["tokens"], 1)
     manifest = {
@@ -444,7 +493,7 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
         "judge": cfg.judge, "token_classes": write_token_classes(out, recorder.tok, recorder.vocab),
         "splits": {s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
         "shards": shards, "tokens": stats["tokens"], "bytes": total_bytes, "bytes_per_token": total_bytes / tokens,
-        "counts": recorder.counts, "seconds": seconds,
+        "counts": recorder.counts, "seconds": seconds, **({"consequence": consequence} if consequence else {}),
         "drafter_verifier_top1_agreement": stats["agree"] / tokens,
         "gold_top1_accuracy": {"drafter": stats["q_top1"] / max(stats["gold_tokens"], 1),
                                "verifier": stats["p_top1"] / max(stats["gold_tokens"], 1)},
@@ -466,4 +515,6 @@ def print_summary(manifest: dict) -> None:
             ("gold top-1 accuracy", f"drafter {manifest['gold_top1_accuracy']['drafter']:.3f}, "
                                     f"verifier {manifest['gold_top1_accuracy']['verifier']:.3f}"),
             ("seconds", f"{manifest['seconds']:.1f}")]
+    if "consequence" in manifest:
+        rows.insert(-1, ("consequence labels", summary_line(manifest["consequence"])))
     print("\n" + summary_table(rows))

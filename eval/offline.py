@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from router.model import LearnedRouter, RouterError
-from router.records import RecordsError
+from router.records import IMPORTANT, RecordsError
 from router.record_view import RecordView, router_scores
-from router.rules import offline_rules
-from router.views import areas, best_of, compare, greedy_columns, method_sweeps
+from router.rules import get_rule, offline_rules
+from router.views import (areas, best_of, cascade_sweep, compare, example_index, greedy_columns, greedy_score,
+                          method_sweeps)
 from router.tradeoff import (Curve, normalised_area, oracle_curve, quality_at, random_curve, router_curve,
                              rule_curves, token_curve)
 
@@ -164,3 +165,35 @@ def load_routers(folders: list[str], taken: tuple = ()) -> dict[str, LearnedRout
                               f"reference method here: rename the folder (e.g. {name}-router)")
         routers[name] = load_router(folder)
     return routers
+
+
+def consequence_catch(folders: list[str], routers: dict[str, LearnedRouter]) -> dict | None:
+    """On consequence labels (data_gen/consequence.py), the share of IMPORTANT mismatches each method
+    defers at (catches) against its greedy-view rejection rate, on the test split's consequence
+    rows: per method the sweep and the share caught at 25/50/75% of the verifier's own (lossless)
+    rejection rate. None when the records have no consequence rows in the test split."""
+    try:
+        view = RecordView(folders, "test", mode="consequence")
+    except RecordsError:
+        return None
+    important = (view.cols["consequence"] == IMPORTANT).astype(np.float64)
+    if not important.sum():
+        return None
+    g, (index, n_ex) = greedy_columns(view), example_index(view)
+    scores = {"oracle": important}  # defers exactly at the important mismatches
+    for name in offline_rules():
+        score = get_rule(name).offline_score(view.cols, view.cand)
+        scores[name] = score[:, 0] if np.ndim(score) == 2 else score
+    for name, router in routers.items():
+        scores[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
+    lossless = float(g["cost"].mean())
+    out = {"positions": len(important), "important": int(important.sum()), "lossless_rejection": lossless,
+           "methods": {}}
+    for name, score in scores.items():
+        curve = cascade_sweep(score, g["cost"], np.zeros_like(important), important, index, n_ex).curve()
+        caught = curve.quality * len(important) / important.sum()  # (G,) share of important rows deferred
+        out["methods"][name] = {
+            "rejection": curve.rejection.tolist(), "caught": caught.tolist(),
+            **{f"caught_at_{int(f * 100)}pct": float(caught[curve.rejection <= f * lossless + 1e-12].max())
+               for f in (0.25, 0.5, 0.75)}}
+    return out

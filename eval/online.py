@@ -3,7 +3,7 @@
 Every (method, alpha) point decodes the same held-out prompts with `router.decoding`, one at a
 time by default (batch 1: the latency a user sees; `batch_size` > 1 left-pads several per call,
 every method alike), scores each output with the task's real metric
-(eval/task_metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
+(router/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
 token, rejection rate and the time spent outside model forwards. Latency is reported relative to
 verifier-only decoding measured in the same run. Each point is written to `online/<point>.json`
 as soon as it finishes (atomically), so an interrupted run resumes where it stopped.

@@ -238,6 +238,20 @@ DIVERGENCE_NOTES = [
     "drafting meets, and online decoding here is greedy."]
 
 
+def consequence_section(catch: dict | None) -> list[str]:
+    """Offline on consequence labels: the share of important mismatches each method catches."""
+    if not catch:
+        return []
+    rows = sorted(catch["methods"].items(), key=lambda kv: -kv[1]["caught_at_50pct"])
+    return ["### Important mismatches caught (consequence labels, greedy view)", "",
+            f"{catch['important']} important mismatches among {catch['positions']} test positions; the share each "
+            f"method defers at, at 25/50/75% of the verifier's own rejection rate "
+            f"({catch['lossless_rejection']:.4f}; alphas swept on these labels, an upper bound for each method).", "",
+            markdown_table(["method", "caught @25%", "caught @50%", "caught @75%"],
+                           [[m, v["caught_at_25pct"], v["caught_at_50pct"], v["caught_at_75pct"]] for m, v in rows]),
+            ""]
+
+
 def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plots: list[Path],
                  gamma: dict | None = None) -> None:
     parts = [f"# specroute eval: {cfg.name}", "",
@@ -266,6 +280,7 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
                   f"quality {refs['verifier']['quality']:.4f}, top-1 {refs['verifier']['top1']:.4f}, rejection "
                   f"{refs['verifier']['rejection']:.4f}.", ""]
         parts += view_sections(offline["views"])
+        parts += consequence_section(offline.get("consequence"))
     if online:
         pts = online["points"]
         parts += ["## Online (real decoding loop, task metric)", "",

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from eval.executor import SANDBOXES
-from eval.task_metrics import get_metric
-from eval.offline import (REFERENCE_METHODS, compare_views, curve_rows, greedy_curves, load_held_out, load_routers,
+from router.sandbox import SANDBOXES
+from router.metrics import get_metric
+from eval.offline import (REFERENCE_METHODS, compare_views, consequence_catch, curve_rows, greedy_curves, load_held_out, load_routers,
                           method_curves, summarise)
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_verifier_logprobs, alphas_at_rejection,
                          known_method, point_name, prepare_ends, prepare_prompts, run_grid, table_forms, timed_on)
@@ -216,7 +216,8 @@ def _run_eval(cfg: EvalConfig) -> dict:
     if cfg.offline:
         offline = {"positions": len(held_out.cols["tv"]), "cost_ratio": cost_ratio, "cost_ratio_source": source,
                    "summary": summarise(curves, held_out, cfg.gamma, cost_ratio),
-                   "views": compare_views(cfg.records, held_out, routers, cfg.bootstrap)}
+                   "views": compare_views(cfg.records, held_out, routers, cfg.bootstrap),
+                   "consequence": consequence_catch(cfg.records, routers)}
         rows = curve_rows(curves, cfg.gamma, cost_ratio)
     if online:
         per_prompt = online.pop("per_prompt")

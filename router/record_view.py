@@ -62,6 +62,8 @@ class RecordView:
         small = self.ds.select_columns(sorted({*SCALAR_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id",
                                                "mode"}))[:]
         self.cols = {k: np.asarray(small[k]) for k in SCALAR_COLUMNS}  # (N,) each
+        if "consequence" in self.ds.column_names:  # consequence labels (data_gen/consequence.py)
+            self.cols["consequence"] = np.asarray(self.ds.select_columns(["consequence"])[:]["consequence"])
         self.cand = candidates_from_columns(small)  # the drafter's top-k, column 0 = its argmax
         self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
         self.traj = np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str))

@@ -40,8 +40,21 @@ LIST_COLUMNS: dict[str, pa.DataType] = {
     "p_at_q_topk_logprobs": pa.float32(),  # log p of each q_topk_ids token: token-form rules and routers
     "features": pa.float32(),
 }
-# q and p of the recorded sample `draft_token` (Monte Carlo of sampled drafts); absent in older folders
-OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {"q_draft": pa.float32(), "p_draft": pa.float32()}
+# Consequence labels (data_gen/consequence.py): what keeping the drafter's argmax at a position does
+# to the answer's correctness, found by letting the verifier finish the answer from there.
+AGREE = -1      # the drafter's argmax is the trajectory's token: nothing to decide
+HARMLESS = 0    # a mismatch whose substitution leaves the answer's correctness unchanged
+IMPORTANT = 1   # a mismatch whose substitution changes it
+UNTESTED = -2   # a mismatch past the search's budget, or a row not made by the search
+CONSEQUENCE_LABELS = {"agree": AGREE, "harmless": HARMLESS, "important": IMPORTANT, "untested": UNTESTED}
+
+# q and p of the recorded sample `draft_token` (Monte Carlo of sampled drafts); absent in older folders;
+# consequence mode adds its label, the branch's correctness (1/0, -1 where no branch was decoded), the
+# verifier's own answer's correctness (per example) and the branch's answer (the final number, the
+# test status, ...; "" where no branch)
+OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {
+    "q_draft": pa.float32(), "p_draft": pa.float32(),
+    "consequence": pa.int8(), "branch_correct": pa.int8(), "answer_correct": pa.int8(), "branch_answer": pa.string()}
 def judge_column(drafted: str, kind: str) -> str:
     """Record column of the judge inputs (data_gen/judge.py) for a drafted token, "argmax" or "sample",
     and kind "hidden" or "lookahead": after_hidden, sample_after_lookahead, ..."""

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from eval import executor
+from router import sandbox as executor
 from router.layout import left_pad
 from router.tiny import tiny_model
 

@@ -58,7 +58,7 @@ def test_few_shot_gsm8k_shared_prefix_and_stop_strings(pair):
     """The 5-shot chain-of-thought GSM8K prompts share their context: decoding from its cache gives
     the outputs of a full prefill, rows end at the next shot, and the metric reads the answer."""
     from data_gen.tasks import load_gsm8k
-    from eval.task_metrics import gsm8k_metric
+    from router.metrics import gsm8k_metric
     from router.layout import left_pad
     from router.prefix import SharedPrefix
     from router.prompts import StopStrings, cut_at_stop, default_stops

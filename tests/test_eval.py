@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from data_gen.recorder import assign_split
-from eval.executor import run_program
+from router.sandbox import run_program
 from eval.paired import (batch_fill, bootstrap_mean, compare_point, divergences, longest_row_latency,
                          mcnemar_exact)
 from router.hardware import cpu_kind
 from router.records import read_examples
-from eval.task_metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
+from router.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from specroute import cli
 from eval.run import EvalConfig

@@ -7,7 +7,7 @@ import torch
 
 from conftest import left_padded
 from data_gen.scoring import score_batch
-from eval.task_metrics import mbpp_metric
+from router.metrics import mbpp_metric
 from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
 from router.loop import PADDING

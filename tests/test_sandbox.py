@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eval import executor
-from eval.executor import SandboxUnavailable, run_program
+from router import sandbox as executor
+from router.sandbox import SandboxUnavailable, run_program
 
 WORKS = {"bwrap": executor.bwrap_works, "unshare": executor.unshare_works}
 
@@ -170,7 +170,7 @@ def test_without_bubblewrap_unshare_isolates_and_without_both_programs_are_refus
 
 
 def test_code_metrics_check_the_sandbox_before_any_decoding(monkeypatch):
-    from eval.task_metrics import get_metric
+    from router.metrics import get_metric
 
     monkeypatch.setattr(executor, "bwrap_works", lambda: False)
     monkeypatch.setattr(executor, "unshare_works", lambda: False)

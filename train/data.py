@@ -15,7 +15,7 @@ import torch
 
 from router.record_view import RecordView
 from router.records import load_records, read_manifest, require_hidden_states
-from train.targets import JUDGE_TARGET, TOKEN_TARGET, labels
+from train.targets import CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
 
 
 class RecordSplit(RecordView):
@@ -26,13 +26,17 @@ class RecordSplit(RecordView):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(f"target {target!r} with head {head!r}: the token head learns target {TOKEN_TARGET} "
                              f"and that target needs head: token")
-        if head == "judge" and target != JUDGE_TARGET:
+        if head == "judge" and target not in (JUDGE_TARGET, CONSEQUENCE_TARGET):
             raise ValueError(f"target {target!r} with head judge: a judge decides the drafter's argmax d and learns "
-                             f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d)")
+                             f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d) or "
+                             f"{CONSEQUENCE_TARGET} (whether keeping d changes the answer)")
+        if (target == CONSEQUENCE_TARGET) != (mode == "consequence"):
+            raise ValueError(f"target {target!r} with mode {mode!r}: consequence labels exist on consequence-mode "
+                             f"rows only: use target {CONSEQUENCE_TARGET} with mode consequence")
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows)
         self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
-        self.w = self.cand.q.astype(np.float32) if head == "token" else np.ones(len(self.y), np.float32)
+        self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
 
     def batch_inputs(self, idx: np.ndarray) -> np.ndarray:
         """What the router being trained reads for these rows."""

@@ -68,7 +68,8 @@ class TrainConfig:
         check_minimum(self, 0, "patience", "weight_decay")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
-        choices = {"mode": ("gold", "rollout"), "arch": ARCHS, "head": HEADS, "loss": LOSSES, "target": TARGETS,
+        choices = {"mode": ("gold", "rollout", "consequence"), "arch": ARCHS, "head": HEADS, "loss": LOSSES,
+                   "target": TARGETS,
                    "logger": ("csv", "wandb")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -8,10 +8,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from router.records import IMPORTANT, UNTESTED
+
 TOKEN_TARGET = "token_label"  # per drafted token v: 1[v != y] - (1 - p(y)); token head only (train/data.py)
 JUDGE_TARGET = "greedy_01_gap"  # the judge head's label: the greedy gap of keeping the drafter's argmax
-TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap", TOKEN_TARGET)
+# consequence-mode records (data_gen/consequence.py): 1 where keeping the drafter's argmax changes the
+# answer's correctness, 0 where it does not (or where it is the token anyway); untested rows weigh 0
+CONSEQUENCE_TARGET = "consequence"
+TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap", TOKEN_TARGET, CONSEQUENCE_TARGET)
 EPS = 1e-12
+
+
+def weights(cols: dict, target: str) -> np.ndarray:
+    """Per-row weights: 1, except rows the consequence search did not test (weight 0: no label)."""
+    if target == CONSEQUENCE_TARGET and "consequence" in cols:
+        return (np.asarray(cols["consequence"]) != UNTESTED).astype(np.float32)
+    return np.ones(len(cols["token"]), np.float32)
 
 
 def labels(cols: dict, target: str) -> np.ndarray:
@@ -25,6 +37,11 @@ def labels(cols: dict, target: str) -> np.ndarray:
         y = np.asarray(cols["token"])
         return ((np.asarray(cols["q_argmax"]) != y).astype(np.float32)
                 - (np.asarray(cols["p_argmax"]) != y).astype(np.float32))
+    if target == CONSEQUENCE_TARGET:
+        if "consequence" not in cols:
+            raise ValueError("target consequence needs consequence labels: record with modes: [consequence] and train "
+                             "with mode: consequence")
+        return (np.asarray(cols["consequence"]) == IMPORTANT).astype(np.float32)
     if target == TOKEN_TARGET:
         raise ValueError(f"{TOKEN_TARGET} is a per-candidate label: train it with head: token")
     raise KeyError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")

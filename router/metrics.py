@@ -1,7 +1,7 @@
 """Real task metrics for generated outputs, keyed by task name.
 
 - gsm8k: exact match of the final number ('the answer is N', else after '####', else the last number);
-- mbpp, humaneval: pass@1, the candidate and then its tests run by `eval.executor` in an isolated
+- mbpp, humaneval: pass@1, the candidate and then its tests run by `router.sandbox` in an isolated
   sandbox; a pass means the tests ran to their end (an early exit fails, as in the HumanEval harness);
 - triviaqa, nq, squad: exact match and token F1 against the answer aliases (SQuAD normalisation).
 Each metric takes the generated text and the example's `meta` (written by data_gen into the record
@@ -18,7 +18,7 @@ import string
 from collections import Counter
 from typing import Callable
 
-from eval.executor import resolve_sandbox, run_program
+from router.sandbox import resolve_sandbox, run_program
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 

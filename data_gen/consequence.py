@@ -1,0 +1,195 @@
+"""Consequence labels: which drafter/verifier mismatches change the answer.
+
+Gold-token labels call every mismatch with the reference an error, even a harmless rephrasing.
+This search labels mismatches by what they do to the answer, as AutoJudge does
+(garipovroma/autojudge, `find_important_tokens.py`): decode the verifier's greedy answer; along it,
+find where the drafter's argmax (teacher-forced on the answer so far) differs from the answer's
+token; substitute the drafter's token there and let the verifier finish the answer greedily. The
+mismatch is IMPORTANT if the task metric's verdict (correct or not) changes, HARMLESS otherwise.
+At a harmless mismatch the drafter's token is kept and the search goes on along the new answer;
+at an important one the verifier's token stays. Each example gets at most `max_mismatches`
+branches; later mismatches stay UNTESTED (labels in `router.records`).
+
+Everything is batched: the verifier's answers, the branches of every example still searching (in
+groups of `batch_size`, each continuing from the shared prompt prefix's KV cache) and the drafter's
+teacher-forced argmaxes. Costs per example: one greedy answer, one branch per tested mismatch (each
+up to the answer budget) and a drafter pass after each harmless one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from router.baselines import generate_autoregressive
+from router.layout import left_pad
+from router.loop import eos_ids
+from router.prefix import SharedPrefix
+from router.prompts import StopStrings, cut_at_stop
+from router.records import AGREE, CONSEQUENCE_LABELS, HARMLESS, IMPORTANT, UNTESTED
+from router.teacher import forward_tail, tail_layout
+
+
+@dataclass
+class Searched:
+    """One example's search: the final answer and what was found along it."""
+
+    tokens: list[int]                                  # the verifier's answer, harmless substitutions kept
+    correct: int                                       # the metric's verdict on the verifier's own answer
+    answer: str                                        # its answer (final number, test status, ...)
+    labels: dict[int, int] = field(default_factory=dict)               # position -> HARMLESS | IMPORTANT
+    branches: dict[int, tuple[str, int]] = field(default_factory=dict)  # position -> (answer, correct)
+    argmax: np.ndarray | None = None                   # the drafter's argmax along `tokens`
+    next_position: int = 0                             # where the search for the next mismatch starts
+
+    @property
+    def tested(self) -> int:
+        return len(self.labels)
+
+
+class ConsequenceSearch:
+    """The search over a batch of prompts (token ids) with their metric fields (`meta`)."""
+
+    def __init__(self, drafter, verifier, tokenizer, metric: Callable[[str, dict], dict], stops: list[str],
+                 vocab: int, pad_id: int, max_new_tokens: int, max_mismatches: int, batch_size: int,
+                 prefix: SharedPrefix | None = None):
+        self.drafter, self.verifier, self.tok, self.metric = drafter, verifier, tokenizer, metric
+        self.stops, self.vocab, self.pad_id, self.prefix = list(stops), vocab, pad_id, prefix
+        self.stop = StopStrings.build(tokenizer, self.stops) if self.stops else None
+        self.eos = eos_ids(verifier)
+        self.max_new_tokens, self.max_mismatches, self.batch_size = max_new_tokens, max_mismatches, batch_size
+        self.branch_tokens = 0  # verifier tokens decoded in branches (the search's main cost)
+
+    def run(self, prompts: list[list[int]], metas: list[dict]) -> list[Searched]:
+        answers = self._continue(prompts, [self.max_new_tokens] * len(prompts))
+        found = [Searched(a, *self._judge(a, m)) for a, m in zip(answers, metas)]
+        self._refresh_argmax(prompts, found, range(len(found)))
+        while True:
+            todo = [(i, t) for i, s in enumerate(found) if (t := self._next_mismatch(s)) is not None]
+            if not todo:
+                return found
+            starts = [found[i].tokens[:t] + [int(found[i].argmax[t])] for i, t in todo]
+            tails = self._continue([prompts[i] + start for (i, _), start in zip(todo, starts)],
+                                   [self.max_new_tokens - len(start) for start in starts], ended=starts)
+            changed = []
+            for (i, t), start, tail in zip(todo, starts, tails):
+                s = found[i]
+                branch = start + tail
+                correct, answer = self._judge(branch, metas[i])
+                s.branches[t] = (answer, correct)
+                s.next_position = t + 1
+                if correct == s.correct:  # harmless: keep the drafter's token, search on along the new answer
+                    s.labels[t] = HARMLESS
+                    if branch != s.tokens:
+                        s.tokens = branch
+                        changed.append(i)
+                else:
+                    s.labels[t] = IMPORTANT
+            self._refresh_argmax(prompts, found, changed)
+
+    def _next_mismatch(self, s: Searched) -> int | None:
+        """The first position from next_position on where the drafter's argmax is not the answer's
+        token (None when there is none, or the example's branch budget is spent)."""
+        if s.tested >= self.max_mismatches:
+            return None
+        differs = np.nonzero(s.argmax[s.next_position:] != np.asarray(s.tokens[s.next_position:]))[0]
+        return int(s.next_position + differs[0]) if len(differs) else None
+
+    def _judge(self, tokens: list[int], meta: dict) -> tuple[int, str]:
+        """(1 if the answer is correct else 0, its answer) by the task metric, on the text up to the
+        first stop string, as eval scores an output."""
+        text = cut_at_stop(self.tok.decode(tokens, skip_special_tokens=True), self.stops)
+        scores = self.metric(text, meta)
+        return int(scores["quality"] >= 1.0), str(scores.get("answer", ""))
+
+    def _continue(self, starts: list[list[int]], budgets: list[int], ended: list[list[int]] | None = None
+                  ) -> list[list[int]]:
+        """The verifier's greedy continuation of each start (prompt + answer so far), up to its budget,
+        ending at EOS or a stop string, in batches. A start whose answer already ended (its last
+        token is EOS, or a stop string closes it, or no budget is left) gets no continuation."""
+        out: list[list[int]] = [[] for _ in starts]
+        live = [i for i, b in enumerate(budgets) if b > 0 and not (ended and self._closed(ended[i]))]
+        device = next(self.verifier.parameters()).device
+        for lo in range(0, len(live), self.batch_size):
+            rows = live[lo: lo + self.batch_size]
+            ids, mask = left_pad([starts[i] for i in rows], self.pad_id)
+            gen = generate_autoregressive(self.verifier, ids.to(device), max_new_tokens=max(budgets[i] for i in rows),
+                                          attention_mask=mask.to(device), role="verifier", stop=self.stop,
+                                          prefix=self.prefix if self.prefix is not None and self.prefix.covers(
+                                              [starts[i] for i in rows]) else None)
+            width = ids.shape[1]
+            for b, i in enumerate(rows):
+                new = gen.sequences[b, width:][gen.sources[b] >= 0].tolist()[: budgets[i]]
+                out[i] = new
+                self.branch_tokens += len(new) if ended else 0
+        return out
+
+    def _closed(self, answer: list[int]) -> bool:
+        if answer and answer[-1] in self.eos:
+            return True
+        if not self.stops:
+            return False
+        text = self.tok.decode(answer, skip_special_tokens=True)
+        return cut_at_stop(text, self.stops) != text
+
+    @torch.inference_mode()
+    def _refresh_argmax(self, prompts: list[list[int]], found: list[Searched], which) -> None:
+        """The drafter's argmax at every position of each listed example's answer (teacher-forced)."""
+        which = [i for i in which if found[i].tokens]
+        for i in (i for i, s in enumerate(found) if not s.tokens):
+            found[i].argmax = np.zeros(0, dtype=np.int64)
+        device = next(self.drafter.parameters()).device
+        for lo in range(0, len(which), self.batch_size):
+            rows = which[lo: lo + self.batch_size]
+            answers = [found[i].tokens for i in rows]
+            layout, prefix, keep = tail_layout([prompts[i] for i in rows], answers, self.pad_id, device, self.prefix)
+            logits, _, _ = forward_tail(self.drafter, layout, keep, self.vocab, hidden=False, prefix=prefix)
+            for b, i in enumerate(rows):
+                n = len(answers[b])
+                found[i].argmax = logits[b, keep - n - 1: keep - 1].argmax(-1).cpu().numpy()  # (n,)
+
+
+def consequence_columns(s: Searched, q_argmax: np.ndarray) -> dict:
+    """Per-position record columns of one searched answer: the label (tested mismatches as found,
+    AGREE where the drafter's argmax is the token, UNTESTED at the other mismatches), the branch's
+    correctness and answer where one was decoded, and the verifier's own answer's correctness."""
+    n = len(s.tokens)
+    label = np.where(np.asarray(q_argmax) == np.asarray(s.tokens), AGREE, UNTESTED).astype(np.int8)
+    branch_correct = np.full(n, -1, dtype=np.int8)
+    branch_answer = [""] * n
+    for t, kind in s.labels.items():
+        label[t] = kind
+        branch_answer[t], branch_correct[t] = s.branches[t]
+    return {"consequence": label, "branch_correct": branch_correct, "branch_answer": branch_answer,
+            "answer_correct": np.full(n, s.correct, dtype=np.int8)}
+
+
+def untested_columns(n: int) -> dict:
+    """The consequence columns of rows the search did not make (gold or rollout rows in a folder
+    that also records consequence labels): every position UNTESTED."""
+    return {"consequence": np.full(n, UNTESTED, dtype=np.int8), "branch_correct": np.full(n, -1, dtype=np.int8),
+            "branch_answer": [""] * n, "answer_correct": np.full(n, -1, dtype=np.int8)}
+
+
+def label_counts(ds) -> dict:
+    """Counts of the consequence labels in a shard's consequence rows, and of its searched examples
+    and their verifier answers judged correct."""
+    if "consequence" not in ds.column_names:
+        return {}
+    mode = np.asarray(ds["mode"]) == "consequence"
+    label = np.asarray(ds["consequence"])[mode]
+    ids, correct = np.asarray(ds["example_id"])[mode], np.asarray(ds["answer_correct"])[mode]
+    first = np.unique(ids, return_index=True)[1]
+    counts = {name: int((label == value).sum()) for name, value in CONSEQUENCE_LABELS.items()}
+    return {**counts, "examples": len(first), "answers_correct": int((correct[first] == 1).sum())}
+
+
+def summary_line(counts: dict) -> str:
+    """One line for the recording summary: how many mismatches mattered."""
+    tested = counts["important"] + counts["harmless"]
+    share = counts["important"] / tested if tested else float("nan")
+    return (f"{counts['important']} important / {tested} tested mismatches ({share:.3f}), {counts['untested']} "
+            f"untested; verifier answers correct {counts['answers_correct']}/{counts['examples']}")

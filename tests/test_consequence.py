@@ -1,0 +1,186 @@
+"""Consequence labels (data_gen/consequence.py): the batched search equals a plain one-example-at-a-
+time search, the recorder writes its labels into the record schema and resumes exactly, and
+routers trained on them decode."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data_gen.consequence import ConsequenceSearch
+from data_gen.recorder import GenConfig, Recorder, run_gen
+from router import metrics
+from router.decoding import generate
+from router.loop import eos_ids
+from router.model import load_router
+from router.prefix import SharedPrefix
+from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED, load_records, read_manifest
+from router.tiny import tiny_pair
+from train.run import TrainConfig, run_train
+
+BUDGET, MISMATCHES = 14, 3
+
+
+def length_metric(text: str, meta: dict) -> dict:
+    """A verdict the test controls: 'correct' when the answer's character codes do not sum to a multiple of 3."""
+    total = sum(map(ord, text))
+    return {"quality": float(total % 3 != 0), "answer": str(total % 3)}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(seed=2, noise=0.05)  # a drafter that often disagrees: several mismatches per answer
+
+
+def plain_search(drafter, verifier, tok, prompt):
+    """The search written out for one example with Hugging Face generate and plain forwards."""
+    eos = eos_ids(verifier)
+
+    def greedy(ids, n):
+        x = torch.tensor([ids])
+        out = verifier.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
+                                pad_token_id=0)[0, len(ids):].tolist()
+        return out[: next((i + 1 for i, t in enumerate(out) if t in eos), len(out))]
+
+    def argmax_along(answer):
+        logits = drafter(torch.tensor([prompt + answer])).logits[0, len(prompt) - 1: len(prompt) + len(answer) - 1]
+        return logits[:, :259].argmax(-1).tolist()
+
+    def correct(tokens):
+        return int(length_metric(tok.decode(tokens, skip_special_tokens=True), {})["quality"])
+
+    answer = greedy(prompt, BUDGET)
+    verdict, labels, pos = correct(answer), {}, 0
+    while len(labels) < MISMATCHES:
+        am = argmax_along(answer)
+        t = next((t for t in range(pos, len(answer)) if am[t] != answer[t]), None)
+        if t is None:
+            break
+        start = answer[:t] + [am[t]]
+        tail = [] if am[t] in eos or len(start) >= BUDGET else greedy(prompt + start, BUDGET - len(start))
+        if correct(start + tail) == verdict:
+            labels[t], answer = HARMLESS, start + tail
+        else:
+            labels[t] = IMPORTANT
+        pos = t + 1
+    return answer, verdict, labels
+
+
+@torch.no_grad()
+def test_batched_search_equals_the_plain_search(pair):
+    drafter, verifier, tok = pair
+    shared = [7, 9, 11, 13] * 10
+    prompts = [shared + [20 + i, 30 + 2 * i, 40 + 3 * i] for i in range(6)]
+    for prefix in (None, SharedPrefix.common(prompts)):
+        search = ConsequenceSearch(drafter, verifier, tok, length_metric, [], 259, 0, BUDGET, MISMATCHES,
+                                   batch_size=4, prefix=prefix)
+        found = search.run(prompts, [{}] * len(prompts))
+        kinds = set()
+        for prompt, s in zip(prompts, found):
+            answer, verdict, labels = plain_search(drafter, verifier, tok, prompt)
+            assert (s.tokens, s.correct, s.labels) == (answer, verdict, labels)
+            kinds |= set(labels.values())
+            for t, kind in labels.items():  # the branch's verdict is what decided the label
+                assert (s.branches[t][1] == s.correct) == (kind == HARMLESS)
+        assert kinds == {HARMLESS, IMPORTANT}  # the test exercises both outcomes
+        assert search.branch_tokens > 0
+
+
+def _gen_config(tmp_path, data, **kw):
+    base = dict(task="custom", data_path=str(data), prompt_field="question", reference_field="answer",
+                id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", batch_size=3,
+                examples_per_shard=4, output=str(tmp_path / "rec"), modes=["gold", "consequence"], metric="length3",
+                consequence_max_new_tokens=BUDGET, consequence_max_mismatches=MISMATCHES, consequence_batch_size=2,
+                split_fractions=[0.6, 0.4, 0.0], max_continuation_tokens=20, judge=True)
+    return GenConfig(**{**base, **kw})
+
+
+@pytest.fixture
+def recorded(tmp_path, pair, monkeypatch):
+    monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
+    rows = [{"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
+            for i in range(10)]
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = _gen_config(tmp_path, data)
+    manifest = run_gen(cfg, Recorder(cfg, *pair))
+    return cfg, manifest
+
+
+def test_recorder_writes_consequence_rows_and_resumes_exactly(recorded, pair):
+    cfg, manifest = recorded
+    drafter, verifier, tok = pair
+    ds = load_records(cfg.output)
+    cons = ds.filter(lambda r: r["mode"] == "consequence")
+    gold = ds.filter(lambda r: r["mode"] == "gold")
+    assert set(gold["consequence"]) == {UNTESTED} and set(gold["branch_correct"]) == {-1}
+    labels = np.asarray(cons["consequence"])
+    assert set(labels) <= {AGREE, HARMLESS, IMPORTANT, UNTESTED} and IMPORTANT in labels
+    # each example's labels are the plain search's, and AGREE exactly where the drafter's argmax is the token
+    for ex_id in sorted(set(cons["example_id"])):
+        rows = cons.filter(lambda r: r["example_id"] == ex_id)
+        prompt = Recorder(cfg, *pair).prompt_ids(next(e for e in _examples(cfg) if e.example_id == ex_id))
+        answer, verdict, found = plain_search(drafter, verifier, tok, prompt)
+        assert rows["token"] == answer and set(rows["answer_correct"]) == {verdict}
+        for t, (label, q_arg, token) in enumerate(zip(rows["consequence"], rows["q_argmax"], rows["token"])):
+            assert label == found.get(t, AGREE if q_arg == token else UNTESTED)
+            assert (rows["branch_answer"][t] != "") == (t in found)
+    counts = manifest["consequence"]
+    assert counts["important"] == int((labels == IMPORTANT).sum()) and counts["examples"] == len(set(cons["example_id"]))
+    # resume: a lost shard is recorded again, identical to the first time
+    before = load_records(cfg.output).to_pandas()
+    shard = sorted(p for p in (Path(cfg.output)).glob("train-*.arrow"))[0]
+    shard.unlink()
+    (Path(cfg.output) / "manifest.json").unlink()
+    run_gen(cfg, Recorder(cfg, *pair))
+    after = load_records(cfg.output).to_pandas()
+    assert before.equals(after)
+    assert read_manifest(cfg.output)["consequence"] == counts
+
+
+def _examples(cfg):
+    from data_gen.tasks import load_task
+
+    return list(load_task("custom", path=cfg.data_path, prompt_field=cfg.prompt_field,
+                          reference_field=cfg.reference_field, id_field=cfg.id_field))
+
+
+@pytest.mark.parametrize("head", ["cascade", "judge"])
+def test_routers_train_on_consequence_labels_and_decode(recorded, pair, tmp_path, head):
+    cfg, _ = recorded
+    out = tmp_path / f"router-{head}"
+    train = TrainConfig(records=[cfg.output], mode="consequence", target="consequence", head=head, max_epochs=2,
+                        batch_size=64, output=str(out))
+    run_train(train)
+    router = load_router(out)
+    drafter, verifier, _ = pair
+    ids = torch.tensor([[5, 17, 33, 41, 8]])
+    got = generate(drafter, verifier, ids, rule=router, alpha=0.5, gamma=3, max_new_tokens=10)
+    assert got.stats["new_tokens"] == 10
+    with pytest.raises(Exception, match="consequence"):
+        run_train(TrainConfig(records=[cfg.output], mode="gold", target="consequence", output=str(tmp_path / "x")))
+    with pytest.raises(Exception, match="consequence"):
+        run_train(TrainConfig(records=[cfg.output], mode="consequence", target="consequence", head="token",
+                              output=str(tmp_path / "y")))
+
+
+def test_eval_reports_the_important_mismatches_each_method_catches(recorded, tmp_path):
+    from specroute import cli
+
+    cfg, _ = recorded
+    # the fixture's split puts nothing in test: evaluate on its validation rows as "test" by re-splitting
+    test_cfg = _gen_config(tmp_path, cfg.data_path, output=str(tmp_path / "rec-test"), split_fractions=[0.5, 0.2, 0.3])
+    run_gen(test_cfg, Recorder(test_cfg, *tiny_pair(seed=2, noise=0.05)))
+    router = tmp_path / "cons-mlp"
+    run_train(TrainConfig(records=[test_cfg.output], mode="consequence", target="consequence", max_epochs=2,
+                          batch_size=64, output=str(router)))
+    out = tmp_path / "eval"
+    assert cli.main(["eval", "--config", "configs/eval/tiny.yaml", f"records=[{test_cfg.output}]", "online=false",
+                     f"routers=[{router}]", f"output={out}"]) == 0
+    catch = json.loads((out / "metrics.json").read_text())["offline"]["consequence"]
+    assert catch["important"] > 0 and {"oracle", "opt", "token_v2", "cons-mlp"} <= set(catch["methods"])
+    oracle = catch["methods"]["oracle"]
+    assert max(oracle["caught"]) == 1.0 and all(0 <= c <= 1 for m in catch["methods"].values() for c in m["caught"])
+    assert "Important mismatches caught" in (out / "report.md").read_text()
