@@ -13,7 +13,7 @@ import hashlib
 import json
 import shutil
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,7 @@ from router.layout import left_pad
 from router.prefix import SharedPrefix
 from data_gen.tasks import Example, load_task
 from router.config import ConfigError, check_minimum, config_to_dict
+from router.distributed import barrier, gather, start
 from router.baselines import generate_autoregressive
 from router.loop import check_pair
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
@@ -56,6 +57,7 @@ class GenConfig:
     verifier: str = "embedded:verifier"
     dtype: str = "auto"                    # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"                    # cpu, cuda, cuda:1, ...
+    verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
     chat: bool = False                     # prompt = chat template around the bare question
     max_examples: int | None = None        # first N examples of the task (None = all)
     split_fractions: list = field(default_factory=lambda: [0.7, 0.15, 0.15])  # train/validation/test
@@ -145,7 +147,8 @@ class Recorder:
     def __init__(self, cfg: GenConfig, drafter=None, verifier=None, tokenizer=None):
         self.cfg = cfg
         if drafter is None:
-            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, cfg.dtype, cfg.device)
+            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, cfg.dtype, cfg.device,
+                                                     cfg.verifier_device_map)
             self.dtype = resolve_dtype(cfg.dtype, cfg.device)
         else:
             self.dtype = DtypeChoice(next(verifier.parameters()).dtype, "models passed in by the caller")
@@ -360,22 +363,27 @@ def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
 
 
 def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
-    """Record a task into cfg.output; returns the manifest (and prints a summary)."""
+    """Record a task into cfg.output; returns the manifest (and prints a summary). Under torchrun each
+    rank records every world-th shard and rank 0 writes the manifest (router/distributed.py)."""
     out = Path(cfg.output)
-    if _prepare_folder(out, cfg):
-        manifest = json.loads((out / MANIFEST).read_text())
-        if not (out / EXAMPLES).exists() or not (out / HELDOUT).exists():  # recorded before these files existed
+    ranks = start(cfg.device)
+    if _on_main(ranks, lambda: _prepare_folder(out, cfg)):
+        if ranks.main and not ((out / EXAMPLES).exists() and (out / HELDOUT).exists()):  # recorded before them
             write_examples(out, plan_shards(_load_examples(cfg), cfg), cfg)
+        barrier()
+        manifest = json.loads((out / MANIFEST).read_text())
         print(f"{out} is complete (manifest {manifest_id(manifest)}); nothing to do (overwrite=true to redo)")
         return manifest
     examples = _load_examples(cfg)
     plan = plan_shards(examples, cfg)
-    write_examples(out, plan, cfg)
-    recorder = recorder or Recorder(cfg)
+    if ranks.main:
+        write_examples(out, plan, cfg)
+    mine = ranks.mine(plan)  # shard k to rank k mod world: each shard's batches are what one process makes
+    recorder = recorder or Recorder(replace(cfg, device=ranks.device(cfg.device)))
     recorder.share_prefix(examples)
     started, tokens_done = clock.now(), 0
-    bar = tqdm(total=len(examples), desc=f"gen {cfg.task}", unit="ex")
-    for name, split, shard_examples in plan:
+    bar = tqdm(total=sum(len(s[2]) for s in mine), desc=f"gen {cfg.task}{_rank_label(ranks)}", unit="ex")
+    for name, split, shard_examples in mine:
         ids = [ex.example_id for ex in shard_examples]
         if intact_shard(out, name, ids) is not None:  # finished by an earlier run, and unchanged since
             bar.update(len(shard_examples))
@@ -392,9 +400,34 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
         if rows:
             _write_shard_or_explain(out, name, rows, ids)
     bar.close()
-    manifest = _finish_manifest(out, cfg, plan, recorder, clock.now() - started)
-    print_summary(manifest)
-    return manifest
+    counts = _merged(gather(recorder.counts))  # every rank's, summed; also waits for every rank's shards
+    if ranks.main:
+        manifest = _finish_manifest(out, cfg, plan, recorder, clock.now() - started, counts)
+        print_summary(manifest)
+    barrier()
+    return json.loads((out / MANIFEST).read_text())
+
+
+def _on_main(ranks, decide):
+    """decide() on rank 0, its answer (or its error, raised on every rank) shared with every rank."""
+    result = None
+    if ranks.main:
+        try:
+            result = ("ok", decide())
+        except (ConfigError, RecordsError, ValueError) as err:
+            result = ("error", err)
+    kind, value = gather(result)[0]
+    if kind == "error":
+        raise value
+    return value
+
+
+def _merged(counts: list[dict]) -> dict:
+    return {k: sum(c.get(k, 0) for c in counts) for k in dict.fromkeys(k for c in counts for k in c)}
+
+
+def _rank_label(ranks) -> str:
+    return f" (rank {ranks.rank}/{ranks.world})" if ranks.world > 1 else ""
 
 
 def write_examples(out: Path, plan, cfg: GenConfig) -> None:
@@ -451,7 +484,8 @@ def _write_shard_or_explain(out: Path, name: str, rows: list[dict], ids: list[st
         raise
 
 
-def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, seconds: float) -> dict:
+def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, seconds: float,
+                     counts: dict | None = None) -> dict:
     """Gather shard statistics, write manifest.json last, return it."""
     import datasets
 
@@ -486,20 +520,27 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
         "models": {"drafter": {"spec": cfg.drafter, "name": getattr(recorder.drafter, "name_or_path", ""),
                                "hash": model_fingerprint(recorder.drafter)},
                    "verifier": {"spec": cfg.verifier, "name": getattr(recorder.verifier, "name_or_path", ""),
-                                "hash": model_fingerprint(recorder.verifier)}},
+                                "hash": model_fingerprint(recorder.verifier), "device_map": cfg.verifier_device_map,
+                                "placement": _placement(recorder.verifier)}},
         "tokenizer_hash": tokenizer_fingerprint(recorder.tok)[:16], "vocab": recorder.vocab,
         "dtype": recorder.dtype.as_dict(),
         "feature_names": list(FEATURE_NAMES), "top_k": cfg.top_k, "hidden_states": cfg.hidden_states,
         "judge": cfg.judge, "token_classes": write_token_classes(out, recorder.tok, recorder.vocab),
         "splits": {s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
         "shards": shards, "tokens": stats["tokens"], "bytes": total_bytes, "bytes_per_token": total_bytes / tokens,
-        "counts": recorder.counts, "seconds": seconds, **({"consequence": consequence} if consequence else {}),
+        "counts": counts if counts is not None else recorder.counts, "seconds": seconds, **({"consequence": consequence} if consequence else {}),
         "drafter_verifier_top1_agreement": stats["agree"] / tokens,
         "gold_top1_accuracy": {"drafter": stats["q_top1"] / max(stats["gold_tokens"], 1),
                                "verifier": stats["p_top1"] / max(stats["gold_tokens"], 1)},
     }
     write_manifest(out, manifest)
     return manifest
+
+
+def _placement(model) -> dict | str:
+    """Where a model's layers live: its accelerate device map, or its one device."""
+    placed = getattr(model, "hf_device_map", None)
+    return {k: str(v) for k, v in placed.items()} if placed else str(next(model.parameters()).device)
 
 
 def print_summary(manifest: dict) -> None:

@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from router import clock
+from router.distributed import Ranks, barrier, gather
 from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
 from router.loop import PADDING
@@ -168,7 +169,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
 
 # fingerprint keys added after points were first written, with the value those points were made with
 FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": [], "machine": None,
-                        "draft_stop": None}
+                        "draft_stop": None, "verifier_device_map": None}
 
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:
@@ -185,8 +186,10 @@ MACHINE_KEYS = ("machine", "dtype")
 
 
 def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, metric, rules: dict,
-             folder: Path, fingerprint: dict, ends: Ends) -> list[dict]:
-    """Every grid point, resuming from finished point files with the same fingerprint."""
+             folder: Path, fingerprint: dict, ends: Ends, ranks: Ranks = Ranks()) -> list[dict] | None:
+    """Every grid point in grid order, resuming from finished point files with the same fingerprint.
+    Under torchrun the points still to do are shared out by rank (router/distributed.py); after a
+    barrier rank 0 reads every point back and the other ranks get None."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{point_name(method, alpha)}.json" for method, alpha in grid]
     done = [json.loads(path.read_text()) if path.exists() else None for path in paths]
@@ -194,22 +197,20 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
     if complete:
         print(f"[specroute] every online point was finished on {complete['machine']} in {complete['dtype']} "
               f"(this machine: {fingerprint['machine']} in {fingerprint['dtype']}): reusing the whole set")
-        return done
-    results, todo = [], []
-    for (method, alpha), path, point in zip(grid, paths, done):
-        if point is not None and same_fingerprint(point.get("fingerprint"), fingerprint):
-            results.append(point)
-        else:
-            todo.append((method, alpha, path))
-    bar = tqdm(total=len(todo) * len(prompts), desc="online", unit="prompt")
-    for method, alpha, path in todo:
+        return done if ranks.main else None
+    todo = [(method, alpha, path) for (method, alpha), path, point in zip(grid, paths, done)
+            if point is None or not same_fingerprint(point.get("fingerprint"), fingerprint)]
+    todo = gather(todo)[0]  # rank 0's list: another rank may already have written a point when rank 0 looks
+    mine = ranks.mine(todo)
+    bar = tqdm(total=len(mine) * len(prompts), desc="online", unit="prompt")
+    for method, alpha, path in mine:
         bar.set_description(f"online {point_name(method, alpha)}")
         point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends)
         point["fingerprint"] = fingerprint
         write_bytes(path, json.dumps(point, indent=1, default=float).encode())
-        results.append(point)
     bar.close()
-    return results
+    barrier()  # every rank's points are on disk
+    return [json.loads(path.read_text()) for path in paths] if ranks.main else None
 
 
 def complete_elsewhere(done: list[dict | None], fingerprint: dict) -> dict | None:

@@ -29,6 +29,7 @@ from eval.report import offline_plots, online_plots, write_curves_csv, write_per
 from router import clock
 from router.calibrate import GammaChoice, calibrate_gamma, machine_of
 from router.config import ConfigError, check_minimum, config_to_dict
+from router.distributed import Ranks, barrier, ranks as this_rank, start
 from router.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
 from router.prompts import context_length, default_stops, prompt_limit
 from router.records import RecordsError, read_examples, read_heldout, read_manifest
@@ -66,6 +67,7 @@ class EvalConfig:
     verifier: str | None = None          # default: the records' verifier
     dtype: str = "auto"                  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"
+    verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
     cost_ratio: float | None = None      # drafter/verifier seconds per token; default measured
     bootstrap: int = 1000                # replicates (over test examples) of the offline views' intervals
     metric: str | None = None            # default: the task's metric
@@ -137,7 +139,7 @@ def _load_pair(cfg: EvalConfig, manifest: dict):
 
     drafter = cfg.drafter or manifest["models"]["drafter"]["spec"]
     verifier = cfg.verifier or manifest["models"]["verifier"]["spec"]
-    return load_pair(drafter, verifier, cfg.dtype, cfg.device)
+    return load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)
 
 
 def dtype_note(cfg: EvalConfig, manifests: list[dict]) -> dict:
@@ -163,7 +165,8 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict, stops:
             "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
             "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
             "stop": stops,
-            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "draft_stop", "temperature", "top_p", "seed", "metric",
+            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "draft_stop", "verifier_device_map", "temperature",
+                                      "top_p", "seed", "metric",
                                       "batch_size", "drafter", "verifier", "device")}}
 
 
@@ -196,7 +199,9 @@ def _run_eval(cfg: EvalConfig) -> dict:
     started = clock.now()
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "eval_config.json", config_to_dict(cfg))
+    ranks = start(cfg.device)  # under torchrun: online points shared out by rank, rank 0 reports
+    if ranks.main:
+        write_json(out / "eval_config.json", config_to_dict(cfg))
     manifests = [read_manifest(f) for f in cfg.records]
     task = _task_of(manifests) if cfg.online else ",".join(sorted({m["task"] for m in manifests}))
     routers = load_routers(cfg.routers, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
@@ -206,10 +211,17 @@ def _run_eval(cfg: EvalConfig) -> dict:
     pair, gamma = None, None
     if cfg.gamma == "auto":  # resolved once, before anything uses it: every point decodes with one gamma
         pair = _load_pair(cfg, manifests[0])
-        gamma = resolve_gamma(out, pair, cfg.records, cfg.batch_size, cfg.temperature)
+        if ranks.main:
+            gamma = resolve_gamma(out, pair, cfg.records, cfg.batch_size, cfg.temperature)
+        barrier()
+        if not ranks.main:  # rank 0's choice, read back from gamma.json
+            gamma = resolve_gamma(out, pair, cfg.records, cfg.batch_size, cfg.temperature)
         cfg = replace(cfg, gamma=gamma.gamma)
-    online, pair = _run_online(cfg, manifests[0], task, curves, verifier_rejection, routers, pair) if cfg.online \
-        else (None, pair)
+    online, pair = _run_online(cfg, manifests[0], task, curves, verifier_rejection, routers, pair, ranks) \
+        if cfg.online else (None, pair)
+    if not ranks.main:  # rank 0 writes the results; the other ranks return them once written
+        barrier()
+        return json.loads((out / "metrics.json").read_text())
     offline = None
     rows = []
     cost_ratio, source = _cost_ratio(cfg, online, pair, manifests[0]) if (cfg.offline or online) else (None, None)
@@ -238,12 +250,14 @@ def _run_eval(cfg: EvalConfig) -> dict:
     if cfg.logger == "wandb":
         _log_wandb(cfg, metrics, out, plots)
     print_eval_summary(metrics, out)
+    barrier()
     return metrics
 
 
 def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifier_rejection: float,
-                routers: dict, pair=None) -> tuple[dict, tuple]:
-    """The online grid on held-out prompts; returns its results and the (loaded) pair."""
+                routers: dict, pair=None, ranks: Ranks = Ranks()) -> tuple[dict | None, tuple]:
+    """The online grid on held-out prompts; returns its results (None on ranks other than 0) and the
+    (loaded) pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
     examples = online_examples(cfg)
     grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
@@ -255,7 +269,9 @@ def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifi
     ends = prepare_ends(pair, prompts, stops)
     folder = Path(cfg.output) / "online"
     points = run_grid(pair, grid, prompts, cfg, metric, routers, folder,
-                      _fingerprint(cfg, manifest, prompts, routers, stops), ends)
+                      _fingerprint(cfg, manifest, prompts, routers, stops), ends, ranks)
+    if points is None:
+        return None, pair
     scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size)
     add_relative_latency(points)
     online = {"prompts": len(prompts), "batch_size": cfg.batch_size,

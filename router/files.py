@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from router.distributed import rank_suffix
+
 
 def atomic_write_bytes(path: Path, write) -> None:
     """Call write(file) on a temporary file next to `path`, fsync, then rename into place."""
@@ -80,7 +82,8 @@ def output_lock(folder: str | Path, command: str):
     the holder exits, even on SIGKILL."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(folder.parent / f".{folder.name}.specroute-lock", "a+")
+    # one lock per rank: the ranks of a torchrun job write one folder together, each its own files
+    handle = open(folder.parent / f".{folder.name}.specroute-lock{rank_suffix()}", "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -236,11 +236,13 @@ def check_device(device: str) -> None:
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
-def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"):
+def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu", device_map: str | None = None):
     """Load one causal LM and its tokenizer from any spec `resolve_model_path` accepts.
 
     dtype: `auto` (bf16 where the hardware has it natively, float32 elsewhere; see router.hardware),
-    a name (float32, bfloat16, float16) or a torch.dtype.
+    a name (float32, bfloat16, float16) or a torch.dtype. device_map (e.g. "auto", through
+    accelerate) spreads a model that does not fit on one device over the visible GPUs (and the
+    CPU); inputs then go to the device of its first parameters, as everywhere in specroute.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -248,7 +250,10 @@ def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     choice = resolve_dtype(dtype, device)
     announce(choice, device)
     path, extra = resolve_model_path(spec, choice.dtype)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, **extra).to(device).eval()
+    if device_map is not None:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, device_map=device_map, **extra).eval()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, **extra).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, **extra)
     if spec.startswith("embedded:") or spec.endswith(".gguf"):
         model.generation_config.eos_token_id = gguf_end_tokens(tokenizer, model.generation_config.eos_token_id)
@@ -306,9 +311,11 @@ def check_same_tokenizer(drafter_tok, verifier_tok) -> None:
 
 
 def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
-              dtype: str | torch.dtype = "auto", device: str = "cpu"):
+              dtype: str | torch.dtype = "auto", device: str = "cpu", verifier_device_map: str | None = None):
     """Load (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
 
+    verifier_device_map (e.g. "auto") loads the verifier with that accelerate device map, for a
+    verifier too large for one device; the drafter goes to `device`.
     dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
     `tiny:verifier` give the tiny random pair of `router.tiny` (tests, CI).
     """
@@ -317,12 +324,15 @@ def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
             raise ValueError("the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models")
         from router.tiny import tiny_pair
 
+        if verifier_device_map is not None:
+            raise ValueError("verifier_device_map needs a saved model (a hub id or a folder): the tiny pair is built "
+                             "in memory")
         check_device(device)
         choice = resolve_dtype(dtype, device)
         d_model, v_model, tok = tiny_pair()
         return d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok
     d_model, d_tok = load_model(drafter, dtype, device)
-    v_model, v_tok = load_model(verifier, dtype, device)
+    v_model, v_tok = load_model(verifier, dtype, device, device_map=verifier_device_map)
     check_same_tokenizer(d_tok, v_tok)
     if v_tok.pad_token_id is None:
         v_tok.pad_token = v_tok.eos_token

@@ -124,3 +124,22 @@ def test_gguf_models_also_end_at_endoftext():
     assert gguf_end_tokens(qwen, [151645, 151643]) == [151645, 151643]
     assert gguf_end_tokens(Tok({"</s>": 2}), 2) == 2  # no such token: unchanged
     assert gguf_end_tokens(qwen, None) is None
+
+
+def test_a_verifier_loads_with_an_accelerate_device_map(saved_pair, monkeypatch):
+    """verifier_device_map (a verifier too large for one device) goes to from_pretrained for the
+    verifier only; on a CPU-only machine 'auto' leaves it on the CPU and the pair decodes as before."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    calls, original = [], AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **kw: calls.append(kw.get("device_map")) or original(*a, **kw))
+    drafter, verifier, _ = rmodels.load_pair(str(saved_pair / "drafter"), str(saved_pair / "verifier"),
+                                             dtype="float32", verifier_device_map="auto")
+    assert calls == [None, "auto"] and next(verifier.parameters()).device.type == "cpu"
+    plain = rmodels.load_pair(str(saved_pair / "drafter"), str(saved_pair / "verifier"), dtype="float32")[1]
+    ids = torch.tensor([[3, 5, 7, 9]])
+    assert torch.equal(verifier(ids).logits, plain(ids).logits)
+    with pytest.raises(ValueError, match="saved model"):
+        rmodels.load_pair("tiny:drafter", "tiny:verifier", verifier_device_map="auto")

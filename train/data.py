@@ -56,8 +56,24 @@ def hidden_size(folder: str, role: str) -> int:
     return len(first[f"{role}_hidden"])
 
 
+def rank_share(batches: list) -> list:
+    """This rank's batches under DDP (batch i to rank i mod world), the same number on every rank (the
+    last world - 1 batches of an epoch may be dropped; the epoch's shuffle differs each time). The
+    whole list in one process. Every rank shuffles with the same seed, so the shares are disjoint."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return batches
+    rank, world = dist.get_rank(), dist.get_world_size()
+    per_rank = len(batches) // world
+    return batches[rank::world][:per_rank]
+
+
 class BatchIterable(torch.utils.data.IterableDataset):
-    """Shuffled (or ordered) batches of (x, y, weight, idx) over a RecordSplit."""
+    """Shuffled (or ordered) batches of (x, y, weight, idx) over a RecordSplit. Under DDP training
+    batches are shared out by rank; validation batches are not: every rank scores the whole split, so
+    the validation areas (what checkpointing and early stopping read) are computed on all of it and
+    are the same on every rank."""
 
     def __init__(self, data: RecordSplit, batch_size: int, shuffle: bool, seed: int):
         super().__init__()
@@ -68,7 +84,10 @@ class BatchIterable(torch.utils.data.IterableDataset):
         n = len(self.data)
         order = np.random.default_rng(self.seed + self.epoch).permutation(n) if self.shuffle else np.arange(n)
         self.epoch += 1
-        for start in range(0, n, self.batch_size):
+        starts = list(range(0, n, self.batch_size))
+        if self.shuffle:  # training under DDP: each rank its share of the epoch's batches
+            starts = rank_share(starts)
+        for start in starts:
             idx = order[start: start + self.batch_size]
             yield (torch.from_numpy(np.ascontiguousarray(self.data.batch_inputs(idx))),
                    torch.from_numpy(self.data.y[idx]), torch.from_numpy(self.data.w[idx]), torch.from_numpy(idx))

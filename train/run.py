@@ -53,9 +53,11 @@ class TrainConfig:
     max_train_rows: int | None = None
     logger: str = "csv"                # csv | wandb (CSV logs are always written)
     wandb_project: str = "specroute"
-    accelerator: str = "cpu"           # cpu | gpu | auto
-    devices: int = 1
-    strategy: str = "auto"
+    accelerator: str = "cpu"           # Lightning's: cpu | gpu | auto ...
+    devices: int = 1                   # per node; with strategy ddp each gets its share of the training batches
+    strategy: str = "auto"             # Lightning's: auto | ddp | ddp_spawn | fsdp ...
+    num_nodes: int = 1
+    precision: str = "32-true"         # Lightning's: 32-true | bf16-mixed | 16-mixed ...
     baselines: bool = True             # sklearn logistic regression + gradient boosting
     alpha_grid: list = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
     output: str = "runs/routers/mlp"
@@ -63,7 +65,7 @@ class TrainConfig:
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to train on")
-        check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices")
+        check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
         check_minimum(self, 0, "patience", "weight_decay")
         if not self.lr > 0:
@@ -135,10 +137,13 @@ def _run_train(cfg: TrainConfig) -> dict:
     _standardise(module, train)
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
     trainer = L.Trainer(max_epochs=cfg.max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
-                        strategy=cfg.strategy, logger=_loggers(cfg, out), num_sanity_val_steps=0,
+                        strategy=cfg.strategy, num_nodes=cfg.num_nodes, precision=cfg.precision,
+                        logger=_loggers(cfg, out), num_sanity_val_steps=0,
                         callbacks=[ckpt, EarlyStopping(monitor="val_area", mode="max", patience=cfg.patience)],
                         enable_model_summary=False, log_every_n_steps=10)
     trainer.fit(module, datamodule=data)
+    if not trainer.is_global_zero:  # under DDP rank 0 exports the router and writes the metrics
+        return {}
     if ckpt.best_model_path:
         module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
     return _finish(cfg, module, train, val, trainer, out)
