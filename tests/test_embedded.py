@@ -83,3 +83,28 @@ def test_few_shot_gsm8k_shared_prefix_and_stop_strings(pair):
         ended = len(_new(cached, b, width)) < 160
         assert ended and "Question:" not in cut_at_stop(text, stops)  # it stopped before the next shot
         assert gsm8k_metric(cut_at_stop(text, stops), ex.meta)["answer"] != ""
+
+
+def test_consequence_search_on_real_gsm8k(pair):
+    """Consequence labels on the real pair: two 5-shot GSM8K problems, the verifier's answers judged
+    by the GSM8K metric, one branch each at the first mismatch, labelled by whether the number's
+    correctness changed."""
+    from data_gen.consequence import ConsequenceSearch
+    from data_gen.tasks import load_gsm8k
+    from router.metrics import gsm8k_metric
+    from router.prefix import SharedPrefix
+    from router.prompts import default_stops
+    from router.records import HARMLESS, IMPORTANT
+
+    drafter, verifier, tok = pair
+    examples = [ex for _, ex in zip(range(2), load_gsm8k())]
+    prompts = [tok.encode(ex.prompt, add_special_tokens=False) for ex in examples]
+    search = ConsequenceSearch(drafter, verifier, tok, gsm8k_metric, default_stops("gsm8k", chat=False),
+                               151936, tok.pad_token_id, 160, 1, 2, SharedPrefix.common(prompts))
+    found = search.run(prompts, [ex.meta for ex in examples])
+    assert [s.correct for s in found] == [1, 1]  # the verifier solves both (see the few-shot test above)
+    for s in found:
+        assert s.tested <= 1 and set(s.labels.values()) <= {HARMLESS, IMPORTANT}
+        for t, kind in s.labels.items():
+            answer, correct = s.branches[t]
+            assert (kind == HARMLESS) == (correct == s.correct) and answer
