@@ -50,7 +50,10 @@ class EvalConfig:
     online: bool = True
     online_methods: list | None = None  # default: every plug-in rule, every router, the baselines
     alphas: dict = field(default_factory=dict)  # per-method online alpha grids, e.g. {opt: [0, 0.5]}
-    online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])  # x verifier's rejection
+    # online alphas: where each method's offline rejection is closest to these fractions of the verifier's
+    # own (lossless) rejection, in the view the decoding uses: greedy (temperature 0: drafts are argmaxes,
+    # rejected where they differ from the verifier's) or temperature 1 (rejection TV(q, pi))
+    online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])
     max_prompts: int = 10                # held-out prompts: the records' test examples, then (when more are asked)
     unrecorded_prompts: bool = True      #   the task's further examples its split rule puts in test
     stop: list | None = None             # stop strings; None: the prompt format's (few-shot GSM8K: a blank line)
@@ -207,7 +210,11 @@ def _run_eval(cfg: EvalConfig) -> dict:
     routers = load_routers(cfg.routers, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
     held_out = load_held_out(cfg.records)
     curves = method_curves(held_out, routers)
-    verifier_rejection = float(np.mean(held_out.cols["tv"]))
+    greedy = greedy_curves(held_out, routers)
+    if cfg.temperature <= 0:  # greedy decoding: operating points matched in the greedy view, as it decodes
+        match, verifier_rejection = greedy, float(np.mean(held_out.cols["q_argmax"] != held_out.cols["p_argmax"]))
+    else:
+        match, verifier_rejection = curves, float(np.mean(held_out.cols["tv"]))
     pair, gamma = None, None
     if cfg.gamma == "auto":  # resolved once, before anything uses it: every point decodes with one gamma
         pair = _load_pair(cfg, manifests[0])
@@ -217,7 +224,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
         if not ranks.main:  # rank 0's choice, read back from gamma.json
             gamma = resolve_gamma(out, pair, cfg.records, cfg.batch_size, cfg.temperature)
         cfg = replace(cfg, gamma=gamma.gamma)
-    online, pair = _run_online(cfg, manifests[0], task, curves, verifier_rejection, routers, pair, ranks) \
+    online, pair = _run_online(cfg, manifests[0], task, match, verifier_rejection, routers, pair, ranks) \
         if cfg.online else (None, pair)
     if not ranks.main:  # rank 0 writes the results; the other ranks return them once written
         barrier()
@@ -234,7 +241,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
     if online:
         per_prompt = online.pop("per_prompt")
         write_per_prompt_csv(out / "online_per_prompt.csv", per_prompt)
-        online["paired"] = paired_table(per_prompt, online["points"], curves, greedy_curves(held_out, routers),
+        online["paired"] = paired_table(per_prompt, online["points"], curves, greedy,
                                         cfg.gamma, cost_ratio, cfg.bootstrap, cfg.batch_size)
     online_rows = [{"stage": "online", "method": p["method"], "alpha": p["alpha"], "rejection": p["rejection_rate"],
                     "quality": p["quality"], "top1": math.nan, "relative_latency": p["relative_latency"]}
@@ -254,13 +261,13 @@ def _run_eval(cfg: EvalConfig) -> dict:
     return metrics
 
 
-def _run_online(cfg: EvalConfig, manifest: dict, task: str, curves: dict, verifier_rejection: float,
+def _run_online(cfg: EvalConfig, manifest: dict, task: str, match: dict, verifier_rejection: float,
                 routers: dict, pair=None, ranks: Ranks = Ranks()) -> tuple[dict | None, tuple]:
     """The online grid on held-out prompts; returns its results (None on ranks other than 0) and the
     (loaded) pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
     examples = online_examples(cfg)
-    grid = _online_grid(cfg, curves, verifier_rejection, routers)  # checked before loading any model
+    grid = _online_grid(cfg, match, verifier_rejection, routers)  # checked before loading any model
     pair = pair or _load_pair(cfg, manifest)
     limit = prompt_limit(context_length(pair[0], pair[1]), cfg.max_new_tokens, manifest["config"].get("max_prompt_tokens"))
     chat = manifest["config"].get("chat", False)

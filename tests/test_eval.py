@@ -312,3 +312,26 @@ def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipel
         load_config(EvalConfig, None, ["gamma=fast"])
     with pytest.raises(Exception, match="draft_stop must be in"):
         load_config(EvalConfig, None, ["draft_stop=2"])
+
+
+def test_greedy_online_alphas_are_matched_in_the_greedy_view(tiny_pipeline):
+    """Greedy decoding drafts argmaxes and rejects where they differ from the verifier's: the online
+    alphas come from each method's greedy-view curve, at fractions of lossless's greedy rejection
+    (the temperature-1 curve put a judge at alpha 3040, where it never defers)."""
+    from eval.online import alphas_at_rejection
+    from eval.offline import greedy_curves
+
+    root, rec, rtr = tiny_pipeline
+    out = root / "eval-greedy-alphas"
+    args = _eval_args(root, rec, rtr, f"output={out}", "offline=false", "max_prompts=1", "max_new_tokens=2",
+                      "online_rejection_targets=[0.5]")
+    args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[opt,token_v2,router]"
+    assert cli.main(args) == 0
+    held = load_held_out([str(rec)])
+    curves = greedy_curves(held, {"router": load_router(rtr)})
+    target = 0.5 * float(np.mean(held.cols["q_argmax"] != held.cols["p_argmax"]))
+    points = json.loads((out / "metrics.json").read_text())["online"]["points"]
+    for method in ("opt", "token_v2", "router"):
+        rng = get_rule(method).alpha_range if method != "router" else None
+        (want,) = alphas_at_rejection(curves[method].threshold, curves[method].rejection, [target], rng)
+        assert [p["alpha"] for p in points if p["method"] == method] == [want], method
