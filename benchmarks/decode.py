@@ -15,8 +15,9 @@ ending at the next shot), else tiny random models. Writes JSON + CSV.
          --methods entropy_gate token_v2 judge --rejection-target 0.5]
 
 With --records, --methods (rule names or router folder names) run at the alpha whose offline
-rejection rate on the records' validation split is closest to --rejection-target x the verifier's
-own (lossless) rate: methods compared at matched operating points, as `specroute eval` does. With
+greedy-view rejection rate on the records' validation split is closest to --rejection-target x the
+verifier's own (lossless) greedy rate: methods compared at matched operating points, as `specroute
+eval` does for greedy decoding. With
 --gamma auto (needs --records), gamma is calibrated per batch size from the pair's costs measured
 here and the records' acceptance rate (router/calibrate.py), and HF's constant schedule uses it too.
 """
@@ -33,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -140,14 +142,14 @@ def matched_methods(args) -> list[tuple]:
         return []
     if not args.records:
         raise SystemExit("--methods needs --records (the alphas are matched on their validation split)")
-    from eval.offline import load_held_out, load_routers, method_curves
+    from eval.offline import greedy_curves, load_held_out, load_routers
     from eval.online import alphas_at_rejection
     from router.rules import get_rule, rule_names
 
     routers = load_routers(args.routers, taken=tuple(rule_names()))
     held = load_held_out(args.records, split="validation")
-    curves = method_curves(held, routers)
-    target = args.rejection_target * float(held.cols["tv"].mean())
+    curves = greedy_curves(held, routers)  # the benchmark decodes greedily: match in the greedy view
+    target = args.rejection_target * float(np.mean(held.cols["q_argmax"] != held.cols["p_argmax"]))
     out = []
     for name in args.methods:
         if name not in curves:
