@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router import reduce  # noqa: E402
 from router.costs import measure_verify_curve  # noqa: E402
 from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
+from router.loop import check_pair  # noqa: E402
 from router.model import load_router  # noqa: E402
 from router.pair import embedded_installed, load_pair  # noqa: E402
 from router.rules import get_rule, trusted_inputs  # noqa: E402
@@ -86,7 +87,7 @@ def main() -> None:
 
     tiny = args.tiny or not embedded_installed()
     drafter, verifier, _ = tiny_pair() if tiny else load_pair(dtype=args.dtype)
-    vocab = min(m.get_output_embeddings().weight.shape[0] for m in (drafter, verifier))
+    vocab = check_pair(drafter, verifier)
     sizes = {"drafter": drafter.config.hidden_size, "verifier": verifier.config.hidden_size}
     policies = [(name, get_rule(name)) for name in args.rules]
     policies += [(Path(f).name, load_router(f)) for f in args.routers]

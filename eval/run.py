@@ -30,7 +30,7 @@ from router import clock
 from router.calibrate import GammaChoice, calibrate_gamma, machine_of
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.distributed import Ranks, barrier, ranks as this_rank, start
-from router.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
+from router.hardware import DTYPE_CHOICES, machine_kind, resolve_dtype
 from router.prompts import context_length, default_stops, prompt_limit
 from router.records import RecordsError, read_examples, read_heldout, read_manifest
 from router.console import summary_table, wandb_offline
@@ -171,13 +171,6 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict, stops:
             **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "draft_stop", "verifier_device_map", "temperature",
                                       "top_p", "seed", "metric",
                                       "batch_size", "drafter", "verifier", "device")}}
-
-
-def machine_kind(device: str) -> str:
-    """The CPU kind (with its thread count) or the GPU name the online points are timed on."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return cpu_kind()
 
 
 def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:

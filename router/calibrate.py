@@ -16,11 +16,12 @@ and batch size) and the acceptance rate of the blocks decoded so far, re-choosin
 from __future__ import annotations
 
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from router import clock
 from router.costs import _model_costs, choose_gamma, measure_verify_curve
-from router.hardware import cpu_kind
+from router.hardware import machine_kind
+from router.loop import check_pair
 
 MAX_GAMMA = 8
 # AdaptiveGamma's prior on the acceptance rate before any block is decoded: 8 of 10 drafts accepted
@@ -42,7 +43,6 @@ class GammaChoice:
     machine: str
     dtype: str
     seconds: float = 0.0               # what the calibration took
-    notes: list = field(default_factory=list)
 
     @property
     def pays(self) -> bool:
@@ -66,16 +66,12 @@ class GammaChoice:
                 f"{self.dtype}): {verdict}")
 
 
-def _vocab(drafter, verifier) -> int:
-    return min(m.get_output_embeddings().weight.shape[0] for m in (drafter, verifier))
-
-
 def measure_costs(drafter, verifier, batch: int, max_gamma: int = MAX_GAMMA) -> tuple[float, list[float]]:
     """(drafter step seconds, [verifier pass seconds over n tokens per row, n = 1..max_gamma+1])."""
     import torch
 
     with torch.inference_mode():
-        _, (drafter_step,) = _model_costs(drafter, _vocab(drafter, verifier), batch, (1,))
+        _, (drafter_step,) = _model_costs(drafter, check_pair(drafter, verifier), batch, (1,))
     return drafter_step, measure_verify_curve(verifier, batch, max_gamma + 1)
 
 
@@ -94,11 +90,8 @@ def calibrate_gamma(drafter, verifier, batch: int, acceptance: float, max_gamma:
 
 def machine_of(model) -> tuple[str, str]:
     """(machine, dtype) a model runs on: the CPU kind or the GPU's name, and its parameters' dtype."""
-    import torch
-
     param = next(model.parameters())
-    machine = cpu_kind() if param.device.type != "cuda" else torch.cuda.get_device_name(param.device)
-    return machine, str(param.dtype).removeprefix("torch.")
+    return machine_kind(str(param.device)), str(param.dtype).removeprefix("torch.")
 
 
 _COSTS: dict = {}  # (drafter id, verifier id, batch, max_gamma) -> (weakrefs to both, measured costs)

@@ -140,3 +140,11 @@ def announce(choice: DtypeChoice, device: str = "cpu") -> None:
     _ANNOUNCED.add(key)
     where = cpu_kind() if not str(device).startswith("cuda") else str(device)
     print(f"[specroute] models in {choice.name} on {where}: {choice.reason}", flush=True)
+
+
+def machine_kind(device: str) -> str:
+    """The CPU kind (with its thread count) or the GPU's name, for a device name: what latencies are
+    measured on (eval's online points, gamma calibration)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return cpu_kind()
