@@ -87,7 +87,7 @@ def position_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch
 def _chunk_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int,
                  gen: torch.Generator) -> dict:
     q, p = q_logits.softmax(-1), p_logits.softmax(-1)  # raw (temperature 1) distributions
-    feats = token_features(q, p)  # (n, F); the exact scalars below are its columns
+    feats = token_features(q, p, q_logits, p_logits)  # (n, F); the exact scalars below are its columns
     col = {name: feats[:, i].numpy() for i, name in enumerate(FEATURE_NAMES)}
     q_ids, q_lp, q_tail = _topk(q, top_k)
     p_ids, p_lp, p_tail = _topk(p, top_k)

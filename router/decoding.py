@@ -44,6 +44,8 @@ class Block:
     pi: torch.Tensor | None = None        # (B, g, V) the policy's target at each draft
     judge: bool = False                   # pi depends on the drafted token (a judge): see _record_block
     n_accepted: torch.Tensor | None = None  # (B,) drafts each row keeps
+    q_logits: torch.Tensor | None = None  # (B, g, V) the logits q_raw is the softmax of
+    p_logits: torch.Tensor | None = None  # (B, g+1, V) the logits p_raw is the softmax of
 
     @property
     def g(self) -> int:
@@ -63,15 +65,17 @@ def _hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, afte
 
 
 def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen,
-          draft_stop: float | None = None) -> Block:
+          draft_stop: float | None = None, keep_logits: bool = False) -> Block:
     """Step 1: up to g drafts with their drafter distributions, one drafter forward each. The last
     draft is left pending (not yet fed): its forward only pays off when some row accepts every draft
     (`block_end`). With `draft_stop`, the block ends early once the drafter's raw probability of its
     own draft is below it in every row (an unsure drafter's next drafts are likely rejected); what
-    is drafted is still drawn from q, so the sampled distribution does not change."""
-    raws, scaled, tokens, hidden = [], [], [], []
+    is drafted is still drawn from q, so the sampled distribution does not change. keep_logits: the
+    block keeps the drafter's logits too (for a policy that reads them, `logit_kwargs`)."""
+    raws, scaled, tokens, hidden, logits = [], [], [], [], []
     for _ in range(g):
-        raw, q = sampling.probs(drafter.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
+        logits.append(drafter.feed(layout, layout.length, keep=1)[:, -1])  # (B, V)
+        raw, q = sampling.probs(logits[-1])  # (B, V) each
         x = sample(q, gen)  # (B,)
         raws.append(raw)
         scaled.append(q)
@@ -82,13 +86,23 @@ def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen,
         if draft_stop is not None and bool((raw.gather(-1, x[:, None]) < draft_stop).all()):
             break
     return Block(torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1),
-                 torch.stack(hidden, 1) if hidden else None)
+                 torch.stack(hidden, 1) if hidden else None, q_logits=torch.stack(logits, 1) if keep_logits else None)
 
 
 def verify(verifier: CachedModel, layout: Layout, block: Block, sampling: Sampling) -> None:
     """Step 2: one verifier forward scores every draft and the bonus position."""
-    block.p_raw, block.p = sampling.probs(verifier.feed(layout, layout.length, keep=block.g + 1))
+    block.p_logits = verifier.feed(layout, layout.length, keep=block.g + 1)  # (B, g+1, V)
+    block.p_raw, block.p = sampling.probs(block.p_logits)
     block.verifier_hidden = verifier.last_hidden if verifier.want_hidden else None
+
+
+def logit_kwargs(policy: DeferralPolicy, q_logits, p_logits, next_p_logits=None) -> dict:
+    """The logits behind q_raw, p_raw (and a judge's next_p_raw) for a policy that reads them
+    (`reads_logits`, learned routers: cheaper features); nothing for the others."""
+    if not getattr(policy, "reads_logits", False):
+        return {}
+    extra = {} if next_p_logits is None else {"next_p_logits": next_p_logits}
+    return {"q_logits": q_logits, "p_logits": p_logits, **extra}
 
 
 def form_target(policy: DeferralPolicy, alpha: float, block: Block) -> None:
@@ -100,8 +114,10 @@ def form_target(policy: DeferralPolicy, alpha: float, block: Block) -> None:
     vh = block.verifier_hidden
     v_hidden, after = (None, None) if vh is None else (vh[:, :g], vh[:, 1:g + 1])
     judge = {"drafts": block.drafts, "next_p_raw": block.p_raw[:, 1:g + 1]} if policy.form == "judge" else {}
+    nxt_logits = block.p_logits[:, 1:g + 1] if judge else None
+    logits = logit_kwargs(policy, block.q_logits, block.p_logits[:, :g], nxt_logits)
     block.pi = policy.target(block.q, block.p[:, :g], alpha, q_raw=block.q_raw, p_raw=block.p_raw[:, :g],
-                             **_hidden_kwargs(policy, block.drafter_hidden, v_hidden, after), **judge)
+                             **_hidden_kwargs(policy, block.drafter_hidden, v_hidden, after), **judge, **logits)
     block.judge = bool(judge)
 
 
@@ -123,10 +139,12 @@ def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout
     if not policy.bonus_needs_drafter or bonus_from == "verifier":
         bonus_q = bonus_pi = block.p[:, g]
     else:
-        bq_raw, bq = sampling.probs(drafter.feed(layout, layout.length, keep=1))  # (B, 1, V)
+        bq_logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
+        bq_raw, bq = sampling.probs(bq_logits)
         v_hidden = None if block.verifier_hidden is None else block.verifier_hidden[:, g:]
         bonus_pi = policy.target(bq, block.p[:, g:], alpha, q_raw=bq_raw, p_raw=block.p_raw[:, g:],
-                                 **_hidden_kwargs(policy, drafter.last_hidden, v_hidden))[:, 0]
+                                 **_hidden_kwargs(policy, drafter.last_hidden, v_hidden),
+                                 **logit_kwargs(policy, bq_logits, block.p_logits[:, g:]))[:, 0]
         bonus_q = bq[:, 0]
     whole = block.whole[:, None]
     return torch.where(whole, bonus_q, q_n), torch.where(whole, bonus_pi, pi_n)
@@ -183,7 +201,8 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             start = layout.length
             g = adaptive.next() if adaptive else gamma
-            block = draft(d, layout, max(1, min(g, remaining - 1)), sampling, gen, draft_stop)  # not past the limit
+            block = draft(d, layout, max(1, min(g, remaining - 1)), sampling, gen, draft_stop,  # not past the limit
+                          keep_logits=getattr(policy, "reads_logits", False))
             verify(v, layout, block, sampling)
             stats["block_drafts"] += block.g
             ticked = clock.now()

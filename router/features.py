@@ -9,11 +9,12 @@ distributions exist at decision time because the verifier scores the whole block
 
 from __future__ import annotations
 
+import math
 import threading
 
 import torch
 
-from router.reduce import top2
+from router.reduce import fast_max, top2
 
 FEATURE_NAMES: tuple[str, ...] = (
     "q_max", "p_max",                  # confidence of each model
@@ -27,6 +28,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "p_max_minus_q_max",
 )
 EPS = 1e-12
+LOG_EPS = math.log(EPS)
 # token-form routers score each drafter candidate v with the position's features plus these
 CANDIDATE_FEATURE_NAMES: tuple[str, ...] = ("cand_q", "cand_p", "cand_log_ratio", "cand_is_p_argmax",
                                             "cand_is_q_argmax")
@@ -46,21 +48,47 @@ def _scratch(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return cached[1], cached[2]
 
 
+def _check_logits(probs: torch.Tensor, logits: torch.Tensor | None, name: str) -> None:
+    if logits is not None and logits.shape != probs.shape:
+        raise ValueError(f"{name} has shape {tuple(logits.shape)} but its probabilities have {tuple(probs.shape)}: "
+                         f"pass the logits the raw (temperature-1) probabilities are the softmax of")
+
+
+def log_probs_into(out: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor | None, top: torch.Tensor,
+                   arg: torch.Tensor) -> torch.Tensor:
+    """log(max(probs, EPS)) (..., V) written into `out`; top, arg (...) are probs' max and argmax.
+
+    With the logits z that probs is the softmax of, log softmax(z) = z - lse and lse = z[argmax] -
+    log(max prob): a subtraction and a clamp replace a log over the vocabulary (the log is
+    compute-bound, ~6x the cost of the subtraction on a CPU), and the values agree to float rounding."""
+    if logits is None:
+        return torch.clamp_min(probs, EPS, out=out).log_()
+    logits = logits.float()
+    lse = logits.gather(-1, arg[..., None]) - top.clamp_min(EPS).log()[..., None]  # (..., 1)
+    return torch.sub(logits, lse, out=out).clamp_min_(LOG_EPS)
+
+
 @torch.no_grad()
-def position_stats(q_raw: torch.Tensor, p_raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def position_stats(q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Tensor | None = None,
+                   p_logits: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(features (..., F), drafter argmax (...), verifier argmax (...)) from raw probabilities (..., V):
-    `token_features` and the two argmaxes, which token and judge routers read too (one pass, not two)."""
+    `token_features` and the two argmaxes, which token and judge routers read too (one pass, not two).
+    The logits (..., V) that q_raw and p_raw are the softmax of, when the caller has them (the
+    decoding loop, the recorder), make it cheaper and give the same values (`log_probs_into`)."""
+    _check_logits(q_raw, q_logits, "q_logits")
+    _check_logits(p_raw, p_logits, "p_logits")
     q_raw, p_raw = q_raw.float(), p_raw.float()
     # This runs once per decoding block on (B, gamma, V): each V-sized pass counts, so it makes
-    # seven (two logs, four products, one min) into two reused buffers, plus two blocked top-2s.
+    # five (two logs, or two subtractions from the logits, two dot products, one min) into two reused
+    # buffers, plus two blocked top-2s; the dot products read without writing a V-sized product.
     logs, work = _scratch(q_raw)
     q_max, q_arg, q_second = top2(q_raw)
     p_max, p_arg, p_second = top2(p_raw)
-    torch.clamp_min(q_raw, EPS, out=logs).log_()  # log q
-    q_entropy = -torch.mul(q_raw, logs, out=work).sum(-1)
-    p_cross_q = torch.mul(p_raw, logs, out=work).sum(-1)  # sum p log q
-    torch.clamp_min(p_raw, EPS, out=logs).log_()  # log p
-    p_entropy = -torch.mul(p_raw, logs, out=work).sum(-1)
+    log_probs_into(logs, q_raw, q_logits, q_max, q_arg)  # log q
+    q_entropy = -torch.linalg.vecdot(q_raw, logs)
+    p_cross_q = torch.linalg.vecdot(p_raw, logs)  # sum p log q
+    log_probs_into(logs, p_raw, p_logits, p_max, p_arg)  # log p
+    p_entropy = -torch.linalg.vecdot(p_raw, logs)
     overlap = torch.minimum(p_raw, q_raw, out=work).sum(-1)  # sum min(p, q) = 1 - TV
     feats = {
         "q_max": q_max,
@@ -81,9 +109,11 @@ def position_stats(q_raw: torch.Tensor, p_raw: torch.Tensor) -> tuple[torch.Tens
     return torch.stack([feats[name] for name in FEATURE_NAMES], -1), q_arg, p_arg
 
 
-def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
-    """Features (..., F) from raw drafter/verifier probabilities (..., V); F = len(FEATURE_NAMES)."""
-    return position_stats(q_raw, p_raw)[0]
+def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Tensor | None = None,
+                   p_logits: torch.Tensor | None = None) -> torch.Tensor:
+    """Features (..., F) from raw drafter/verifier probabilities (..., V); F = len(FEATURE_NAMES).
+    The logits they are the softmax of, when at hand, make it cheaper (same values)."""
+    return position_stats(q_raw, p_raw, q_logits, p_logits)[0]
 
 
 def candidate_features(cand_q: torch.Tensor, cand_p: torch.Tensor, is_p_argmax: torch.Tensor,
@@ -105,11 +135,14 @@ TOKEN_CLASS_NAMES: tuple[str, ...] = ("special", "newline", "digit", "punctuatio
 
 
 @torch.no_grad()
-def lookahead_features(next_p_raw: torch.Tensor) -> torch.Tensor:
-    """(..., 2) max and entropy (nats) of the verifier's next-token distribution (..., V) after d."""
+def lookahead_features(next_p_raw: torch.Tensor, next_p_logits: torch.Tensor | None = None) -> torch.Tensor:
+    """(..., 2) max and entropy (nats) of the verifier's next-token distribution (..., V) after d
+    (from its logits too when given: see `log_probs_into`)."""
+    _check_logits(next_p_raw, next_p_logits, "next_p_logits")
     p = next_p_raw.float()
-    entropy = -(p * p.clamp_min(EPS).log()).sum(-1)
-    return torch.stack([p.amax(-1), entropy], -1)
+    top, arg = fast_max(p)
+    entropy = -torch.linalg.vecdot(p, log_probs_into(torch.empty_like(p), p, next_p_logits, top, arg))
+    return torch.stack([top, entropy], -1)
 
 
 def _token_class(text: str, special: bool) -> int:

@@ -140,7 +140,8 @@ def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor, 
                               cand == q_arg[..., None])
 
 
-def _lookahead(p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+def _lookahead(p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Tensor,
+               next_p_logits: torch.Tensor | None = None) -> torch.Tensor:
     """Lookahead features (..., 2) of next_p_raw (..., V). In the decoding loop next_p_raw is p_raw
     moved on by one position (two views of one verification forward): the position features already
     hold max and entropy of all but its last row, so only that row is computed (same values)."""
@@ -148,9 +149,10 @@ def _lookahead(p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Te
                and next_p_raw.stride() == p_raw.stride() and next_p_raw.data_ptr() == p_raw[..., 1, :].data_ptr()
                and p_raw.dtype == torch.float32)
     if not shifted:
-        return lookahead_features(next_p_raw)
+        return lookahead_features(next_p_raw, next_p_logits)
     known = position[..., 1:, [FEATURE_NAMES.index("p_max"), FEATURE_NAMES.index("p_entropy")]]  # (..., T-1, 2)
-    return torch.cat([known, lookahead_features(next_p_raw[..., -1:, :])], -2)
+    last_logits = None if next_p_logits is None else next_p_logits[..., -1:, :]
+    return torch.cat([known, lookahead_features(next_p_raw[..., -1:, :], last_logits)], -2)
 
 
 def recorded_candidate_features(cand) -> torch.Tensor:
@@ -195,6 +197,9 @@ class LearnedRouter:
         self.form = self.cfg.head  # "cascade", "token" or "judge": the form of pi it gives (router.rules.DeferralPolicy)
         # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
         self.bonus_needs_drafter = self.cfg.head != "judge"
+        # generate() passes the logits q_raw and p_raw are the softmax of: the features then skip two
+        # logs over the vocabulary (router.features.log_probs_into)
+        self.reads_logits = True
         check_feature_names(self.cfg.feature_names, name)
 
     def check_alpha(self, alpha: float) -> float:
@@ -204,9 +209,10 @@ class LearnedRouter:
             raise ValueError(f"router {self.name}: alpha must be a finite number, got {alpha}")
         return alpha
 
-    def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None) -> torch.Tensor:
+    def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None,
+                        q_logits: torch.Tensor | None = None, p_logits: torch.Tensor | None = None) -> torch.Tensor:
         """Per-position router input (..., D): token_features, then the requested hidden states."""
-        return self._inputs(position_stats(q_raw, p_raw)[0], hidden)
+        return self._inputs(position_stats(q_raw, p_raw, q_logits, p_logits)[0], hidden)
 
     def _inputs(self, feats: torch.Tensor, hidden: dict | None) -> torch.Tensor:
         return torch.cat([feats, *self._hidden_parts(hidden, feats.shape[:-1])], -1)
@@ -225,19 +231,24 @@ class LearnedRouter:
         return self.net(flat).reshape(feats.shape[:-1])
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden: dict | None = None,
-               drafts: torch.Tensor | None = None, next_p_raw: torch.Tensor | None = None) -> torch.Tensor:
+               drafts: torch.Tensor | None = None, next_p_raw: torch.Tensor | None = None,
+               q_logits: torch.Tensor | None = None, p_logits: torch.Tensor | None = None,
+               next_p_logits: torch.Tensor | None = None) -> torch.Tensor:
         """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
         hidden maps 'drafter'/'verifier'/'after' to last hidden states (..., H) when the router reads
         them. A judge also needs the drafted tokens (...) and the verifier's raw next-token
-        distribution after each (..., V); its pi is the draft itself where it keeps it, else p."""
+        distribution after each (..., V); its pi is the draft itself where it keeps it, else p.
+        *_logits (..., V), optional: the logits the raw distributions are the softmax of (cheaper
+        features, same values)."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         if isinstance(alpha, float) and math.isnan(alpha):
             raise ValueError(f"router {self.name}: alpha is NaN")
         if self.cfg.head == "judge":
-            keep = self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden) <= alpha  # (...)
+            keep = self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden,
+                                     q_logits, p_logits, next_p_logits) <= alpha  # (...)
             pi = p * (~keep)[..., None]  # rows that keep the draft: zero, then one-hot on it
             return pi.scatter_add_(-1, drafts.long()[..., None], keep[..., None].to(p.dtype))
-        stats, q_arg, p_arg = position_stats(q_raw, p_raw)
+        stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)
         feats = self._inputs(stats, hidden)  # (..., D)
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
@@ -249,15 +260,16 @@ class LearnedRouter:
         return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha, q_arg, p_arg))
 
     @torch.no_grad()
-    def judge_scores(self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None) -> torch.Tensor:
+    def judge_scores(self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None, q_logits=None, p_logits=None,
+                     next_p_logits=None) -> torch.Tensor:
         """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice."""
         if drafts is None or next_p_raw is None:
             raise RouterError(f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
                               f"next_p_raw (router.decoding.generate passes them)")
         d = drafts.long()[..., None]
-        position, q_arg, p_arg = position_stats(q_raw, p_raw)  # (..., F), (...), (...)
+        position, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (..., F), (...), (...)
         x = judge_features(position, q_raw.gather(-1, d)[..., 0], p_raw.gather(-1, d)[..., 0], drafts == p_arg,
-                           drafts == q_arg, _lookahead(p_raw, next_p_raw, position),
+                           drafts == q_arg, _lookahead(p_raw, next_p_raw, position, next_p_logits),
                            class_bits(self.net.token_classes, drafts))
         x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)

@@ -114,6 +114,8 @@ class DeferralPolicy(Protocol):
     form: str                  # "cascade", "token", "lossy", "fixed" (or "custom")
     hidden_inputs: tuple       # models whose last hidden state target() reads: "drafter", "verifier"
     bonus_needs_drafter: bool  # False: pi at a whole block's bonus position ignores q (no drafter forward)
+    # optional, read with getattr (default False): True makes the loop pass the logits behind q_raw and
+    # p_raw (q_logits, p_logits, and next_p_logits for a judge) to target(), as learned routers want
 
     def target(self, q: torch.Tensor, p: torch.Tensor, alpha: float, q_raw: torch.Tensor | None = None,
                p_raw: torch.Tensor | None = None, **kwargs) -> torch.Tensor: ...

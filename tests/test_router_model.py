@@ -133,9 +133,9 @@ class SpyRouter(LearnedRouter):
         super().__init__(net, "spy")
         self.seen = []
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden=None):
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden=None, **logits):
         self.seen.append({k: tuple(v.shape) for k, v in (hidden or {}).items() if v is not None})
-        return super().target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, hidden=hidden)
+        return super().target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, hidden=hidden, **logits)
 
 
 def test_hidden_state_routers_get_hidden_states_from_generate(tmp_path):
@@ -171,3 +171,40 @@ def _judge_round_trip(tmp_path, arch):
         a = LearnedRouter(net).target(q, p, alpha, drafts=drafts, next_p_raw=nxt)
         b = loaded.target(q, p, alpha, drafts=drafts, next_p_raw=nxt)
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("head", ["cascade", "token", "judge"])
+def test_generate_hands_routers_the_logits_and_decides_the_same(head):
+    """The loop passes a router the logits behind q_raw and p_raw (cheaper features); the decisions,
+    hence the outputs, are those of the same router computing its features from probabilities."""
+    drafter, verifier, _ = tiny_pair(seed=2)
+    torch.manual_seed(3)
+    net = RouterNet(RouterConfig(arch="mlp", head=head, **({"vocab": drafter.config.vocab_size} if head == "judge"
+                                                           else {})))
+    with torch.no_grad():
+        net.mean.uniform_(-1, 1)
+    fast, plain = LearnedRouter(net, "fast"), LearnedRouter(net, "plain")
+    plain.reads_logits = False
+    seen = []
+    original = fast.target
+
+    def spy(*args, **kwargs):
+        seen.append(sorted(k for k in kwargs if k.endswith("_logits")))
+        return original(*args, **kwargs)
+
+    fast.target = spy
+    ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
+
+    def run(router, alpha):
+        return generate(drafter, verifier, ids, rule=router, alpha=alpha, gamma=4, temperature=1.0, seed=4,
+                        max_new_tokens=24)
+
+    ends = [run(plain, a).sequences for a in (-1e3, 1e3)]  # defer everywhere / keep every candidate
+    mixed = [a for a in (0.0, 0.05, 0.02, -0.5, 0.5, -2.0, 2.0)
+             if not any(torch.equal(run(plain, a).sequences, end) for end in ends)]
+    assert mixed, "no alpha where the router's decisions change the output: the comparison would be vacuous"
+    expected = ["next_p_logits", "p_logits", "q_logits"] if head == "judge" else ["p_logits", "q_logits"]
+    for alpha in mixed[:2]:
+        seen.clear()
+        assert torch.equal(run(fast, alpha).sequences, run(plain, alpha).sequences)
+        assert seen and all(kw == expected for kw in seen)
