@@ -20,6 +20,11 @@ verifier's own (lossless) greedy rate: methods compared at matched operating poi
 eval` does for greedy decoding. With
 --gamma auto (needs --records), gamma is calibrated per batch size from the pair's costs measured
 here and the records' acceptance rate (router/calibrate.py), and HF's constant schedule uses it too.
+
+Resumable: every finished (batch, method) cell is journaled in `<out>.partial.jsonl`; rerun the same
+command after an interruption and only the missing cells run (same settings, machine kind and
+thread count; otherwise the old journal is set aside and the run starts over). Pause it with
+`kill -TSTP <pid>` and continue with `kill -CONT <pid>`: the pause is left out of every time.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +43,9 @@ import torch
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from router import clock  # noqa: E402
 from router.baselines import generate_autoregressive  # noqa: E402
+from router.files import Journal  # noqa: E402
 from router.layout import left_pad  # noqa: E402
 from router.prefix import SharedPrefix  # noqa: E402
 from router.prompts import StopStrings, default_stops  # noqa: E402
@@ -108,21 +114,29 @@ def batches_of(prompts: list[list[int]], size: int, pad: int) -> list[tuple[torc
     return [left_pad(prompts[i: i + size], pad) for i in range(0, len(prompts), size)]
 
 
-def run_interleaved(methods, batches) -> list[dict]:
+def run_interleaved(methods, batches, journal: Journal | None = None, batch_size: int = 0) -> list[dict]:
     """Run every method on each batch in turn (round robin), so that slow drifts of the machine
-    hit all methods alike; return per-method totals and the new tokens of every prompt."""
+    hit all methods alike; return per-method totals and the new tokens of every prompt. Each
+    finished (batch, method) cell goes to the journal; cells already there are not run again."""
     results = [{"method": name, "new_tokens": 0, "wall_seconds": 0.0, "verifier_calls": 0, "outputs": []}
                for name, _ in methods]
+    done = {(e["batch"], e["index"], e["method"]): e for e in (journal.entries if journal else []) if "method" in e}
     with tqdm(total=len(batches) * len(methods), desc="batch x method") as bar:
-        for ids, mask in batches:
+        for index, (ids, mask) in enumerate(batches):
             for (name, fn), r in zip(methods, results):
                 bar.set_postfix_str(name)
-                t0 = time.perf_counter()
-                rows, calls = fn(ids, mask)
-                r["wall_seconds"] += time.perf_counter() - t0
-                r["new_tokens"] += sum(len(new) for new in rows)
-                r["verifier_calls"] += calls
-                r["outputs"] += rows
+                cell = done.get((batch_size, index, name))
+                if cell is None:
+                    t0 = clock.now()  # pause-aware: kill -TSTP / -CONT leaves the pause out
+                    rows, calls = fn(ids, mask)
+                    cell = {"batch": batch_size, "index": index, "method": name, "seconds": clock.now() - t0,
+                            "rows": rows, "calls": calls}
+                    if journal:
+                        journal.append(cell)
+                r["wall_seconds"] += cell["seconds"]
+                r["new_tokens"] += sum(len(new) for new in cell["rows"])
+                r["verifier_calls"] += cell["calls"]
+                r["outputs"] += cell["rows"]
                 bar.update()
     for r in results:
         r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
@@ -161,11 +175,16 @@ def matched_methods(args) -> list[tuple]:
     return out
 
 
-def calibrated_gamma(drafter, verifier, args, batch: int):
-    """gamma for this batch size: the number given, or (auto) calibrated from measured costs and the
-    records' acceptance rate."""
+def calibrated_gamma(drafter, verifier, args, batch: int, journal: Journal):
+    """(gamma, its calibration as a dict or None) for this batch size: the number given, or (auto)
+    calibrated from measured costs and the records' acceptance rate, once: a resumed run reads the
+    journal's choice, so its remaining cells decode as the finished ones did."""
     if args.gamma != "auto":
         return args.gamma, None
+    for e in journal.entries:
+        if e.get("gamma_for_batch") == batch:
+            print(f"batch {batch}: gamma {e['gamma']} (calibrated before this run resumed)")
+            return e["gamma"], e["choice"]
     if not args.records:
         raise SystemExit("--gamma auto needs --records (their acceptance rate)")
     from eval.run import records_acceptance
@@ -173,7 +192,8 @@ def calibrated_gamma(drafter, verifier, args, batch: int):
 
     choice = calibrate_gamma(drafter, verifier, batch, records_acceptance(args.records, 0.0))
     print(f"batch {batch}: {choice.summary()}")
-    return choice.gamma, choice
+    journal.append({"gamma_for_batch": batch, "gamma": choice.gamma, "choice": choice.as_dict()})
+    return choice.gamma, choice.as_dict()
 
 
 def _ours(drafter, verifier, args, ends: dict, **kw):
@@ -262,6 +282,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    clock.pause_aware()
     real = embedded_installed() and not args.tiny
     if real:
         drafter, verifier, tokenizer = load_pair(dtype=args.dtype)
@@ -276,6 +297,7 @@ def main() -> None:
     ends = {"stop": StopStrings.build(tokenizer, args.stops) if args.stops else None,
             "prefix": SharedPrefix.common(prompts) if args.few_shot else None}
     args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}"
+    journal = open_journal(args, pair)
     pad = verifier.generation_config.pad_token_id or 0
     by_batch = {}
     with torch.inference_mode():
@@ -286,9 +308,10 @@ def main() -> None:
         _ours(drafter, verifier, args, {}, rule="lossless")(*left_pad([prompts[0][:8]], pad))  # warm-up
         args.gammas = {}
         for batch in args.batch:
-            args.block, choice = calibrated_gamma(drafter, verifier, args, batch)
-            args.gammas[batch] = choice.as_dict() if choice else args.gamma
-            results = run_interleaved(build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad))
+            args.block, choice = calibrated_gamma(drafter, verifier, args, batch, journal)
+            args.gammas[batch] = choice or args.gamma
+            results = run_interleaved(build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad),
+                                      journal, batch)
             base = results[0]
             for r in results:
                 r["batch"] = batch
@@ -299,6 +322,20 @@ def main() -> None:
                     r["accuracy"] = accuracy(r["outputs"], few_shot_examples(args.prompts), tokenizer, args.stops)
             by_batch[batch] = results
     _report(by_batch, pair, args)
+
+
+def open_journal(args, pair: str) -> Journal:
+    """The run's journal (`<out>.partial.jsonl`): finished cells of an interrupted run with the same
+    settings on the same machine kind and thread count are reused; anything else starts over."""
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "matched", "stops", "tokenizer")}
+    journal = Journal(f"{args.out}.partial.jsonl", {"settings": settings, "pair": pair, "cpu": cpu_kind(),
+                                                     "threads": torch.get_num_threads()})
+    cells = sum("method" in e for e in journal.entries)
+    if cells:
+        print(f"resuming: {cells} finished (batch, method) cells from {journal.path} are reused")
+    if journal.stale:
+        print(f"{journal.stale}: an earlier run with other settings or on another machine, set aside")
+    return journal
 
 
 def _report(by_batch: dict, pair, args) -> None:

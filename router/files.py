@@ -101,3 +101,49 @@ def output_lock(folder: str | Path, command: str):
     finally:
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+class Journal:
+    """An append-only JSON-lines file of finished work units, so a long job resumes where it stopped.
+
+    The first line holds the job's fingerprint (what makes earlier units valid: settings, machine);
+    each later line one finished unit, fsynced as it is written. A torn last line (a kill mid-write)
+    is ignored; a journal with another fingerprint is moved aside to `<name>.stale.jsonl` (never
+    mixed in) and the job starts over.
+    """
+
+    def __init__(self, path: str | Path, fingerprint: dict):
+        self.path = Path(path)
+        self.fingerprint = json.loads(json.dumps(fingerprint))  # as it reads back from JSON
+        self.entries: list[dict] = []
+        self.stale: Path | None = None
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        head = _json_or_none(lines[0]) if lines else None
+        if lines and (head or {}).get("fingerprint") == self.fingerprint:
+            self.entries = [e for e in map(_json_or_none, lines[1:]) if e is not None]
+            if len(self.entries) < len(lines) - 1:  # drop a torn line, or the next append would extend it
+                write_text(self.path, "".join(json.dumps(obj) + "\n" for obj in [head, *self.entries]))
+            return
+        if lines:
+            self.stale = self.path.with_suffix(".stale.jsonl")
+            os.replace(self.path, self.stale)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._append({"fingerprint": self.fingerprint})
+
+    def append(self, entry: dict) -> None:
+        """Record one finished unit (durable once this returns)."""
+        self._append(entry)
+        self.entries.append(json.loads(json.dumps(entry)))
+
+    def _append(self, obj: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(obj) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None

@@ -71,3 +71,30 @@ def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_p
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--methods", "opt"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert bad.returncode != 0 and "--methods needs --records" in bad.stderr
+
+
+def test_decode_benchmark_resumes_from_its_journal(tmp_path):
+    """An interrupted run (journal cut after a few cells, a torn last line) reruns only the missing
+    cells, with the same outputs; other settings set the old journal aside and start over."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "3", "--max-new-tokens", "5",
+           "--batch", "1", "2", "--opt-alphas", "0.3", "--token-alphas", "--skip-drafter-only", "--out", str(out)]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert first.returncode == 0, first.stderr[-2000:]
+    journal = out.parent / "bench.partial.jsonl"
+    lines = journal.read_text().splitlines()
+    cells = [json.loads(line) for line in lines[1:]]
+    assert len(cells) == 3 * 4 + 2 * 3  # batch 1: 3 x (verifier, hf, lossless, opt); batch 2: 2 x (no hf)
+    journal.write_text("\n".join(lines[:4]) + '\n{"batch": 1, "ind')  # 3 cells, then a torn line
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming: 3 finished (batch, method) cells" in again.stdout
+    before = {(c["batch"], c["index"], c["method"]): c for c in cells}
+    after = {(c["batch"], c["index"], c["method"]): c for c in map(json.loads, journal.read_text().splitlines()[1:])}
+    assert after.keys() == before.keys()
+    assert all(after[k]["rows"] == before[k]["rows"] for k in before)  # greedy: the same tokens
+    assert [after[k]["seconds"] for k in list(before)[:3]] == [before[k]["seconds"] for k in list(before)[:3]]
+    changed = subprocess.run(cmd[:-2] + ["--max-new-tokens", "4", "--out", str(out)], capture_output=True, text=True,
+                             timeout=600, cwd=ROOT)
+    assert changed.returncode == 0 and "set aside" in changed.stdout and "resuming" not in changed.stdout
+    assert (out.parent / "bench.partial.stale.jsonl").exists()
