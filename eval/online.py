@@ -174,10 +174,25 @@ FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "sto
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:
     """A finished point is reused only if everything it depends on is unchanged (keys an older point
-    file lacks count as their default, so a finished folder stays valid)."""
+    file lacks count as their default, so a finished folder stays valid). `routers` holds the weights
+    of the router the point decodes with (none for rules and baselines): a point file that lists more
+    routers (older files list every router of the run) is valid when its own one is unchanged."""
     if done is None:
         return False
-    return all(done.get(k, FINGERPRINT_DEFAULTS.get(k)) == v for k, v in now.items())
+    for k, v in now.items():
+        old = done.get(k, FINGERPRINT_DEFAULTS.get(k))
+        if k == "routers" and isinstance(old, dict) and all(old.get(name) == w for name, w in v.items()):
+            continue
+        if old != v:
+            return False
+    return True
+
+
+def point_fingerprint(fingerprint: dict, method: str) -> dict:
+    """The run's fingerprint narrowed to what one point depends on: of the routers, only its own
+    (adding or retraining another router leaves the point valid)."""
+    routers = fingerprint.get("routers", {})
+    return {**fingerprint, "routers": {method: routers[method]} if method in routers else {}}
 
 
 # where a point was timed: a point from another machine is redone, unless every point of the grid was
@@ -193,36 +208,37 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{point_name(method, alpha)}.json" for method, alpha in grid]
     done = [json.loads(path.read_text()) if path.exists() else None for path in paths]
-    complete = complete_elsewhere(done, fingerprint)
+    fps = [point_fingerprint(fingerprint, method) for method, _ in grid]
+    complete = complete_elsewhere(done, fps)
     if complete:
         print(f"[specroute] every online point was finished on {complete['machine']} in {complete['dtype']} "
               f"(this machine: {fingerprint['machine']} in {fingerprint['dtype']}): reusing the whole set")
         return done if ranks.main else None
-    todo = [(method, alpha, path) for (method, alpha), path, point in zip(grid, paths, done)
-            if point is None or not same_fingerprint(point.get("fingerprint"), fingerprint)]
+    todo = [(method, alpha, path, fp) for (method, alpha), path, point, fp in zip(grid, paths, done, fps)
+            if point is None or not same_fingerprint(point.get("fingerprint"), fp)]
     todo = gather(todo)[0]  # rank 0's list: another rank may already have written a point when rank 0 looks
     mine = ranks.mine(todo)
     bar = tqdm(total=len(mine) * len(prompts), desc="online", unit="prompt")
-    for method, alpha, path in mine:
+    for method, alpha, path, fp in mine:
         bar.set_description(f"online {point_name(method, alpha)}")
         point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends)
-        point["fingerprint"] = fingerprint
+        point["fingerprint"] = fp
         write_bytes(path, json.dumps(point, indent=1, default=float).encode())
     bar.close()
     barrier()  # every rank's points are on disk
     return [json.loads(path.read_text()) for path in paths] if ranks.main else None
 
 
-def complete_elsewhere(done: list[dict | None], fingerprint: dict) -> dict | None:
+def complete_elsewhere(done: list[dict | None], fingerprints: list[dict]) -> dict | None:
     """The machine and dtype every finished point was timed on, when all points are finished, agree
-    with the fingerprint but for those, and were timed on one other machine; else None."""
+    with their fingerprints but for those, and were timed on one other machine; else None."""
     if not done or any(p is None for p in done):
         return None
-    same = {k: v for k, v in fingerprint.items() if k not in MACHINE_KEYS}
-    if not all(same_fingerprint(p.get("fingerprint"), same) for p in done):
+    if not all(same_fingerprint(p.get("fingerprint"), {k: v for k, v in fp.items() if k not in MACHINE_KEYS})
+               for p, fp in zip(done, fingerprints)):
         return None
     timed = {tuple(p["fingerprint"].get(k, FINGERPRINT_DEFAULTS.get(k)) for k in MACHINE_KEYS) for p in done}
-    here = tuple(fingerprint[k] for k in MACHINE_KEYS)
+    here = tuple(fingerprints[0][k] for k in MACHINE_KEYS)
     if len(timed) != 1 or here in timed:
         return None
     return dict(zip(MACHINE_KEYS, timed.pop()))

@@ -144,14 +144,18 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     stamps = {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
     assert cli.main(_eval_args(root, rec, rtr)) == 0  # a rerun reuses every finished point
     assert stamps == {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
-    router = load_router(rtr)  # a retrained router: its points must be decoded again
+    router = load_router(rtr)  # a retrained router: its points must be decoded again, the others not
     with torch.no_grad():
         router.net.body[-1].bias.add_(1.0)
     save_router(router, rtr)
-    old = json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"]["router"]
+    old = {f.name: json.loads(f.read_text())["fingerprint"]["routers"] for f in (out / "online").glob("router@*.json")}
+    assert old and all(set(r) == {"router"} for r in old.values())  # a point lists its own router only
+    assert json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"] == {}
     assert cli.main(_eval_args(root, rec, rtr, "online_methods=[router]")) == 0
-    assert (out / "online" / "verifier@0.json").stat().st_mtime != stamps["verifier@0.json"]  # redone
-    assert json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"]["router"] != old
+    assert (out / "online" / "verifier@0.json").stat().st_mtime == stamps["verifier@0.json"]  # kept
+    new = {f.name: json.loads(f.read_text())["fingerprint"]["routers"] for f in (out / "online").glob("router@*.json")
+           if f.name not in stamps or f.stat().st_mtime != stamps[f.name]}
+    assert new and all(r["router"] != next(iter(old.values()))["router"] for r in new.values())  # redone
     # points timed on another machine are decoded again (latencies of two machines are not comparable)
     path = next((out / "online").glob("opt@*.json"))
     point = json.loads(path.read_text())

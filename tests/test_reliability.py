@@ -3,7 +3,7 @@ they depend on changes."""
 
 import pytest
 
-from eval.online import complete_elsewhere, same_fingerprint
+from eval.online import complete_elsewhere, point_fingerprint, same_fingerprint
 from router.files import OutputBusy, output_lock
 from specroute import cli
 
@@ -41,12 +41,26 @@ def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
     now = {"models": {"d": 1}, "gamma": 5, "machine": "AMD EPYC x2", "dtype": "float32"}
     there = {**now, "machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
     points = [{"fingerprint": there}, {"fingerprint": there}]
-    assert complete_elsewhere(points, now) == {"machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
-    assert complete_elsewhere([points[0], None], now) is None  # one point missing: redo the other machine's
-    assert complete_elsewhere([points[0], {"fingerprint": {**there, "machine": "third"}}], now) is None
-    assert complete_elsewhere([points[0], {"fingerprint": {**there, "gamma": 4}}], now) is None
-    assert complete_elsewhere([{"fingerprint": now}] * 2, now) is None  # same machine: the usual resume
-    assert complete_elsewhere([], now) is None
+    both = [now, now]
+    assert complete_elsewhere(points, both) == {"machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
+    assert complete_elsewhere([points[0], None], both) is None  # one point missing: redo the other machine's
+    assert complete_elsewhere([points[0], {"fingerprint": {**there, "machine": "third"}}], both) is None
+    assert complete_elsewhere([points[0], {"fingerprint": {**there, "gamma": 4}}], both) is None
+    assert complete_elsewhere([{"fingerprint": now}] * 2, both) is None  # same machine: the usual resume
+    assert complete_elsewhere([], []) is None
+
+
+def test_a_point_depends_on_its_own_router_only():
+    """Adding or retraining a router redoes that router's points only; point files written when the
+    fingerprint listed every router of the run stay valid while their own router is unchanged."""
+    run = {"models": {"d": 1}, "gamma": 5, "routers": {"mlp": "aa", "judge": "bb"}}
+    rule, mlp = point_fingerprint(run, "token_v2"), point_fingerprint(run, "mlp")
+    assert rule["routers"] == {} and mlp["routers"] == {"mlp": "aa"}
+    assert same_fingerprint(rule, point_fingerprint({**run, "routers": {"mlp": "zz", "new": "cc"}}, "token_v2"))
+    assert not same_fingerprint(mlp, point_fingerprint({**run, "routers": {"mlp": "zz"}}, "mlp"))
+    older = {**run, "routers": {"mlp": "aa", "judge": "old"}}  # every router, one of them since retrained
+    assert same_fingerprint(older, mlp) and same_fingerprint(older, rule)
+    assert not same_fingerprint(older, point_fingerprint(run, "judge"))
 
 @pytest.mark.parametrize("cls,overrides,message", [
     ("gen", ["max_prompt_tokens=-5"], "max_prompt_tokens must be >= 1"),
