@@ -141,8 +141,19 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
     for r in results:
         r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
         r["seconds_per_token"] = r["wall_seconds"] / r["new_tokens"]
+        r["seconds_per_prompt"] = r["wall_seconds"] / len(r["outputs"])
         r["verifier_calls_per_token"] = r["verifier_calls"] / r["new_tokens"]
+        r["batch_fill"] = batch_fill(r["outputs"], batch_size or 1)
     return results
+
+
+def batch_fill(outputs: list[list[int]], batch: int) -> float:
+    """Tokens written / (rows x longest row) over the batches: a batch decodes until its longest row
+    ends, so at fill f a method pays for about 1/f times the tokens it writes (seconds per token
+    then compare methods unevenly; seconds per prompt do not)."""
+    groups = [outputs[i: i + batch] for i in range(0, len(outputs), batch)]
+    slots = sum(len(g) * max((len(o) for o in g), default=0) for g in groups)
+    return sum(len(o) for o in outputs) / slots if slots else 1.0
 
 
 def _rows(out, width: int) -> list[list[int]]:
@@ -317,6 +328,7 @@ def main() -> None:
                 r["batch"] = batch
                 r["speedup_vs_verifier"] = r["tokens_per_second"] / base["tokens_per_second"]
                 r["time_per_token_vs_verifier"] = r["seconds_per_token"] / base["seconds_per_token"]
+                r["time_per_prompt_vs_verifier"] = r["seconds_per_prompt"] / base["seconds_per_prompt"]
                 r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
                 if args.few_shot and real:  # the 5-shot prompts carry short answers: task accuracy too
                     r["accuracy"] = accuracy(r["outputs"], few_shot_examples(args.prompts), tokenizer, args.stops)
@@ -342,7 +354,8 @@ def _report(by_batch: dict, pair, args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fields = ["batch", "method", "new_tokens", "wall_seconds", "tokens_per_second", "speedup_vs_verifier",
-              "time_per_token_vs_verifier", "verifier_calls_per_token", "identical_to_verifier", "accuracy"]
+              "time_per_token_vs_verifier", "time_per_prompt_vs_verifier", "batch_fill", "verifier_calls_per_token",
+              "identical_to_verifier", "accuracy"]
     rows = [r for results in by_batch.values() for r in results]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
@@ -357,12 +370,13 @@ def _report(by_batch: dict, pair, args) -> None:
         print(f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens at most, "
               f"greedy, gamma {args.gammas[batch]['gamma'] if isinstance(args.gammas[batch], dict) else args.gammas[batch]}"
               f", batch {batch}, {torch.get_num_threads()} threads")
-        print(f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'verif/tok':>11}{'same as verifier':>18}"
-              f"{'accuracy':>10}")
+        print(f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'time/prompt':>13}{'fill':>7}"
+              f"{'verif/tok':>11}{'same as verifier':>18}{'accuracy':>10}")
         for r in results:
             acc = f"{r['accuracy']:>10.3f}" if "accuracy" in r else f"{'n/a':>10}"
             print(f"{r['method']:<28}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
-                  f"{r['time_per_token_vs_verifier']:>11.2f}x{r['verifier_calls_per_token']:>11.3f}"
+                  f"{r['time_per_token_vs_verifier']:>11.2f}x{r['time_per_prompt_vs_verifier']:>12.2f}x"
+                  f"{r['batch_fill']:>7.2f}{r['verifier_calls_per_token']:>11.3f}"
                   f"{r['identical_to_verifier']:>14}/{args.prompts}{acc}")
     print(f"results: {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
 

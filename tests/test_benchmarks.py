@@ -25,6 +25,9 @@ def test_decode_benchmark_side_by_side_on_tiny_models(tmp_path):
         assert by[(batch, "lossless")]["identical_to_verifier"] == 2
         assert by[(batch, "lossless stop=0.5")]["identical_to_verifier"] == 2
     assert by[(1, "hf-assisted")]["identical_to_verifier"] == 2
+    for r in results:  # time per prompt next to time per token, and how full each method kept its batches
+        assert r["seconds_per_prompt"] == r["wall_seconds"] / 2 and 0 < r["batch_fill"] <= 1
+        assert r["batch_fill"] == 1 or r["batch"] == 2
     assert "batch 2" in done.stdout and (out.with_suffix(".csv")).stat().st_size > 0
 
 
@@ -98,3 +101,12 @@ def test_decode_benchmark_resumes_from_its_journal(tmp_path):
                              timeout=600, cwd=ROOT)
     assert changed.returncode == 0 and "set aside" in changed.stdout and "resuming" not in changed.stdout
     assert (out.parent / "bench.partial.stale.jsonl").exists()
+
+
+def test_batch_fill_counts_the_slots_a_batch_pays_for():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from decode import batch_fill
+
+    assert batch_fill([[1, 2, 3], [1]], 2) == 4 / 6  # the short row waits for the long one
+    assert batch_fill([[1, 2, 3], [1]], 1) == 1.0
+    assert batch_fill([[1, 2], [1, 2], [1]], 2) == 1.0  # a last, smaller batch pays only for its own rows
