@@ -184,3 +184,37 @@ def test_eval_reports_the_important_mismatches_each_method_catches(recorded, tmp
     oracle = catch["methods"]["oracle"]
     assert max(oracle["caught"]) == 1.0 and all(0 <= c <= 1 for m in catch["methods"].values() for c in m["caught"])
     assert "Important mismatches caught" in (out / "report.md").read_text()
+
+
+def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path):
+    """Labels recorded later for the same examples (a consequence-only folder) join an evaluation of
+    the gold records: records=[gold, consequence] keeps the gold folder's prompts and curves, adds
+    the catch table, and a router trained on the labels adds only its own online points."""
+    from specroute import cli
+
+    cfg, _ = recorded
+    split = [0.5, 0.2, 0.3]
+    gold = _gen_config(tmp_path, cfg.data_path, output=str(tmp_path / "gold"), modes=["gold"], split_fractions=split)
+    labels = _gen_config(tmp_path, cfg.data_path, output=str(tmp_path / "labels"), modes=["consequence"],
+                         split_fractions=split)
+    for c in (gold, labels):
+        run_gen(c, Recorder(c, *pair))
+    router = tmp_path / "cons-judge"
+    run_train(TrainConfig(records=[labels.output], mode="consequence", target="consequence", head="judge",
+                          hidden_inputs=["after"], max_epochs=2, batch_size=64, output=str(router)))
+    base = ["eval", "--config", "configs/eval/tiny.yaml", f"output={tmp_path / 'eval'}", "max_prompts=2",
+            "max_new_tokens=6", "metric=length3"]
+    assert cli.main([*base, f"records=[{gold.output}]", "routers=[]", "online_methods=[opt]"]) == 0
+    online = tmp_path / "eval" / "online"
+    stamps = {f.name: f.stat().st_mtime for f in online.iterdir()}
+    before = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert cli.main([*base, f"records=[{gold.output},{labels.output}]", f"routers=[{router}]",
+                     "online_methods=[opt,cons-judge]"]) == 0
+    after = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert after["offline"]["consequence"]["important"] > 0 and "cons-judge" in after["offline"]["consequence"]["methods"]
+    assert {f.name: f.stat().st_mtime for f in online.iterdir() if f.name in stamps} == stamps  # kept
+    assert any(f.name.startswith("cons-judge@") for f in online.iterdir())
+    points = [json.loads(f.read_text()) for f in online.iterdir()]
+    prompts = [[e["example_id"] for e in p["examples"]] for p in points]
+    assert len(points) > len(stamps) and all(p == prompts[0] for p in prompts)  # the gold folder's prompts, every point
+    assert after["offline"]["summary"]["methods"]["opt"] == before["offline"]["summary"]["methods"]["opt"]
