@@ -25,7 +25,9 @@ import numpy as np
 import torch
 
 from router.baselines import generate_autoregressive
+from router.decoding import generate
 from router.layout import left_pad
+from router.lookup import LookupDrafter
 from router.loop import eos_ids
 from router.prefix import SharedPrefix
 from router.prompts import StopStrings, cut_at_stop
@@ -50,18 +52,25 @@ class Searched:
         return len(self.labels)
 
 
+LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.lookup)
+
+
 class ConsequenceSearch:
-    """The search over a batch of prompts (token ids) with their metric fields (`meta`)."""
+    """The search over a batch of prompts (token ids) with their metric fields (`meta`). `lookup`:
+    drafts per verifier pass when branches are decoded with drafts looked up in the answer they
+    depart from (0: plain greedy decoding; the tokens are the same either way)."""
 
     def __init__(self, drafter, verifier, tokenizer, metric: Callable[[str, dict], dict], stops: list[str],
                  vocab: int, pad_id: int, max_new_tokens: int, max_mismatches: int, batch_size: int,
-                 prefix: SharedPrefix | None = None):
+                 prefix: SharedPrefix | None = None, lookup: int = 4):
         self.drafter, self.verifier, self.tok, self.metric = drafter, verifier, tokenizer, metric
         self.stops, self.vocab, self.pad_id, self.prefix = list(stops), vocab, pad_id, prefix
         self.stop = StopStrings.build(tokenizer, self.stops) if self.stops else None
         self.eos = eos_ids(verifier)
         self.max_new_tokens, self.max_mismatches, self.batch_size = max_new_tokens, max_mismatches, batch_size
+        self.lookup = lookup
         self.branch_tokens = 0  # verifier tokens decoded in branches (the search's main cost)
+        self.branch_verifier_passes = 0  # verifier forwards per branch those tokens took, summed over branches
 
     def run(self, prompts: list[list[int]], metas: list[dict]) -> list[Searched]:
         answers = self._continue(prompts, [self.max_new_tokens] * len(prompts))
@@ -73,7 +82,8 @@ class ConsequenceSearch:
                 return found
             starts = [found[i].tokens[:t] + [int(found[i].argmax[t])] for i, t in todo]
             tails = self._continue([prompts[i] + start for (i, _), start in zip(todo, starts)],
-                                   [self.max_new_tokens - len(start) for start in starts], ended=starts)
+                                   [self.max_new_tokens - len(start) for start in starts], ended=starts,
+                                   references=[found[i].tokens for i, _ in todo])
             changed = []
             for (i, t), start, tail in zip(todo, starts, tails):
                 s = found[i]
@@ -105,26 +115,35 @@ class ConsequenceSearch:
         scores = self.metric(text, meta)
         return int(scores["quality"] >= 1.0), str(scores.get("answer", ""))
 
-    def _continue(self, starts: list[list[int]], budgets: list[int], ended: list[list[int]] | None = None
-                  ) -> list[list[int]]:
+    def _continue(self, starts: list[list[int]], budgets: list[int], ended: list[list[int]] | None = None,
+                  references: list[list[int]] | None = None) -> list[list[int]]:
         """The verifier's greedy continuation of each start (prompt + answer so far), up to its budget,
         ending at EOS or a stop string, in batches. A start whose answer already ended (its last
-        token is EOS, or a stop string closes it, or no budget is left) gets no continuation."""
+        token is EOS, or a stop string closes it, or no budget is left) gets no continuation. With
+        `references` (the answer each branch departs from) and `lookup` gamma, the branches are
+        decoded speculatively with drafts looked up in their references (router.lookup): the same
+        tokens, fewer verifier passes where a branch rejoins its answer."""
         out: list[list[int]] = [[] for _ in starts]
         live = [i for i, b in enumerate(budgets) if b > 0 and not (ended and self._closed(ended[i]))]
         device = next(self.verifier.parameters()).device
         for lo in range(0, len(live), self.batch_size):
             rows = live[lo: lo + self.batch_size]
             ids, mask = left_pad([starts[i] for i in rows], self.pad_id)
-            gen = generate_autoregressive(self.verifier, ids.to(device), max_new_tokens=max(budgets[i] for i in rows),
-                                          attention_mask=mask.to(device), role="verifier", stop=self.stop,
-                                          prefix=self.prefix if self.prefix is not None and self.prefix.covers(
-                                              [starts[i] for i in rows]) else None)
+            common = dict(max_new_tokens=max(budgets[i] for i in rows), attention_mask=mask.to(device), stop=self.stop,
+                          prefix=self.prefix if self.prefix is not None and self.prefix.covers(
+                              [starts[i] for i in rows]) else None)
+            if references is not None and self.lookup:
+                drafts = LookupDrafter([references[i] for i in rows], [len(starts[i]) - len(ended[i]) for i in rows])
+                gen = generate(drafts, self.verifier, ids.to(device), rule="lossless", gamma=self.lookup,
+                               temperature=0.0, draft_stop=LOOKUP_STOP, **common)
+            else:
+                gen = generate_autoregressive(self.verifier, ids.to(device), role="verifier", **common)
             width = ids.shape[1]
             for b, i in enumerate(rows):
                 new = gen.sequences[b, width:][gen.sources[b] >= 0].tolist()[: budgets[i]]
                 out[i] = new
                 self.branch_tokens += len(new) if ended else 0
+            self.branch_verifier_passes += gen.stats["verifier_row_forwards"] if ended else 0
         return out
 
     def _closed(self, answer: list[int]) -> bool:

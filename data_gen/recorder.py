@@ -76,6 +76,8 @@ class GenConfig:
     consequence_max_new_tokens: int = 256  # answer budget (branches included)
     consequence_max_mismatches: int = 8    # branches per example; later mismatches stay untested
     consequence_batch_size: int = 4        # branches (and answers) decoded per batch
+    consequence_lookup: int = 4            # branches decoded with drafts looked up in their answer, this many
+                                           # per verifier pass (router.lookup; same tokens); 0: one token per pass
     metric: str | None = None              # consequence: the task metric judging answers (default: the task's)
     sandbox: str = "auto"                  # consequence on code tasks: where generated programs run
     stop: list | None = None               # consequence: stop strings (default: the prompt format's)
@@ -99,7 +101,7 @@ class GenConfig:
                       "rollout_max_new_tokens", "consequence_max_new_tokens", "consequence_max_mismatches",
                       "consequence_batch_size")
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
-        check_minimum(self, 0, "rollout_temperature")
+        check_minimum(self, 0, "rollout_temperature", "consequence_lookup")
         if self.task == "custom" and not self.data_path:
             raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
 
@@ -173,7 +175,7 @@ class Recorder:
             c = self.cfg
             self.search = ConsequenceSearch(self.drafter, self.verifier, self.tok, self.metric, self.stops, self.vocab,
                                             self.pad_id, c.consequence_max_new_tokens, c.consequence_max_mismatches,
-                                            c.consequence_batch_size, self.prefix)
+                                            c.consequence_batch_size, self.prefix, c.consequence_lookup)
 
     # ---- one example -> token ids -------------------------------------------------------------
     def prompt_ids(self, ex: Example) -> list[int]:
@@ -222,10 +224,11 @@ class Recorder:
 
     def consequence(self, batch: list[Example], prompts: list[list[int]]) -> list[Searched]:
         """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""
-        before = self.search.branch_tokens
+        before = self.search.branch_tokens, self.search.branch_verifier_passes
         found = self.search.run(prompts, [ex.meta for ex in batch])
-        self.counts["consequence_branch_tokens"] = self.counts.get("consequence_branch_tokens", 0) + \
-            self.search.branch_tokens - before
+        for key, now, was in (("tokens", self.search.branch_tokens, before[0]),
+                              ("verifier_passes", self.search.branch_verifier_passes, before[1])):
+            self.counts[f"consequence_branch_{key}"] = self.counts.get(f"consequence_branch_{key}", 0) + now - was
         for s in found:
             for key, kind in (("important", IMPORTANT), ("harmless", HARMLESS)):
                 self.counts[f"consequence_{key}"] = self.counts.get(f"consequence_{key}", 0) + \

@@ -18,8 +18,9 @@ import torch
 from router import clock
 from router.calibrate import MAX_GAMMA, AdaptiveGamma
 from router.layout import CachedModel, Layout, drop_trailing_holes
+from router.lookup import LookupCache, LookupDrafter
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Sampling, check_inputs, check_pair,
-                         eos_ids, finish, forward_stats, first_layout, pad_id)
+                         eos_ids, finish, forward_stats, first_layout, pad_id, vocab_size)
 from router.prefix import SharedPrefix
 from router.prompts import StopStrings
 from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
@@ -169,6 +170,9 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     gamma="auto" chooses the block size before every block from the pair's measured costs on this
     machine and the acceptance rate so far (`router.calibrate.AdaptiveGamma`; the costs are measured
     once per process, pair and batch size, about 30 s for the embedded pair on 2 CPU cores).
+    `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.lookup.LookupDrafter`
+    (drafts looked up in a reference answer per row, no network; with rule="lossless" and greedy
+    decoding the output is still exactly the verifier's).
     """
     sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
     attention_mask = check_inputs(input_ids, attention_mask)
@@ -179,7 +183,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     if bonus_from not in ("target", "verifier"):
         raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     policy = resolve_rule(rule)
-    vocab = check_pair(drafter, verifier)
+    vocab, d = _drafter_for(drafter, verifier, policy, gamma)
     adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], policy.bonus_needs_drafter and
                              bonus_from == "target") if gamma == "auto" else None
     most = MAX_GAMMA if adaptive else gamma  # the largest block
@@ -191,7 +195,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
                  accepted_hist=[0] * (most + 1), drafts_evaluated=0, rejections=0, deferrals=0,
                  expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0, draft_stop=draft_stop,
                  block_drafts=0)  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
-    d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
+    v = CachedModel(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     d.want_hidden = "drafter" in policy.hidden_inputs
     v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
@@ -227,6 +231,19 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
         stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}  # blocks per gamma
         stats["acceptance_estimate"] = adaptive.acceptance
     return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
+
+
+def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int, CachedModel | LookupCache]:
+    """(shared vocabulary, what the loop drives as the drafter): a model's CachedModel, or a
+    LookupDrafter's drafts looked up in reference answers (router.lookup; no network)."""
+    if not isinstance(drafter, LookupDrafter):
+        vocab = check_pair(drafter, verifier)
+        return vocab, CachedModel(drafter, vocab)
+    if gamma == "auto" or "drafter" in policy.hidden_inputs:
+        raise ValueError("a LookupDrafter has no network: give gamma as a number and a policy that does not read "
+                         "the drafter's hidden state")
+    vocab = vocab_size(verifier)
+    return vocab, drafter.attach(vocab)
 
 
 def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) -> None:

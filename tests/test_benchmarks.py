@@ -110,3 +110,16 @@ def test_batch_fill_counts_the_slots_a_batch_pays_for():
     assert batch_fill([[1, 2, 3], [1]], 2) == 4 / 6  # the short row waits for the long one
     assert batch_fill([[1, 2, 3], [1]], 1) == 1.0
     assert batch_fill([[1, 2], [1, 2], [1]], 2) == 1.0  # a last, smaller batch pays only for its own rows
+
+
+def test_consequence_benchmark_compares_lookup_side_by_side(tmp_path):
+    out = tmp_path / "cons.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "consequence.py"), "--tiny", "--examples", "3",
+                           "--lookup", "0", "3", "--mismatches", "2", "--budget", "12", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["meta"]["same_results"] is True and [r["lookup"] for r in data["results"]] == [0, 3]
+    plain, lookup = data["results"]
+    assert plain["branch_tokens"] == lookup["branch_tokens"] > 0 and plain["tested"] == lookup["tested"] > 0
+    assert plain["branch_tokens_per_pass"] <= 1.0 and "same answers, labels and branch verdicts" in done.stdout

@@ -73,9 +73,9 @@ def test_batched_search_equals_the_plain_search(pair):
     drafter, verifier, tok = pair
     shared = [7, 9, 11, 13] * 10
     prompts = [shared + [20 + i, 30 + 2 * i, 40 + 3 * i] for i in range(6)]
-    for prefix in (None, SharedPrefix.common(prompts)):
+    for prefix, lookup in ((None, 4), (SharedPrefix.common(prompts), 4), (None, 0), (SharedPrefix.common(prompts), 2)):
         search = ConsequenceSearch(drafter, verifier, tok, length_metric, [], 259, 0, BUDGET, MISMATCHES,
-                                   batch_size=4, prefix=prefix)
+                                   batch_size=4, prefix=prefix, lookup=lookup)
         found = search.run(prompts, [{}] * len(prompts))
         kinds = set()
         for prompt, s in zip(prompts, found):
@@ -86,6 +86,8 @@ def test_batched_search_equals_the_plain_search(pair):
                 assert (s.branches[t][1] == s.correct) == (kind == HARMLESS)
         assert kinds == {HARMLESS, IMPORTANT}  # the test exercises both outcomes
         assert search.branch_tokens > 0
+        # looked-up drafts: several branch tokens per verifier pass (plain decoding: one per pass, plus prefill)
+        assert (search.branch_verifier_passes < search.branch_tokens) == (lookup > 0)
 
 
 def _gen_config(tmp_path, data, **kw):
