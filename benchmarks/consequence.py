@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.consequence import ConsequenceSearch  # noqa: E402
@@ -67,8 +68,10 @@ def main() -> None:
     recorder.share_prefix(examples)
     ready = [(ex, pc) for ex, pc in ((ex, recorder.prepare(ex, "consequence")) for ex in examples) if pc is not None]
     prompts, metas = [pc[0] for _, pc in ready], [ex.meta for ex, _ in ready]
+    runs = []
     with torch.inference_mode():
-        runs = [search_once(recorder, prompts, metas, lookup, args) for lookup in args.lookup]
+        for lookup in tqdm(args.lookup, desc=f"searches of {len(prompts)} examples", unit="search"):
+            runs.append(search_once(recorder, prompts, metas, lookup, args))
     same = all(r["found"] == runs[0]["found"] for r in runs)
     meta = {"pair": "embedded" if real else "tiny", "task": args.task, "examples": len(prompts),
             "mismatches": args.mismatches, "budget": args.budget, "cpu": cpu_kind(),
