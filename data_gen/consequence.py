@@ -69,17 +69,20 @@ class ConsequenceSearch:
         self.eos = eos_ids(verifier)
         self.max_new_tokens, self.max_mismatches, self.batch_size = max_new_tokens, max_mismatches, batch_size
         self.lookup = lookup
+        self.report: Callable[[str], None] | None = None  # progress lines (the recorder's bar shows them)
         self.branch_tokens = 0  # verifier tokens decoded in branches (the search's main cost)
         self.branch_verifier_passes = 0  # verifier forwards per branch those tokens took, summed over branches
 
     def run(self, prompts: list[list[int]], metas: list[dict]) -> list[Searched]:
+        self._say(f"answering {len(prompts)}")
         answers = self._continue(prompts, [self.max_new_tokens] * len(prompts))
         found = [Searched(a, *self._judge(a, m)) for a, m in zip(answers, metas)]
         self._refresh_argmax(prompts, found, range(len(found)))
-        while True:
+        for round_ in range(1, self.max_mismatches + 2):
             todo = [(i, t) for i, s in enumerate(found) if (t := self._next_mismatch(s)) is not None]
             if not todo:
                 return found
+            self._say(f"round {round_}: {len(todo)} branches, {sum(s.tested for s in found)} mismatches tested")
             starts = [found[i].tokens[:t] + [int(found[i].argmax[t])] for i, t in todo]
             tails = self._continue([prompts[i] + start for (i, _), start in zip(todo, starts)],
                                    [self.max_new_tokens - len(start) for start in starts], ended=starts,
@@ -99,6 +102,11 @@ class ConsequenceSearch:
                 else:
                     s.labels[t] = IMPORTANT
             self._refresh_argmax(prompts, found, changed)
+        return found  # not reached: every round tests a mismatch of each example in it, at most max_mismatches
+
+    def _say(self, text: str) -> None:
+        if self.report is not None:
+            self.report(text)
 
     def _next_mismatch(self, s: Searched) -> int | None:
         """The first position from next_position on where the drafter's argmax is not the answer's

@@ -386,6 +386,8 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     recorder.share_prefix(examples)
     started, tokens_done = clock.now(), 0
     bar = tqdm(total=sum(len(s[2]) for s in mine), desc=f"gen {cfg.task}{_rank_label(ranks)}", unit="ex")
+    if recorder.search is not None:  # a consequence search takes minutes per batch: show its rounds
+        recorder.search.report = bar.set_postfix_str
     for name, split, shard_examples in mine:
         ids = [ex.example_id for ex in shard_examples]
         if intact_shard(out, name, ids) is not None:  # finished by an earlier run, and unchanged since

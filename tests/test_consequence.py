@@ -220,3 +220,14 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
     prompts = [[e["example_id"] for e in p["examples"]] for p in points]
     assert len(points) > len(stamps) and all(p == prompts[0] for p in prompts)  # the gold folder's prompts, every point
     assert after["offline"]["summary"]["methods"]["opt"] == before["offline"]["summary"]["methods"]["opt"]
+
+
+def test_the_search_reports_its_rounds(pair):
+    drafter, verifier, tok = pair
+    prompts = [[7, 9, 11, 13, 20 + i] for i in range(3)]
+    search = ConsequenceSearch(drafter, verifier, tok, length_metric, [], 259, 0, BUDGET, MISMATCHES, batch_size=4)
+    said = []
+    search.report = said.append
+    found = search.run(prompts, [{}] * 3)
+    assert said[0] == "answering 3" and said[1].startswith("round 1: ")
+    assert len(said) - 1 == max(s.tested for s in found) <= MISMATCHES  # one line per round that decoded branches
