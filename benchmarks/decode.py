@@ -19,7 +19,10 @@ greedy-view rejection rate on the records' validation split is closest to --reje
 verifier's own (lossless) greedy rate: methods compared at matched operating points, as `specroute
 eval` does for greedy decoding. With
 --gamma auto (needs --records), gamma is calibrated per batch size from the pair's costs measured
-here and the records' acceptance rate (router/calibrate.py), and HF's constant schedule uses it too.
+here and the records' acceptance rate (router/calibrate.py), and HF's constant schedule uses it too;
+where the calibration says speculation does not pay at a batch size, every cascade also runs as
+`generate(gamma="auto")` does there (rows "... gamma=auto": the verifier alone, the decision
+included in the time).
 
 Resumable: every finished (batch, method) cell is journaled in `<out>.partial.jsonl`; rerun the same
 command after an interruption and only the missing cells run (same settings, machine kind and
@@ -128,15 +131,17 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
                 cell = done.get((batch_size, index, name))
                 if cell is None:
                     t0 = clock.now()  # pause-aware: kill -TSTP / -CONT leaves the pause out
-                    rows, calls = fn(ids, mask)
+                    rows, calls, chosen = fn(ids, mask)
                     cell = {"batch": batch_size, "index": index, "method": name, "seconds": clock.now() - t0,
-                            "rows": rows, "calls": calls}
+                            "rows": rows, "calls": calls, "gamma_chosen": chosen}
                     if journal:
                         journal.append(cell)
                 r["wall_seconds"] += cell["seconds"]
                 r["new_tokens"] += sum(len(new) for new in cell["rows"])
                 r["verifier_calls"] += cell["calls"]
                 r["outputs"] += cell["rows"]
+                for g, n in cell.get("gamma_chosen", {}).items():
+                    r.setdefault("gamma_chosen", {})[g] = r.get("gamma_chosen", {}).get(g, 0) + n
                 bar.update()
     for r in results:
         r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
@@ -192,14 +197,16 @@ def calibrated_gamma(drafter, verifier, args, batch: int, journal: Journal):
     journal's choice, so its remaining cells decode as the finished ones did."""
     if args.gamma != "auto":
         return args.gamma, None
+    from router.calibrate import calibrate_gamma, remember_costs
+
     for e in journal.entries:
         if e.get("gamma_for_batch") == batch:
             print(f"batch {batch}: gamma {e['gamma']} (calibrated before this run resumed)")
+            remember_costs(drafter, verifier, batch, (e["choice"]["drafter_step"], e["choice"]["verify_seconds"]))
             return e["gamma"], e["choice"]
     if not args.records:
         raise SystemExit("--gamma auto needs --records (their acceptance rate)")
     from eval.run import records_acceptance
-    from router.calibrate import calibrate_gamma
 
     choice = calibrate_gamma(drafter, verifier, batch, records_acceptance(args.records, 0.0))
     print(f"batch {batch}: {choice.summary()}")
@@ -207,11 +214,14 @@ def calibrated_gamma(drafter, verifier, args, batch: int, journal: Journal):
     return choice.gamma, choice.as_dict()
 
 
-def _ours(drafter, verifier, args, ends: dict, **kw):
+def _ours(drafter, verifier, args, ends: dict, gamma=None, **kw):
+    """generate() at gamma (default: the run's gamma; "auto": re-chosen every block from the costs
+    calibrated for this batch size, the verifier alone where speculation does not pay)."""
     def fn(ids, mask):
-        out = generate(drafter, verifier, ids, gamma=args.block, temperature=0.0, attention_mask=mask,
+        out = generate(drafter, verifier, ids, gamma=gamma or args.block, temperature=0.0, attention_mask=mask,
                        max_new_tokens=args.max_new_tokens, **ends, **kw)
-        return _rows(out, ids.shape[1]), out.stats["verifier_row_forwards"]
+        chosen = {str(g): n for g, n in out.stats.get("gamma_chosen", {}).items()}  # blocks (or verifier steps: 0)
+        return _rows(out, ids.shape[1]), out.stats["verifier_row_forwards"], chosen
     return fn
 
 
@@ -219,7 +229,7 @@ def _alone(model, args, role, ends: dict):
     def fn(ids, mask):
         out = generate_autoregressive(model, ids, max_new_tokens=args.max_new_tokens, role=role, attention_mask=mask,
                                       **ends)
-        return _rows(out, ids.shape[1]), out.stats.get("verifier_row_forwards", 0)
+        return _rows(out, ids.shape[1]), out.stats.get("verifier_row_forwards", 0), {}
     return fn
 
 
@@ -237,7 +247,7 @@ def _hf(verifier, drafter, args, constant: bool = False):
         pad = verifier.generation_config.pad_token_id
         while new and new[-1] == pad and pad not in eos_ids(verifier):
             new.pop()
-        return [new], 0  # HF does not report its verifier calls (shown as 0)
+        return [new], 0, {}  # HF does not report its verifier calls (shown as 0)
     return fn
 
 
@@ -249,6 +259,8 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
         methods.append(("hf-assisted", _hf(verifier, drafter, args)))
         if args.hf_constant:
             methods.append(("hf-assisted constant", _hf(verifier, drafter, args, constant=True)))
+    choice = args.gammas.get(batch)
+    not_paying = isinstance(choice, dict) and not choice["pays"]  # --gamma auto, calibrated as not paying here
     cascades = [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
     cascades += args.matched
     for rule, a in cascades:
@@ -261,6 +273,8 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
         if args.draft_stop is not None:
             methods.append((f"{label} stop={args.draft_stop}",
                             _ours(drafter, verifier, args, ends, draft_stop=args.draft_stop, **kw)))
+        if not_paying:  # what generate(gamma="auto") does here: the verifier alone (where it pays: ~the calibrated gamma)
+            methods.append((f"{label} gamma=auto", _ours(drafter, verifier, args, ends, gamma="auto", **kw)))
     return methods
 
 
@@ -378,6 +392,9 @@ def _report(by_batch: dict, pair, args) -> None:
                   f"{r['time_per_token_vs_verifier']:>11.2f}x{r['time_per_prompt_vs_verifier']:>12.2f}x"
                   f"{r['batch_fill']:>7.2f}{r['verifier_calls_per_token']:>11.3f}"
                   f"{r['identical_to_verifier']:>14}/{args.prompts}{acc}")
+        for r in results:
+            if r["method"].endswith("gamma=auto"):
+                print(f"  {r['method']}: blocks per gamma {r.get('gamma_chosen', {})} (0: a step by the verifier alone)")
     print(f"results: {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
 
 

@@ -10,14 +10,13 @@ All take the same sampling arguments as `router.decoding.generate` and return it
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from router import clock
 from router.layout import CachedModel
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, PADDING, GenerateOutput, Rows, Sampling, check_inputs,
-                         check_pair, eos_ids, finish, forward_stats, pad_id, first_layout, vocab_size)
+                         check_pair, eos_ids, finish, forward_stats, pad_id, first_layout, one_model_step,
+                         vocab_size)
 from router.prefix import SharedPrefix
 from router.prompts import StopStrings
 from router.rules import chow_defer
@@ -49,14 +48,10 @@ def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: 
     active = list(range(batch))
     with torch.inference_mode():
         while active:
-            raw, scaled = sampling.probs(m.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
-            x = sample(scaled, gen)  # (B,)
-            x_prob = raw.gather(-1, x[:, None]).squeeze(-1).tolist()
-            for i, b in enumerate(active):  # the verifier alone knows its own log-probabilities
-                logp = [math.log(max(x_prob[i], 1e-30))] if role == "verifier" else None
-                if rows.emit(b, [int(x[i])], [source], logp):
-                    confidence[b].append(x_prob[i])
-            layout.append(x[:, None])
+            stepped = one_model_step(m, layout, sampling, gen, rows, active, source, logps=role == "verifier")
+            for b, (kept, prob) in zip(active, stepped):
+                if kept:
+                    confidence[b].append(prob)
             active = rows.drop_finished(active, layout, m)
     stats = dict(method=f"{role}_only", blocks=0, **forward_stats(m, role))
     out = finish(input_ids, rows, pad_id(model, eos), stats, started)

@@ -10,7 +10,9 @@ with the lowest expected latency, or says that speculation does not pay on this 
 the demo store the choice with their results (`gamma.json`).
 
 `generate(..., gamma="auto")` uses `AdaptiveGamma`: the same costs (measured once per process, pair
-and batch size) and the acceptance rate of the blocks decoded so far, re-choosing gamma each block.
+and batch size) and the acceptance rate of the blocks decoded so far, re-choosing gamma each block;
+where no gamma is expected to beat the verifier alone, it chooses 0: the loop then decodes with the
+verifier alone (no drafts, so the acceptance estimate stops moving and it stays so for the call).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def calibrate_gamma(drafter, verifier, batch: int, acceptance: float, max_gamma:
     if not 0 <= acceptance <= 1:
         raise ValueError(f"acceptance must be in [0, 1], got {acceptance}")
     started = clock.now()
-    drafter_step, verify = costs if costs is not None else measure_costs(drafter, verifier, batch, max_gamma)
+    drafter_step, verify = costs if costs is not None else _costs_once(drafter, verifier, batch, max_gamma)
     gamma, latency = choose_gamma(acceptance, drafter_step, verify, bonus_drafter)
     return GammaChoice(gamma, acceptance, drafter_step, list(verify), latency, batch, *machine_of(verifier),
                        clock.now() - started)
@@ -102,9 +104,15 @@ def _costs_once(drafter, verifier, batch: int, max_gamma: int) -> tuple[float, l
     key = (id(drafter), id(verifier), batch, max_gamma)
     hit = _COSTS.get(key)
     if hit is None or hit[0]() is not drafter or hit[1]() is not verifier:  # ids are reused after collection
-        hit = (weakref.ref(drafter), weakref.ref(verifier), measure_costs(drafter, verifier, batch, max_gamma))
-        _COSTS[key] = hit
-    return hit[2]
+        remember_costs(drafter, verifier, batch, measure_costs(drafter, verifier, batch, max_gamma), max_gamma)
+    return _COSTS[key][2]
+
+
+def remember_costs(drafter, verifier, batch: int, costs: tuple[float, list[float]], max_gamma: int = MAX_GAMMA) -> None:
+    """Use these measured costs (drafter step, verifier pass seconds) for this pair and batch size
+    from now on in this process, e.g. a resumed run's, so that gamma="auto" decides as it did."""
+    _COSTS[(id(drafter), id(verifier), batch, max_gamma)] = (weakref.ref(drafter), weakref.ref(verifier),
+                                                            (costs[0], list(costs[1])))
 
 
 class AdaptiveGamma:
@@ -123,7 +131,10 @@ class AdaptiveGamma:
         return self.accepted / self.drafts
 
     def next(self) -> int:
-        gamma, _ = choose_gamma(self.acceptance, self.drafter_step, self.verify, self.bonus_drafter)
+        """Drafts for the next block; 0 where speculation is not expected to pay (the verifier alone)."""
+        gamma, latency = choose_gamma(self.acceptance, self.drafter_step, self.verify, self.bonus_drafter)
+        if latency[gamma] >= 1.0:
+            gamma = 0
         self.chosen.append(gamma)
         return gamma
 

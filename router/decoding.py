@@ -20,7 +20,7 @@ from router.calibrate import MAX_GAMMA, AdaptiveGamma
 from router.layout import CachedModel, Layout, drop_trailing_holes
 from router.lookup import LookupCache, LookupDrafter
 from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Sampling, check_inputs, check_pair,
-                         eos_ids, finish, forward_stats, first_layout, pad_id, vocab_size)
+                         eos_ids, finish, forward_stats, first_layout, one_model_step, pad_id, vocab_size)
 from router.prefix import SharedPrefix
 from router.prompts import StopStrings
 from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
@@ -169,7 +169,9 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     confidence threshold and llama.cpp's draft p_min do); None drafts gamma tokens every block.
     gamma="auto" chooses the block size before every block from the pair's measured costs on this
     machine and the acceptance rate so far (`router.calibrate.AdaptiveGamma`; the costs are measured
-    once per process, pair and batch size, about 30 s for the embedded pair on 2 CPU cores).
+    once per process, pair and batch size, about 30 s for the embedded pair on 2 CPU cores); where
+    no block size is expected to beat the verifier alone, it decodes with the verifier alone
+    (stats `verifier_steps`), whatever the rule: the verifier's quality at the verifier's speed.
     `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.lookup.LookupDrafter`
     (drafts looked up in a reference answer per row, no network; with rule="lossless" and greedy
     decoding the output is still exactly the verifier's).
@@ -194,7 +196,8 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
                  accepted_hist=[0] * (most + 1), drafts_evaluated=0, rejections=0, deferrals=0,
                  expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0, draft_stop=draft_stop,
-                 block_drafts=0)  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
+                 block_drafts=0,  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
+                 verifier_steps=0)  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
     v = CachedModel(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     d.want_hidden = "drafter" in policy.hidden_inputs
@@ -205,6 +208,11 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
             start = layout.length
             g = adaptive.next() if adaptive else gamma
+            if g == 0:  # gamma auto: speculation does not pay here; the drafter's cache catches up if it resumes
+                one_model_step(v, layout, sampling, gen, rows, active, FROM_VERIFIER, logps=True)
+                stats["verifier_steps"] += 1
+                active = rows.drop_finished(active, layout, d, v)
+                continue
             block = draft(d, layout, max(1, min(g, remaining - 1)), sampling, gen, draft_stop,  # not past the limit
                           keep_logits=getattr(policy, "reads_logits", False))
             verify(v, layout, block, sampling)

@@ -7,6 +7,7 @@ until EOS or the length limit, drop finished rows from the batch and report the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -15,7 +16,7 @@ from router import clock
 from router.layout import CachedModel, Layout, keep_rows
 from router.prefix import SharedPrefix, start_layout
 from router.prompts import StopStrings
-from router.sampling import process_logits
+from router.sampling import process_logits, sample
 
 FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
 
@@ -115,6 +116,23 @@ class Rows:
         if len(still) < len(active) and still:
             keep_rows(torch.tensor(still, device=layout.tokens.device), layout, *models)
         return [active[i] for i in still]
+
+
+def one_model_step(m: CachedModel, layout: Layout, sampling: Sampling, gen, rows: Rows, active: list[int],
+                   source: int, logps: bool) -> list[tuple[bool, float]]:
+    """One token per active row from one model's next-token distribution (a forward over the columns
+    its cache has not seen), emitted and appended to the layout. `logps`: the model is the verifier,
+    so the tokens' log-probabilities are the verifier's own. Returns (kept, raw probability of the
+    token) per active row."""
+    raw, scaled = sampling.probs(m.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
+    x = sample(scaled, gen)  # (B,)
+    x_prob = raw.gather(-1, x[:, None]).squeeze(-1).tolist()
+    out = []
+    for i, b in enumerate(active):
+        logp = [math.log(max(x_prob[i], 1e-30))] if logps else None
+        out.append((bool(rows.emit(b, [int(x[i])], [source], logp)), x_prob[i]))
+    layout.append(x[:, None])
+    return out
 
 
 def first_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad: int,

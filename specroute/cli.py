@@ -204,6 +204,9 @@ def cmd_generate(args) -> int:
             ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
             ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {args.gamma}"
              + (f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else "")),
+            *([("verifier alone", f"{stats['verifier_steps']} steps: gamma auto found that speculation does not pay "
+                                  f"here (acceptance estimate {stats['acceptance_estimate']:.3f})")]
+              if stats.get("verifier_steps") else []),
             ("rejection rate", f"{stats['rejection_rate']:.3f}"),
             ("deferral rate", f"{stats['deferral_rate']:.3f}"),
             ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),

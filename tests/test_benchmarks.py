@@ -69,11 +69,53 @@ def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_p
         chosen = data["meta"]["gamma"][batch]
         assert chosen["batch"] == int(batch) and 1 <= chosen["gamma"] <= 8 and 0 <= chosen["acceptance"] <= 1
     methods = {r["method"] for r in data["results"]}
-    assert any(m.startswith("token_v2 a=") for m in methods) and sum(m.startswith("opt a=") for m in methods) == 2
+    fixed = {m for m in methods if not m.endswith("gamma=auto")}
+    assert any(m.startswith("token_v2 a=") for m in fixed) and sum(m.startswith("opt a=") for m in fixed) == 2
+    for r in data["results"]:  # batches calibrated as not paying: gamma auto rows decode with the verifier alone
+        if r["method"].endswith("gamma=auto"):
+            assert not data["meta"]["gamma"][str(r["batch"])]["pays"]
+            assert r["identical_to_verifier"] == 2 and set(r["gamma_chosen"]) == {"0"}
     assert {r["identical_to_verifier"] for r in data["results"] if r["method"] == "lossless"} == {2}
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--methods", "opt"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert bad.returncode != 0 and "--methods needs --records" in bad.stderr
+
+
+def _decode_benchmark_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_decode", ROOT / "benchmarks" / "decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeypatch):
+    """--gamma auto at a batch size calibrated as not paying: each cascade also runs as
+    generate(gamma="auto") does there, the verifier alone (blocks per gamma: all 0), with the
+    verifier's own output; at a batch size where it pays, no such rows."""
+    import argparse
+
+    from router import calibrate
+    from router.layout import left_pad
+    from router.tiny import tiny_pair
+
+    bench = _decode_benchmark_module()
+    drafter, verifier, _ = tiny_pair()
+    args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
+                              matched=[], bonus_verifier=False, draft_stop=None, gamma="auto", block=3,
+                              max_new_tokens=6, gammas={1: {"gamma": 3, "pays": False}, 2: {"gamma": 3, "pays": True}})
+    names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 1)]
+    assert names == ["verifier-only", "hf-assisted", "lossless", "lossless gamma=auto", "opt a=0.3",
+                     "opt a=0.3 gamma=auto"]
+    assert not any("gamma=auto" in name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2))
+    monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (1.0, [1.0 + n for n in range(m + 1)]))
+    calibrate._COSTS.clear()
+    methods = dict(bench.build_methods(drafter, verifier, args, {}, 1))
+    ids, mask = left_pad([[5, 6, 7, 8]], 0)
+    alone, _, _ = methods["verifier-only"](ids, mask)
+    rows, calls, chosen = methods["opt a=0.3 gamma=auto"](ids, mask)
+    assert rows == alone and chosen == {"0": 6} and calls == 6
 
 
 def test_decode_benchmark_resumes_from_its_journal(tmp_path):

@@ -345,6 +345,44 @@ def test_auto_gamma_adapts_the_block_size_and_stays_exact(near_pair, monkeypatch
         generate(drafter, verifier, ids, gamma="fast", attention_mask=mask)
 
 
+def test_auto_gamma_decodes_with_the_verifier_alone_where_speculation_does_not_pay(near_pair, monkeypatch):
+    """gamma="auto" on a machine where no block size beats the verifier (a drafter step as slow as
+    a verifier pass): every token from the verifier alone, the drafter never runs, and the output
+    is exactly the verifier's own, sampled ones included (same seed, same draws)."""
+    from router import calibrate
+
+    drafter, verifier = near_pair
+    monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (1.0, [1 + 0.5 * n for n in range(m + 1)]))
+    calibrate._COSTS.clear()
+    ids, mask = left_padded(PROMPTS)
+    for temperature in (0.0, 1.0):
+        common = dict(temperature=temperature, max_new_tokens=NEW, attention_mask=mask, seed=3)
+        out = generate(drafter, verifier, ids, rule="opt", alpha=0.9, gamma="auto", **common)
+        alone = generate_autoregressive(verifier, ids, **common)
+        assert torch.equal(out.sequences, alone.sequences) and torch.equal(out.sources, alone.sources)
+        assert out.verifier_logprobs == alone.verifier_logprobs
+        assert out.stats["drafter_forwards"] == 0 and out.stats["blocks"] == 0
+        assert out.stats["verifier_steps"] == alone.stats["verifier_forwards"] and out.stats["gamma_chosen"] == {
+            0: out.stats["verifier_steps"]}
+
+
+def test_verifier_steps_between_blocks_keep_the_loop_exact(near_pair, monkeypatch):
+    """Blocks after verifier-alone steps: the drafter's cache catches up on the tokens it missed in
+    its next forward, and greedy lossless output stays the verifier's."""
+    from router import calibrate
+
+    drafter, verifier = near_pair
+    monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (0.05, [1.0] * (m + 1)))
+    calibrate._COSTS.clear()
+    schedule = iter([0, 0, 3, 0, 2] * NEW)
+    monkeypatch.setattr(calibrate.AdaptiveGamma, "next", lambda self: next(schedule))
+    ids, mask = left_padded(PROMPTS)
+    out = generate(drafter, verifier, ids, rule="lossless", gamma="auto", max_new_tokens=NEW, attention_mask=mask)
+    for b, prompt in enumerate(PROMPTS):
+        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+    assert out.stats["verifier_steps"] > 0 and out.stats["blocks"] > 0 and out.stats["drafter_forwards"] > 0
+
+
 def test_calibrated_gamma_follows_the_costs(near_pair):
     from router.calibrate import GammaChoice, calibrate_gamma
 
