@@ -28,7 +28,7 @@ from router.loop import PADDING
 from router.layout import left_pad
 from router.prefix import SharedPrefix
 from router.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
-from router.files import write_bytes
+from router.files import Journal, write_bytes
 from router.rules import rule_names
 
 BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
@@ -124,46 +124,71 @@ TIME_PARTS = ("drafter_seconds", "verifier_seconds", "bonus_drafter_seconds", "r
 
 
 def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metric, rules: dict, bar,
-              ends: Ends) -> dict:
+              ends: Ends, journal: Journal | None = None) -> dict:
     """Decode and score every prompt at one (method, alpha), `cfg.batch_size` prompts per batch
     (left-padded); keep each prompt's output and outcome (paired comparisons need them) and
-    aggregate the measurements."""
-    tokenizer = pair[2]
-    per_example, totals = [], {"tokens": 0, "seconds": 0.0, "verifier_row_forwards": 0, "drafts_evaluated": 0,
-                               "rejections": 0, **{k: 0.0 for k in TIME_PARTS}}
-    batches = []  # per decoding call: its seconds and its longest row (see eval/paired.py: batch latency)
+    aggregate the measurements. With a `journal`, each finished batch is journaled and a rerun after
+    an interruption decodes only the batches it lacks (their times as measured then)."""
+    finished = {e["start"]: e for e in (journal.entries if journal else []) if "start" in e}
+    per_example, batches, totals = [], [], dict.fromkeys(BATCH_TOTALS, 0)
     for start in range(0, len(prompts), cfg.batch_size):
         batch = prompts[start: start + cfg.batch_size]
-        ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
-        out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules, ends)
-        st = out.stats
-        for b, prompt in enumerate(batch):
-            n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
-            new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
-            text = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), ends.strings)
-            row = {"example_id": prompt.example_id, "text": text, "tokens": n_new, "new_ids": new,
-                   **metric(text, prompt.meta)}
-            if out.verifier_logprobs is not None:  # computed by the loop itself (verifier-only, speculative)
-                row.update(verifier_logprob=float(sum(out.verifier_logprobs[b])), verifier_logprob_tokens=n_new)
-            per_example.append(row)
-        batches.append({"seconds": st["wall_seconds"], "longest": max(e["tokens"] for e in per_example[-len(batch):])})
-        totals["tokens"] += st["new_tokens"]
-        totals["seconds"] += st["wall_seconds"]
-        for k in ("verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS):
-            totals[k] += st.get(k, 0)
+        done = finished.get(start)
+        if done is None or done["ids"] != [p.example_id for p in batch]:
+            done = _decode_and_score(pair, method, alpha, start, batch, cfg, metric, rules, ends)
+            if journal:
+                journal.append(done)
+        per_example += done["rows"]
+        batches.append(done["batch"])
+        for k in BATCH_TOTALS:
+            totals[k] += done["totals"].get(k, 0)
         bar.update(len(batch))
-    n_tok = max(totals["tokens"], 1)
+    return _point(method, alpha, prompts, cfg, per_example, batches, totals)
+
+
+# measurements a point sums over its batches; TIME_PARTS split its wall time (eval/paired.py)
+BATCH_TOTALS = ("new_tokens", "wall_seconds", "verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS)
+
+
+def _decode_and_score(pair, method: str, alpha: float, start: int, batch: list[Prompt], cfg, metric, rules: dict,
+                      ends: Ends) -> dict:
+    """One decoding call: each prompt's output and outcome, the call's time and its measurements, as
+    plain JSON values (a journal entry)."""
+    tokenizer = pair[2]
+    ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
+    out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules, ends)
+    rows = []
+    for b, prompt in enumerate(batch):
+        n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
+        new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
+        text = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), ends.strings)
+        row = {"example_id": prompt.example_id, "text": text, "tokens": n_new, "new_ids": new,
+               **metric(text, prompt.meta)}
+        if out.verifier_logprobs is not None:  # computed by the loop itself (verifier-only, speculative)
+            row.update(verifier_logprob=float(sum(out.verifier_logprobs[b])), verifier_logprob_tokens=n_new)
+        rows.append(row)
+    entry = {"start": start, "ids": [p.example_id for p in batch], "rows": rows,
+             "batch": {"seconds": out.stats["wall_seconds"], "longest": max(r["tokens"] for r in rows)},
+             "totals": {k: out.stats.get(k, 0) for k in BATCH_TOTALS}}
+    return json.loads(json.dumps(entry, default=float))  # as a journal reads it back
+
+
+def _point(method: str, alpha: float, prompts: list[Prompt], cfg, per_example: list[dict], batches: list[dict],
+           totals: dict) -> dict:
+    """A point's record: mean scores, summed measurements and every prompt's outcome."""
+    n_tok = max(totals["new_tokens"], 1)
+    seconds = totals["wall_seconds"]
     score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "new_ids", "answer")]
     model_seconds = totals["drafter_seconds"] + totals["verifier_seconds"]
     return {"method": method, "alpha": alpha, "prompts": len(prompts), "batch_size": cfg.batch_size,
             **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
-            "tokens": totals["tokens"], "seconds": totals["seconds"], "model_seconds": model_seconds,
+            "tokens": totals["new_tokens"], "seconds": seconds, "model_seconds": model_seconds,
             "time_parts": {k: totals[k] for k in TIME_PARTS}, "batches": batches,
-            "seconds_per_token": totals["seconds"] / n_tok,
+            "seconds_per_token": seconds / n_tok,
             "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
             "rejection_rate": totals["rejections"] / totals["drafts_evaluated"] if totals["drafts_evaluated"] else
             float("nan"),
-            "outside_model_fraction": max(0.0, 1 - model_seconds / totals["seconds"]) if totals["seconds"] else 0.0,
+            "outside_model_fraction": max(0.0, 1 - model_seconds / seconds) if seconds else 0.0,
             "examples": per_example}
 
 
@@ -221,9 +246,15 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
     bar = tqdm(total=len(mine) * len(prompts), desc="online", unit="prompt")
     for method, alpha, path, fp in mine:
         bar.set_description(f"online {point_name(method, alpha)}")
-        point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends)
+        journal = Journal(path.with_suffix(".partial.jsonl"), fp)  # a cut run resumes within the point
+        if len(journal.entries):
+            print(f"[specroute] {point_name(method, alpha)}: resuming after {len(journal.entries)} finished batches")
+        point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends, journal)
         point["fingerprint"] = fp
         write_bytes(path, json.dumps(point, indent=1, default=float).encode())
+        for partial in (journal.path, journal.stale):  # the point file holds it all now
+            if partial is not None:
+                partial.unlink(missing_ok=True)
     bar.close()
     barrier()  # every rank's points are on disk
     return [json.loads(path.read_text()) for path in paths] if ranks.main else None

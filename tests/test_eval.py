@@ -174,6 +174,46 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     assert [e["text"] for e in batched] == [e["text"] for e in single]
 
 
+def test_an_online_point_cut_short_resumes_from_its_finished_batches(tiny_pipeline, monkeypatch):
+    """A run killed inside a point keeps the batches it finished (journaled): the rerun decodes only
+    the others, and the point equals an uninterrupted one (outputs, scores, tokens)."""
+    from eval import online
+
+    root, rec, rtr = tiny_pipeline
+    args = ["eval", "--config", "configs/eval/tiny.yaml", f"records=[{rec}]", "routers=[]", "offline=false",
+            "max_prompts=3", "max_new_tokens=6", "batch_size=1", "online_methods=[opt]",
+            "online_rejection_targets=[0.5]"]
+    assert cli.main([*args, f"output={root / 'eval-whole'}"]) == 0
+    real, calls, killed = online._decode_batch, [], []
+
+    class Killed(RuntimeError):
+        pass
+
+    def dies_on_the_second_opt_batch(pair, method, *rest):
+        calls.append(method)
+        if method == "opt" and calls.count("opt") == 2 and not killed:
+            killed.append(True)
+            raise Killed  # the run is killed here
+        return real(pair, method, *rest)
+
+    monkeypatch.setattr(online, "_decode_batch", dies_on_the_second_opt_batch)
+    with pytest.raises(Killed):
+        cli.main([*args, f"output={root / 'eval-cut'}"])
+    folder = root / "eval-cut" / "online"
+    partial = next(folder.glob("opt@*.partial.jsonl"))
+    assert len(partial.read_text().splitlines()) == 2  # the fingerprint and one finished batch
+    calls.clear()
+    assert cli.main([*args, f"output={root / 'eval-cut'}"]) == 0
+    assert calls == ["opt", "opt"]  # batches 2 and 3 only (the finished points were kept)
+    assert not list(folder.glob("*.partial*"))
+    whole = json.loads(next((root / "eval-whole" / "online").glob("opt@*.json")).read_text())
+    cut = json.loads(next(folder.glob("opt@*.json")).read_text())
+    keep = ("example_id", "text", "tokens", "new_ids", "quality")
+    assert [{k: e[k] for k in keep} for e in cut["examples"]] == [{k: e[k] for k in keep} for e in whole["examples"]]
+    assert cut["tokens"] == whole["tokens"] and cut["rejection_rate"] == whole["rejection_rate"]
+    assert len(cut["batches"]) == 3 and cut["seconds"] == pytest.approx(sum(b["seconds"] for b in cut["batches"]))
+
+
 def _check_paired(metrics):
     """The paired rows: the verifier against itself is exact; every row has its measures."""
     paired = {r["point"]: r for r in metrics["online"]["paired"]}
