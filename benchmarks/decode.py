@@ -140,8 +140,9 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
                 r["new_tokens"] += sum(len(new) for new in cell["rows"])
                 r["verifier_calls"] += cell["calls"]
                 r["outputs"] += cell["rows"]
-                for g, n in cell.get("gamma_chosen", {}).items():
-                    r.setdefault("gamma_chosen", {})[g] = r.get("gamma_chosen", {}).get(g, 0) + n
+                for g, n in cell.get("gamma_chosen", {}).items():  # only rows that chose gamma get the key
+                    counts = r.setdefault("gamma_chosen", {})
+                    counts[g] = counts.get(g, 0) + n
                 bar.update()
     for r in results:
         r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
