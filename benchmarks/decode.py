@@ -53,6 +53,7 @@ from router.layout import left_pad  # noqa: E402
 from router.prefix import SharedPrefix  # noqa: E402
 from router.prompts import StopStrings, default_stops  # noqa: E402
 from router.decoding import generate  # noqa: E402
+from router.rules import resolve_rule  # noqa: E402
 from router.loop import eos_ids  # noqa: E402
 from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed, load_pair  # noqa: E402
@@ -269,7 +270,7 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
         label = name if a is None else f"{name} a={a:g}"
         kw = {"rule": rule, **({} if a is None else {"alpha": a})}
         methods.append((label, _ours(drafter, verifier, args, ends, **kw)))
-        if args.bonus_verifier and a is not None:
+        if args.bonus_verifier and a is not None and resolve_rule(rule).bonus_needs_drafter:
             methods.append((f"{label} bonus=p", _ours(drafter, verifier, args, ends, bonus_from="verifier", **kw)))
         if args.draft_stop is not None:
             methods.append((f"{label} stop={args.draft_stop}",
@@ -300,7 +301,8 @@ def main() -> None:
     parser.add_argument("--opt-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="any real number")
     parser.add_argument("--token-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
     parser.add_argument("--bonus-verifier", action="store_true",
-                        help="also run each cascade with bonus_from='verifier' (no extra drafter forward)")
+                        help="also run each cascade whose bonus position needs the drafter with bonus_from='verifier' "
+                             "(no extra drafter forward there)")
     parser.add_argument("--skip-drafter-only", action="store_true", help="leave out drafter-only (saves time)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
