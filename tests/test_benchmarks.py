@@ -164,3 +164,22 @@ def test_consequence_benchmark_compares_lookup_side_by_side(tmp_path):
     plain, lookup = data["results"]
     assert plain["branch_tokens"] == lookup["branch_tokens"] > 0 and plain["tested"] == lookup["tested"] > 0
     assert plain["branch_tokens_per_pass"] <= 1.0 and "same answers, labels and branch verdicts" in done.stdout
+
+
+def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_the_drafter():
+    """--bonus-verifier adds a `bonus=p` row for a cascade whose exact bonus position needs one more
+    drafter forward (opt), and none for a policy that skips it anyway (a judge router, lossless):
+    such a row would decode exactly as its plain row."""
+    import argparse
+
+    from router.model import LearnedRouter, RouterConfig, RouterNet
+    from router.tiny import tiny_pair
+
+    bench = _decode_benchmark_module()
+    drafter, verifier, _ = tiny_pair()
+    judge = LearnedRouter(RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge")
+    args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
+                              matched=[(judge, 0.2)], bonus_verifier=True, draft_stop=None, gamma=3, block=3,
+                              max_new_tokens=6, gammas={})
+    names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2)]
+    assert names == ["verifier-only", "lossless", "opt a=0.3", "opt a=0.3 bonus=p", "judge a=0.2"]
