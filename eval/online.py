@@ -111,7 +111,7 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
     if method == "sequence_cascade":
         return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
     return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, gamma=cfg.gamma,
-                    draft_stop=cfg.draft_stop, **common)
+                    draft_stop=cfg.draft_stop, bonus_from=cfg.bonus_from, **common)
 
 
 def _pad_id(tokenizer) -> int:
@@ -194,7 +194,7 @@ def _point(method: str, alpha: float, prompts: list[Prompt], cfg, per_example: l
 
 # fingerprint keys added after points were first written, with the value those points were made with
 FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": [], "machine": None,
-                        "draft_stop": None, "verifier_device_map": None}
+                        "draft_stop": None, "verifier_device_map": None, "bonus_from": "target"}
 
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:

@@ -31,6 +31,7 @@ from router.calibrate import GammaChoice, calibrate_gamma, machine_of
 from router.config import ConfigError, check_minimum, config_to_dict
 from router.distributed import Ranks, barrier, ranks as this_rank, start
 from router.hardware import DTYPE_CHOICES, machine_kind, resolve_dtype
+from router.rules import BONUS_FROM
 from router.prompts import context_length, default_stops, prompt_limit
 from router.records import RecordsError, read_examples, read_heldout, read_manifest
 from router.console import summary_table, wandb_offline
@@ -63,6 +64,8 @@ class EvalConfig:
                                          #   machine and the records' acceptance rate (gamma.json; router/calibrate.py)
     draft_stop: float | None = None      # end a block where the drafter's probability of its draft is below this
                                          #   in every row (speculative methods; router.decoding.generate)
+    bonus_from: str = "target"           # a whole accepted block's bonus token: from pi (target: exact, one more
+                                         #   drafter forward for rules that need q there) or from p (verifier)
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
@@ -85,6 +88,8 @@ class EvalConfig:
         check_minimum(self, 1, "max_prompts", "max_new_tokens", "batch_size", "bootstrap")
         if self.draft_stop is not None and not 0 < self.draft_stop < 1:
             raise ConfigError(f"draft_stop must be in (0, 1) (a drafter probability) or null, got {self.draft_stop}")
+        if self.bonus_from not in BONUS_FROM:
+            raise ConfigError(f"bonus_from must be one of {', '.join(BONUS_FROM)}, got {self.bonus_from!r}")
         if self.gamma != "auto" and (isinstance(self.gamma, str) or self.gamma < 1):
             raise ConfigError(f"gamma must be an integer >= 1 or auto, got {self.gamma!r}")
         check_minimum(self, 0, "temperature")
@@ -168,7 +173,7 @@ def _fingerprint(cfg: EvalConfig, manifest: dict, prompts, routers: dict, stops:
             "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
             "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
             "stop": stops,
-            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "draft_stop", "verifier_device_map", "temperature",
+            **{k: getattr(cfg, k) for k in ("max_new_tokens", "gamma", "draft_stop", "bonus_from", "verifier_device_map", "temperature",
                                       "top_p", "seed", "metric",
                                       "batch_size", "drafter", "verifier", "device")}}
 

@@ -23,7 +23,7 @@ from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Samp
                          eos_ids, finish, forward_stats, first_layout, one_model_step, pad_id, vocab_size)
 from router.prefix import SharedPrefix
 from router.prompts import StopStrings
-from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
+from router.rules import BONUS_FROM, DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
 from router.sampling import accept_drafts, next_after, sample
 
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
@@ -182,7 +182,7 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
         raise ValueError(f"gamma must be an integer >= 1 or 'auto', got {gamma!r}")
     if draft_stop is not None and not 0 < draft_stop < 1:
         raise ValueError(f"draft_stop must be in (0, 1) (a drafter probability), got {draft_stop}")
-    if bonus_from not in ("target", "verifier"):
+    if bonus_from not in BONUS_FROM:
         raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     policy = resolve_rule(rule)
     vocab, d = _drafter_for(drafter, verifier, policy, gamma)

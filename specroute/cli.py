@@ -19,7 +19,7 @@ from pathlib import Path
 
 from router import clock
 from router.hardware import DTYPE_CHOICES
-from router.rules import get_rule, rule_names
+from router.rules import BONUS_FROM, get_rule, rule_names
 
 VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
 VERIFIER_BRACKETS = ("[[", "]]")  # elsewhere (pipes, files)
@@ -46,6 +46,9 @@ def _generate_parser(sub) -> None:
                         "acceptance so far")
     g.add_argument("--draft-stop", type=float, default=None,
                    help="end a block where the drafter's probability of its draft is below this (default: never)")
+    g.add_argument("--bonus-from", default="target", choices=BONUS_FROM,
+                   help="a whole accepted block's bonus token: from the rule's pi (target, exact; one more drafter "
+                        "forward for rules that need q there) or from the verifier's p (no extra forward)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-new-tokens", type=int, default=128)
@@ -84,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--gamma", help="drafts per block online: a number, or auto (default: the preset's)")
     demo.add_argument("--draft-stop", type=float, help="end a block where the drafter is less sure of its draft than "
                       "this in every row (default: never)")
+    demo.add_argument("--bonus-from", choices=BONUS_FROM, help="a whole accepted block's bonus token online: "
+                      "target (the rule's pi, exact) or verifier (p, no extra drafter forward); default: the eval's")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
@@ -93,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_demo(args) -> int:
     from specroute.demo import run_demo
 
-    run_demo(args.preset, args.output, args.fresh, gamma=args.gamma, draft_stop=args.draft_stop)
+    run_demo(args.preset, args.output, args.fresh, gamma=args.gamma, draft_stop=args.draft_stop,
+             bonus_from=args.bonus_from)
     return 0
 
 
@@ -191,7 +197,8 @@ def cmd_generate(args) -> int:
     stop = StopStrings.build(tokenizer, stops)
     out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
                    temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                   seed=args.seed, attention_mask=mask, stop=stop, draft_stop=args.draft_stop)
+                   seed=args.seed, attention_mask=mask, stop=stop, draft_stop=args.draft_stop,
+                   bonus_from=args.bonus_from)
     new_tokens = out.sequences[0, input_ids.shape[1]:].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")

@@ -298,13 +298,19 @@ def gap_table(gaps: dict) -> str:
     return "\n".join(lines)
 
 
+def with_decoding(p: Preset, gamma=None, draft_stop: float | None = None, bonus_from: str | None = None) -> Preset:
+    """The preset with the command line's decoding options as eval overrides (a given gamma replaces
+    the preset's; options left out keep the preset's or the eval's defaults)."""
+    extra = ([f"gamma={gamma}"] if gamma is not None else []) + ([f"draft_stop={draft_stop}"] if draft_stop else [])
+    extra += [f"bonus_from={bonus_from}"] if bonus_from else []
+    return replace(p, eval_extra=[e for e in p.eval_extra if not (gamma is not None and e.startswith("gamma="))] + extra)
+
+
 def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False, gamma: str | int | None = None,
-             draft_stop: float | None = None) -> dict:
+             draft_stop: float | None = None, bonus_from: str | None = None) -> dict:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
-    p = PRESETS[preset]
-    extra = ([f"gamma={gamma}"] if gamma is not None else []) + ([f"draft_stop={draft_stop}"] if draft_stop else [])
-    p = replace(p, eval_extra=[e for e in p.eval_extra if not (gamma is not None and e.startswith("gamma="))] + extra)
+    p = with_decoding(PRESETS[preset], gamma, draft_stop, bonus_from)
     if preset == "gpu":
         import torch
 

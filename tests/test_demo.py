@@ -67,3 +67,15 @@ def test_online_estimate_prices_each_batch_at_its_longest_expected_output():
     assert shorter < expected and expected - shorter < 40 * 6 * 0.03
     assert online_seconds(prompts, 2, 100, costs, 4, output_lengths=[500] * 4) == \
         online_seconds(prompts, 2, 100, costs, 4, output_lengths=[100] * 4)  # capped at new_tokens
+
+
+def test_demo_decoding_options_become_eval_overrides():
+    """--gamma replaces the preset's gamma; --draft-stop and --bonus-from are added; options left out
+    keep the preset's (and the eval's defaults)."""
+    from specroute.demo import PRESETS, with_decoding
+
+    long = PRESETS["long"]
+    assert with_decoding(long).eval_extra == long.eval_extra == ["gamma=5"]
+    assert with_decoding(long, "auto", 0.4, "verifier").eval_extra == ["gamma=auto", "draft_stop=0.4",
+                                                                     "bonus_from=verifier"]
+    assert with_decoding(long, bonus_from="target").eval_extra == ["gamma=5", "bonus_from=target"]

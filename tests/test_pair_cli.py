@@ -83,12 +83,13 @@ def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys
     # gamma chosen from measured costs, and blocks that end where the drafter is unsure
     assert cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
                      "--verifier", str(saved_pair / "verifier"), "--rule", "lossless", "--gamma", "auto",
-                     "--draft-stop", "0.5", "--max-new-tokens", "12", "--dtype", "float32", "--output", str(out)]) == 0
+                     "--draft-stop", "0.5", "--max-new-tokens", "12", "--dtype", "float32", "--bonus-from", "verifier",
+                     "--output", str(out)]) == 0
     auto = json.loads(out.read_text())
     stats = auto["stats"]  # a tiny pair's drafter costs what its verifier does: steps by the verifier alone count too
     assert stats["gamma"] == "auto" and sum(stats["gamma_chosen"].values()) == stats["blocks"] + stats["verifier_steps"]
     printed = capsys.readouterr().out
-    assert stats["draft_stop"] == 0.5 and "blocks per gamma" in printed
+    assert stats["draft_stop"] == 0.5 and stats["bonus_from"] == "verifier" and "blocks per gamma" in printed
     assert ("speculation does not pay" in printed) == (stats["verifier_steps"] > 0)
     with pytest.raises(SystemExit):
         cli.main(["generate", "--prompt", "the", "--gamma", "fast"])
