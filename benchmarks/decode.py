@@ -268,15 +268,17 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     for rule, a in cascades:
         name = rule if isinstance(rule, str) else rule.name
         label = name if a is None else f"{name} a={a:g}"
-        kw = {"rule": rule, **({} if a is None else {"alpha": a})}
+        # plain rows: the exact bonus (pi there); `bonus=p` rows: the verifier's p there (generate's default)
+        kw = {"rule": rule, "bonus_from": "target", **({} if a is None else {"alpha": a})}
         methods.append((label, _ours(drafter, verifier, args, ends, **kw)))
         if args.bonus_verifier and a is not None and resolve_rule(rule).bonus_needs_drafter:
-            methods.append((f"{label} bonus=p", _ours(drafter, verifier, args, ends, bonus_from="verifier", **kw)))
+            methods.append((f"{label} bonus=p", _ours(drafter, verifier, args, ends, **{**kw, "bonus_from": "verifier"})))
         if args.draft_stop is not None:
             methods.append((f"{label} stop={args.draft_stop}",
                             _ours(drafter, verifier, args, ends, draft_stop=args.draft_stop, **kw)))
     if not_paying:  # what generate(gamma="auto") does here, with any rule: the verifier alone (one row says it)
-        methods.append(("lossless gamma=auto", _ours(drafter, verifier, args, ends, gamma="auto", rule="lossless")))
+        methods.append(("lossless gamma=auto", _ours(drafter, verifier, args, ends, gamma="auto", rule="lossless",
+                                                      bonus_from="target")))
     return methods
 
 

@@ -64,8 +64,9 @@ class EvalConfig:
                                          #   machine and the records' acceptance rate (gamma.json; router/calibrate.py)
     draft_stop: float | None = None      # end a block where the drafter's probability of its draft is below this
                                          #   in every row (speculative methods; router.decoding.generate)
-    bonus_from: str = "target"           # a whole accepted block's bonus token: from pi (target: exact, one more
-                                         #   drafter forward for rules that need q there) or from p (verifier)
+    bonus_from: str = "verifier"         # a whole accepted block's bonus token: from p (verifier, generate's
+                                         #   default) or from pi (target: exact, one more drafter forward for rules
+                                         #   that need q there)
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0

@@ -46,9 +46,10 @@ def _generate_parser(sub) -> None:
                         "acceptance so far")
     g.add_argument("--draft-stop", type=float, default=None,
                    help="end a block where the drafter's probability of its draft is below this (default: never)")
-    g.add_argument("--bonus-from", default="target", choices=BONUS_FROM,
-                   help="a whole accepted block's bonus token: from the rule's pi (target, exact; one more drafter "
-                        "forward for rules that need q there) or from the verifier's p (no extra forward)")
+    g.add_argument("--bonus-from", default="verifier", choices=BONUS_FROM,
+                   help="a whole accepted block's bonus token: from the verifier's p (verifier, default: no extra "
+                        "forward) or from the rule's pi (target, exact; one more drafter forward for rules that "
+                        "need q there)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-new-tokens", type=int, default=128)
@@ -88,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--draft-stop", type=float, help="end a block where the drafter is less sure of its draft than "
                       "this in every row (default: never)")
     demo.add_argument("--bonus-from", choices=BONUS_FROM, help="a whole accepted block's bonus token online: "
-                      "target (the rule's pi, exact) or verifier (p, no extra drafter forward); default: the eval's")
+                      "verifier (p, no extra drafter forward) or target (the rule's pi, exact); default: the "
+                      "preset's (long: target, at which its points were timed), else the eval's (verifier)")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")

@@ -52,9 +52,10 @@ PRESETS = {
     "cpu": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 8, 160, 4, eval_extra=["gamma=auto"]),
     # the cpu recording and routers, online on 50 held-out prompts per task (the records' test
     # split, then unrecorded examples the split rule puts in test): hours on 2 cores, resumable.
-    # gamma stays 5: its first points were timed at 5 before gamma could be calibrated, and a
-    # change would redo hours of finished points (pass gamma=auto to a fresh output to calibrate)
-    "long": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 50, 256, 4, eval_extra=["gamma=5"]),
+    # gamma stays 5 and the bonus token exact (bonus_from=target): its points were timed so before gamma
+    # could be calibrated and before p became the bonus default, and a change would redo hours of
+    # finished points (pass gamma=auto / --bonus-from verifier with a fresh output to use them)
+    "long": Preset([], ["gsm8k", "mbpp"], 150, 6, 48, 256, 20, 50, 256, 4, eval_extra=["gamma=5", "bonus_from=target"]),
     "gpu": Preset(["device=cuda"], ["gsm8k", "mbpp"], 1000, 64, 128, 256, 30, 32, 256, 8, gen_batch=16,
                   eval_extra=["device=cuda", "gamma=auto"]),
 }
@@ -299,11 +300,12 @@ def gap_table(gaps: dict) -> str:
 
 
 def with_decoding(p: Preset, gamma=None, draft_stop: float | None = None, bonus_from: str | None = None) -> Preset:
-    """The preset with the command line's decoding options as eval overrides (a given gamma replaces
-    the preset's; options left out keep the preset's or the eval's defaults)."""
+    """The preset with the command line's decoding options as eval overrides (a given gamma or
+    bonus_from replaces the preset's; options left out keep the preset's or the eval's defaults)."""
     extra = ([f"gamma={gamma}"] if gamma is not None else []) + ([f"draft_stop={draft_stop}"] if draft_stop else [])
     extra += [f"bonus_from={bonus_from}"] if bonus_from else []
-    return replace(p, eval_extra=[e for e in p.eval_extra if not (gamma is not None and e.startswith("gamma="))] + extra)
+    replaced = (["gamma="] if gamma is not None else []) + (["bonus_from="] if bonus_from else [])
+    return replace(p, eval_extra=[e for e in p.eval_extra if not e.startswith(tuple(replaced))] + extra)
 
 
 def run_demo(preset: str = "cpu", output: str | None = None, fresh: bool = False, gamma: str | int | None = None,

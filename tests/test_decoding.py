@@ -35,10 +35,12 @@ def new_tokens(out, row, width):
 @pytest.mark.parametrize("rule,reference", [("lossless", "verifier"), ("drafter", "drafter")])
 @pytest.mark.parametrize("prompts", [PROMPTS[:1], PROMPTS], ids=["batch1", "batch3"])
 def test_greedy_matches_hf_generate(near_pair, rule, reference, prompts):
+    """lossless decodes the verifier's greedy output; the drafter rule (pi = q) the drafter's, with the
+    exact bonus (bonus_from="target": the default takes a whole block's bonus token from p)."""
     drafter, verifier = near_pair
     ids, mask = left_padded(prompts)
     out = generate(drafter, verifier, ids, rule=rule, gamma=4, temperature=0.0, max_new_tokens=NEW,
-                   attention_mask=mask)
+                   attention_mask=mask, bonus_from="target")
     model = verifier if reference == "verifier" else drafter
     for b, prompt in enumerate(prompts):
         assert new_tokens(out, b, ids.shape[1]) == hf_greedy(model, prompt)
@@ -223,12 +225,13 @@ def test_bad_inputs_are_clear_errors(near_pair):
 
 
 def test_bonus_from_verifier_saves_drafter_forwards(near_pair):
-    """bonus_from='verifier' draws full-block bonus tokens from p: fewer drafter forwards, and with
-    the drafter rule every full block's last token is then the verifier's greedy choice."""
+    """bonus_from='verifier' (the default) draws full-block bonus tokens from p: fewer drafter forwards
+    than the exact bonus_from='target', and with the drafter rule every full block's last token is
+    then the verifier's greedy choice."""
     ids, mask = left_padded(PROMPTS)
     kw = dict(rule="drafter", gamma=4, max_new_tokens=NEW, attention_mask=mask)
-    exact = generate(*near_pair, ids, **kw)
-    cheap = generate(*near_pair, ids, bonus_from="verifier", **kw)
+    exact = generate(*near_pair, ids, bonus_from="target", **kw)
+    cheap = generate(*near_pair, ids, **kw)
     full_blocks = exact.stats["accepted_hist"][-1]
     assert full_blocks > 0
     assert cheap.stats["drafter_forwards"] < exact.stats["drafter_forwards"]

@@ -75,7 +75,8 @@ def test_demo_decoding_options_become_eval_overrides():
     from specroute.demo import PRESETS, with_decoding
 
     long = PRESETS["long"]
-    assert with_decoding(long).eval_extra == long.eval_extra == ["gamma=5"]
+    assert with_decoding(long).eval_extra == long.eval_extra == ["gamma=5", "bonus_from=target"]
     assert with_decoding(long, "auto", 0.4, "verifier").eval_extra == ["gamma=auto", "draft_stop=0.4",
                                                                      "bonus_from=verifier"]
-    assert with_decoding(long, bonus_from="target").eval_extra == ["gamma=5", "bonus_from=target"]
+    assert with_decoding(long, draft_stop=0.3).eval_extra == ["gamma=5", "bonus_from=target", "draft_stop=0.3"]
+    assert with_decoding(PRESETS["cpu"], bonus_from="target").eval_extra == ["gamma=auto", "bonus_from=target"]

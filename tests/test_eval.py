@@ -359,9 +359,9 @@ def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipel
 
 
 def test_bonus_from_reaches_every_speculative_point_and_its_fingerprint(tiny_pipeline, monkeypatch):
-    """eval's bonus_from goes to generate for each speculative point and into its fingerprint: a
-    point decoded with the exact bonus (the default, also what older point files without the key
-    were made with) is redone with bonus_from=verifier, never reused."""
+    """eval's bonus_from goes to generate for each speculative point and into its fingerprint: points
+    decoded with p at the bonus position (the default) are redone with bonus_from=target (the exact
+    bonus, what older point files without the key were made with), never reused."""
     import eval.online as online
 
     root, rec, rtr = tiny_pipeline
@@ -370,17 +370,18 @@ def test_bonus_from_reaches_every_speculative_point_and_its_fingerprint(tiny_pip
     args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[opt]"
     assert cli.main(args) == 0
     made = {p.name: json.loads(p.read_text()) for p in (out / "online").glob("opt@*.json")}
-    assert made and {p["fingerprint"]["bonus_from"] for p in made.values()} == {"target"}
+    assert made and {p["fingerprint"]["bonus_from"] for p in made.values()} == {"verifier"}
     seen = []
     real = online.generate
     monkeypatch.setattr(online, "generate", lambda *a, **kw: seen.append(kw["bonus_from"]) or real(*a, **kw))
     old = next(iter(made.values()))  # a point file from before the key existed counts as the exact bonus
     del old["fingerprint"]["bonus_from"]
     assert online.same_fingerprint(old["fingerprint"], {**old["fingerprint"], "bonus_from": "target"})
+    assert not online.same_fingerprint(old["fingerprint"], {**old["fingerprint"], "bonus_from": "verifier"})
     assert cli.main(args) == 0 and seen == []  # same settings: every point reused
-    assert cli.main(args + ["bonus_from=verifier"]) == 0 and seen and set(seen) == {"verifier"}
+    assert cli.main(args + ["bonus_from=target"]) == 0 and seen and set(seen) == {"target"}
     redone = [json.loads(p.read_text()) for p in (out / "online").glob("opt@*.json")]
-    assert {p["fingerprint"]["bonus_from"] for p in redone} == {"verifier"}
+    assert {p["fingerprint"]["bonus_from"] for p in redone} == {"target"}
     with pytest.raises(Exception, match="bonus_from must be one of target, verifier"):
         load_config(EvalConfig, None, ["bonus_from=drafter"])
 
