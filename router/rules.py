@@ -103,6 +103,7 @@ def _check_alpha(rule: "Rule", alpha: float) -> float:
                          f"(lossless end {rule.alpha_range[0]}, drafter end {rule.alpha_range[1]})")
     return float(alpha)
 
+
 # where a whole accepted block's bonus token comes from (generate's bonus_from): the policy's pi there
 # ("target", exact: needs q, one more drafter forward, where bonus_needs_drafter) or the verifier's p
 BONUS_FROM = ("target", "verifier")
