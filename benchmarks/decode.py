@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router import clock  # noqa: E402
@@ -235,17 +236,44 @@ def _alone(model, args, role, ends: dict):
     return fn
 
 
+class StopInNewText(StoppingCriteria):
+    """Ends an HF row once a stop string appears anywhere in its new text. Assisted generation appends
+    several tokens per step, and HF's own StopStringCriteria only looks at the end of the sequence
+    (with `stop_strings` it also fails outright: the assistant's generate gets them without the
+    tokenizer)."""
+
+    def __init__(self, stop: StopStrings, start: int):
+        self.stop, self.start = stop, start
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:  # input_ids (B, T)
+        return torch.tensor([self.stop.found("".join(map(self.stop.text, row[self.start:].tolist())))
+                             for row in input_ids], device=input_ids.device)
+
+
+def cut_after_stop(tokens: list[int], stop: StopStrings | None) -> list[int]:
+    """The tokens up to the one that completes a stop string (kept, as our loops keep it)."""
+    text = ""
+    for n, token in enumerate(tokens):
+        text += stop.text(token) if stop else ""
+        if stop and stop.found(text):
+            return tokens[: n + 1]
+    return tokens
+
+
 def _hf(verifier, drafter, args, constant: bool = False):
     """HF assisted generation (batch 1 only): its default dynamic schedule, or a constant one of
-    gamma drafts without the confidence stop. Its output is cut where ours would stop (stop strings)."""
+    gamma drafts without the confidence stop. With stop strings it stops where one appears and its
+    output is cut after the token that completes it, as ours is."""
+    stop = StopStrings.build(args.tokenizer, args.stops) if args.stops else None
+
     def fn(ids, mask):
         extra = dict(num_assistant_tokens=args.block, num_assistant_tokens_schedule="constant",
                      assistant_confidence_threshold=0.0) if constant else {}
+        ends = {"stopping_criteria": StoppingCriteriaList([StopInNewText(stop, ids.shape[1])])} if stop else {}
         out = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
                                 assistant_model=drafter, pad_token_id=verifier.generation_config.pad_token_id,
-                                **({"stop_strings": args.stops, "tokenizer": args.tokenizer} if args.stops else {}),
-                                **extra)
-        new = out[0, ids.shape[1]:].tolist()
+                                **ends, **extra)
+        new = cut_after_stop(out[0, ids.shape[1]:].tolist(), stop)
         pad = verifier.generation_config.pad_token_id
         while new and new[-1] == pad and pad not in eos_ids(verifier):
             new.pop()

@@ -104,7 +104,8 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
     drafter, verifier, _ = tiny_pair()
     args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
                               matched=[], bonus_verifier=False, draft_stop=None, gamma="auto", block=3,
-                              max_new_tokens=6, gammas={1: {"gamma": 3, "pays": False}, 2: {"gamma": 3, "pays": True}})
+                              max_new_tokens=6, gammas={1: {"gamma": 3, "pays": False}, 2: {"gamma": 3, "pays": True}},
+                              stops=[], tokenizer=None)
     names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 1)]
     assert names == ["verifier-only", "hf-assisted", "lossless", "opt a=0.3", "lossless gamma=auto"]
     assert not any("gamma=auto" in name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2))
@@ -183,3 +184,20 @@ def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_th
                               max_new_tokens=6, gammas={})
     names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2)]
     assert names == ["verifier-only", "lossless", "opt a=0.3", "opt a=0.3 bonus=p", "judge a=0.2"]
+
+
+def test_hf_rows_stop_where_a_stop_string_appears_anywhere_in_the_new_text():
+    """Assisted generation appends several tokens per step: the criterion finds a stop string inside
+    them (not only at the end), and the row is cut after the token completing it, as ours are."""
+    import torch
+
+    from router.prompts import StopStrings
+
+    bench = _decode_benchmark_module()
+    stop = StopStrings(("\n\n",), ("a", "\n", "b", "\n\n"), 20)
+    criterion = bench.StopInNewText(stop, start=1)
+    rows = torch.tensor([[1, 0, 1, 1, 2], [1, 0, 1, 2, 0], [3, 0, 2, 0, 0]])  # the prompt (column 0) is not read
+    assert criterion(rows, None).tolist() == [True, False, False]
+    assert bench.cut_after_stop([0, 1, 1, 2, 0], stop) == [0, 1, 1]
+    assert bench.cut_after_stop([0, 3, 2], stop) == [0, 3]
+    assert bench.cut_after_stop([0, 2], stop) == [0, 2] and bench.cut_after_stop([0, 2], None) == [0, 2]
