@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import gzip
 import importlib.util
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -260,19 +262,59 @@ def cut_after_stop(tokens: list[int], stop: StopStrings | None) -> list[int]:
     return tokens
 
 
-def _hf(verifier, drafter, args, constant: bool = False):
+@contextmanager
+def _hf_starts_from(verifier, caches):
+    """HF assisted generation from both models' caches over the shared prefix, given as (verifier's,
+    drafter's) or None. transformers (5.x) keeps the verifier's `cache` but feeds its whole prompt on
+    the first pass anyway, and builds the assistant's cache from scratch: the first pass is cut to the
+    tokens past the cache and the assistant is handed its cache."""
+    if caches is None:
+        yield
+        return
+    from transformers.generation import candidate_generator
+
+    verifier_cache, drafter_cache = caches
+    init, prepare = candidate_generator.AssistedCandidateGenerator.__init__, verifier.prepare_inputs_for_generation
+
+    def seeded(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.assistant_kwargs["cache"] = drafter_cache
+
+    @functools.wraps(prepare)  # generate() checks its kwargs against this signature
+    def past_the_cache(input_ids, *args, next_sequence_length=None, is_first_iteration=False, **kwargs):
+        if is_first_iteration and next_sequence_length is None:  # (1, T): read only what the cache lacks
+            next_sequence_length = input_ids.shape[1] - verifier_cache.get_seq_length()
+        return prepare(input_ids, *args, next_sequence_length=next_sequence_length,
+                       is_first_iteration=is_first_iteration, **kwargs)
+    candidate_generator.AssistedCandidateGenerator.__init__ = seeded
+    verifier.prepare_inputs_for_generation = past_the_cache
+    try:
+        yield
+    finally:
+        candidate_generator.AssistedCandidateGenerator.__init__ = init
+        del verifier.prepare_inputs_for_generation  # the class's method again
+
+
+def _hf(verifier, drafter, args, constant: bool = False, prefix: SharedPrefix | None = None):
     """HF assisted generation (batch 1 only): its default dynamic schedule, or a constant one of
     gamma drafts without the confidence stop. With stop strings it stops where one appears and its
-    output is cut after the token that completes it, as ours is."""
+    output is cut after the token that completes it, as ours is. With a shared prefix, both models
+    start from their caches over it, as our loops and the one-model baselines do (a prefill of the
+    5-shot context in every cell would charge HF alone for it)."""
     stop = StopStrings.build(args.tokenizer, args.stops) if args.stops else None
 
     def fn(ids, mask):
         extra = dict(num_assistant_tokens=args.block, num_assistant_tokens_schedule="constant",
                      assistant_confidence_threshold=0.0) if constant else {}
         ends = {"stopping_criteria": StoppingCriteriaList([StopInNewText(stop, ids.shape[1])])} if stop else {}
-        out = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
-                                assistant_model=drafter, pad_token_id=verifier.generation_config.pad_token_id,
-                                **ends, **extra)
+        cached = prefix is not None and bool(mask.all()) and prefix.covers(ids.tolist())
+        caches = (prefix.cache_for(verifier, 1), prefix.cache_for(drafter, 1)) if cached else None
+        if caches:
+            ends["cache"] = caches[0]
+        with _hf_starts_from(verifier, caches):
+            out = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
+                                    assistant_model=drafter, pad_token_id=verifier.generation_config.pad_token_id,
+                                    **ends, **extra)
         new = cut_after_stop(out[0, ids.shape[1]:].tolist(), stop)
         pad = verifier.generation_config.pad_token_id
         while new and new[-1] == pad and pad not in eos_ids(verifier):
@@ -286,9 +328,9 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     methods = [("verifier-only", _alone(verifier, args, "verifier", ends))]
     methods += [] if args.skip_drafter_only else [("drafter-only", _alone(drafter, args, "drafter", ends))]
     if batch == 1:
-        methods.append(("hf-assisted", _hf(verifier, drafter, args)))
+        methods.append(("hf-assisted", _hf(verifier, drafter, args, prefix=ends.get("prefix"))))
         if args.hf_constant:
-            methods.append(("hf-assisted constant", _hf(verifier, drafter, args, constant=True)))
+            methods.append(("hf-assisted constant", _hf(verifier, drafter, args, constant=True, prefix=ends.get("prefix"))))
     choice = args.gammas.get(batch)
     not_paying = isinstance(choice, dict) and not choice["pays"]  # --gamma auto, calibrated as not paying here
     cascades = [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]

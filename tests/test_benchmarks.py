@@ -201,3 +201,36 @@ def test_hf_rows_stop_where_a_stop_string_appears_anywhere_in_the_new_text():
     assert bench.cut_after_stop([0, 1, 1, 2, 0], stop) == [0, 1, 1]
     assert bench.cut_after_stop([0, 3, 2], stop) == [0, 3]
     assert bench.cut_after_stop([0, 2], stop) == [0, 2] and bench.cut_after_stop([0, 2], None) == [0, 2]
+
+
+def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_same_output():
+    """With a shared prefix HF assisted generation reads both models' caches over it (as our loops
+    and the one-model rows do) instead of prefilling it in its timed cell: same greedy output as a
+    full prefill, for its dynamic and its constant schedule."""
+    import argparse
+
+    import torch
+
+    from router.prefix import SharedPrefix
+    from router.tiny import tiny_pair
+
+    bench = _decode_benchmark_module()
+    drafter, verifier, _ = tiny_pair()
+    prefix = SharedPrefix(list(range(3, 40)))
+    ids = torch.tensor([prefix.ids + [50, 51, 52]])
+    args = argparse.Namespace(stops=[], tokenizer=None, block=3, max_new_tokens=12)
+    fed = {"verifier": [], "drafter": []}  # tokens each forward reads
+    for name, model in (("verifier", verifier), ("drafter", drafter)):
+        forward = model.forward
+        model.forward = lambda *a, _f=forward, _n=name, **kw: fed[_n].append(kw["input_ids"].shape[1]) or _f(*a, **kw)
+    with torch.inference_mode():
+        prefix.cache_for(verifier, 1), prefix.cache_for(drafter, 1)  # made before timing, as the benchmark does
+        fed["verifier"].clear(), fed["drafter"].clear()
+        for constant in (False, True):
+            full, _, _ = bench._hf(verifier, drafter, args, constant=constant)(ids, torch.ones_like(ids))
+            assert fed["verifier"][0] >= len(ids[0]) - 1 and fed["drafter"][0] >= len(ids[0]) - 1
+            fed["verifier"].clear(), fed["drafter"].clear()
+            cached, _, _ = bench._hf(verifier, drafter, args, constant=constant, prefix=prefix)(ids, torch.ones_like(ids))
+            assert max(fed["verifier"]) < len(prefix.ids) and max(fed["drafter"]) < len(prefix.ids)  # prefix never fed
+            fed["verifier"].clear(), fed["drafter"].clear()
+            assert cached == full and len(full[0]) == 12
