@@ -335,15 +335,19 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     not_paying = isinstance(choice, dict) and not choice["pays"]  # --gamma auto, calibrated as not paying here
     cascades = [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
     cascades += args.matched
+    plain_bonus = getattr(args, "bonus_from", "target")
+    stop_for = getattr(args, "draft_stop_methods", None)  # None: every cascade
     for rule, a in cascades:
         name = rule if isinstance(rule, str) else rule.name
+        needs_drafter = a is not None and resolve_rule(rule).bonus_needs_drafter
         label = name if a is None else f"{name} a={a:g}"
-        # plain rows: the exact bonus (pi there); `bonus=p` rows: the verifier's p there (generate's default)
-        kw = {"rule": rule, "bonus_from": "target", **({} if a is None else {"alpha": a})}
+        # exact-bonus rows: pi there, plain label; `bonus=p` rows: the verifier's p there (generate's default)
+        kw = {"rule": rule, "bonus_from": plain_bonus, **({} if a is None else {"alpha": a})}
+        label += " bonus=p" if needs_drafter and plain_bonus == "verifier" else ""
         methods.append((label, _ours(drafter, verifier, args, ends, **kw)))
-        if args.bonus_verifier and a is not None and resolve_rule(rule).bonus_needs_drafter:
+        if args.bonus_verifier and needs_drafter and plain_bonus == "target":
             methods.append((f"{label} bonus=p", _ours(drafter, verifier, args, ends, **{**kw, "bonus_from": "verifier"})))
-        if args.draft_stop is not None:
+        if args.draft_stop is not None and (stop_for is None or name in stop_for):
             methods.append((f"{label} stop={args.draft_stop}",
                             _ours(drafter, verifier, args, ends, draft_stop=args.draft_stop, **kw)))
     if not_paying:  # what generate(gamma="auto") does here, with any rule: the verifier alone (one row says it)
@@ -369,6 +373,11 @@ def main() -> None:
                         help="GSM8K 5-shot chain-of-thought prompts (shared prefix prefilled once, stop at the next shot)")
     parser.add_argument("--draft-stop", type=float, default=None,
                         help="also run every cascade with blocks that end where the drafter's probability is below this")
+    parser.add_argument("--draft-stop-methods", nargs="+", default=None,
+                        help="only these rules/routers (e.g. lossless judge) get a --draft-stop row (default: all)")
+    parser.add_argument("--bonus-from", choices=["target", "verifier"], default="target",
+                        help="the bonus token of the plain cascade rows: target (exact, default) or verifier "
+                             "(p there, generate's default; such rows are labelled bonus=p)")
     parser.add_argument("--hf-constant", action="store_true", help="also run HF assisted generation with a constant schedule")
     parser.add_argument("--opt-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="any real number")
     parser.add_argument("--token-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")

@@ -111,7 +111,7 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
     assert not any("gamma=auto" in name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2))
     monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (1.0, [1.0 + n for n in range(m + 1)]))
     calibrate._COSTS.clear()
-    methods = dict(bench.build_methods(drafter, verifier, args, {}, 1))
+    methods = dict(bench.build_methods(drafter, verifier, args, {}, 2))
     ids, mask = left_pad([[5, 6, 7, 8]], 0)
     alone, _, _ = methods["verifier-only"](ids, mask)
     rows, calls, chosen = methods["lossless gamma=auto"](ids, mask)
@@ -184,6 +184,39 @@ def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_th
                               max_new_tokens=6, gammas={})
     names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2)]
     assert names == ["verifier-only", "lossless", "opt a=0.3", "opt a=0.3 bonus=p", "judge a=0.2"]
+
+
+def test_decode_benchmark_plain_rows_take_the_p_bonus_and_stop_rows_only_for_chosen_methods():
+    """--bonus-from verifier decodes the plain rows with p at the bonus position (labelled bonus=p
+    where the exact one needs the drafter, and no second row); --draft-stop-methods limits the stop
+    rows to the methods named; the rows really decode with those settings."""
+    import argparse
+
+    import torch
+
+    from router.model import LearnedRouter, RouterConfig, RouterNet
+    from router.tiny import tiny_pair
+
+    bench = _decode_benchmark_module()
+    drafter, verifier, _ = tiny_pair()
+    judge = LearnedRouter(RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge")
+    args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
+                              matched=[(judge, 0.2)], bonus_verifier=True, draft_stop=0.4, gamma=3, block=3,
+                              max_new_tokens=6, gammas={}, bonus_from="verifier", draft_stop_methods=["lossless", "judge"])
+    methods = dict(bench.build_methods(drafter, verifier, args, {}, 2))
+    assert list(methods) == ["verifier-only", "lossless", "lossless stop=0.4", "opt a=0.3 bonus=p", "judge a=0.2",
+                             "judge a=0.2 stop=0.4"]
+    calls = []
+    real = bench.generate
+    bench.generate = lambda *a, **kw: calls.append(kw) or real(*a, **kw)
+    try:
+        ids = torch.tensor([[5, 6, 7]])
+        for name in ("opt a=0.3 bonus=p", "lossless stop=0.4"):
+            methods[name](ids, torch.ones_like(ids))
+    finally:
+        bench.generate = real
+    assert calls[0]["bonus_from"] == "verifier" and calls[0]["alpha"] == 0.3 and "draft_stop" not in calls[0]
+    assert calls[1]["draft_stop"] == 0.4 and calls[1]["rule"] == "lossless"
 
 
 def test_hf_rows_stop_where_a_stop_string_appears_anywhere_in_the_new_text():
