@@ -111,7 +111,7 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
     assert not any("gamma=auto" in name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2))
     monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (1.0, [1.0 + n for n in range(m + 1)]))
     calibrate._COSTS.clear()
-    methods = dict(bench.build_methods(drafter, verifier, args, {}, 2))
+    methods = dict(bench.build_methods(drafter, verifier, args, {}, 1))
     ids, mask = left_pad([[5, 6, 7, 8]], 0)
     alone, _, _ = methods["verifier-only"](ids, mask)
     rows, calls, chosen = methods["lossless gamma=auto"](ids, mask)
