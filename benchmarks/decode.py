@@ -57,7 +57,7 @@ from router.prefix import SharedPrefix  # noqa: E402
 from router.prompts import StopStrings, default_stops  # noqa: E402
 from router.decoding import generate  # noqa: E402
 from router.rules import resolve_rule  # noqa: E402
-from router.loop import eos_ids  # noqa: E402
+from router.loop import Rows, eos_ids  # noqa: E402
 from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed, load_pair  # noqa: E402
 from router.tiny import tiny_pair  # noqa: E402
@@ -253,13 +253,10 @@ class StopInNewText(StoppingCriteria):
 
 
 def cut_after_stop(tokens: list[int], stop: StopStrings | None) -> list[int]:
-    """The tokens up to the one that completes a stop string (kept, as our loops keep it)."""
-    text = ""
-    for n, token in enumerate(tokens):
-        text += stop.text(token) if stop else ""
-        if stop and stop.found(text):
-            return tokens[: n + 1]
-    return tokens
+    """The tokens up to the one that completes a stop string (kept), cut by our loops' own row logic."""
+    rows = Rows.start(1, set(), len(tokens), stop)
+    rows.emit(0, tokens, [0] * len(tokens))
+    return rows.tokens[0]
 
 
 @contextmanager
