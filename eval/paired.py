@@ -14,6 +14,10 @@ Per online point (method, alpha), against the verifier's greedy point of the sam
   the point's alpha, next to the measured ones, and their ratios;
 - where the point's wall time went: drafting, verifying, the bonus-position drafter forward, the
   rule or router, and the rest (sampling, bookkeeping, cache trimming).
+
+`paired_with` (eval config) pairs every point with other methods' points the same way (e.g. a
+consequence-label router against the gold-label router and the best rule): quality difference,
+its interval and McNemar p, and the latency ratio.
 """
 
 from __future__ import annotations
@@ -206,4 +210,29 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
         row["relative_row_latency"] = _ratio(longest_row_latency(p), ref_row_latency)
         row["tokens"] = p.get("tokens")
         rows.append(row)
+    return rows
+
+
+def points_of(points: list[dict], method: str) -> list[str]:
+    """The point names (method@alpha) a method was decoded at."""
+    return [f"{p['method']}@{p['alpha']:g}" for p in points if p["method"] == method]
+
+
+def pairwise_table(per_prompt: dict[str, list[dict]], points: list[dict], against: list[str],
+                   replicates: int) -> list[dict]:
+    """Every point against every point of each method in `against`, prompt by prompt: the quality
+    difference (point - other) with its 95% bootstrap interval over prompts, McNemar p, and the
+    ratio of their seconds per token (< 1: the point is faster)."""
+    latency = {f"{p['method']}@{p['alpha']:g}": p.get("relative_latency", math.nan) for p in points}
+    rows = []
+    for method in against:
+        for other in points_of(points, method):
+            for name in latency:
+                if name == other:
+                    continue
+                c = compare_point(per_prompt[name], per_prompt[other], replicates)
+                rows.append({"point": name, "against": other, "prompts": c["prompts"], "quality": c["quality"],
+                             "quality_diff": c["quality_diff"], "quality_diff_ci": c["quality_diff_ci"],
+                             "mcnemar_p": c["mcnemar_p"], "same_answer": c["same_answer"],
+                             "latency_ratio": _ratio(latency[name], latency[other])})
     return rows

@@ -185,6 +185,19 @@ PAIRED_HEADER = ["method", "alpha", "quality [95% CI]", "diff to verifier [95% C
                  "online rejection", "online / offline"]
 
 
+def pairwise_section(pairwise: list[dict]) -> list[str]:
+    """report.md: `paired_with`, each point against another method's point on the same prompts."""
+    return ["### Paired with other methods (`paired_with`)", "",
+            "Difference: the point's quality minus the other's, mean over the same prompts, with a 95% percentile "
+            "bootstrap interval over prompts; McNemar: exact two-sided test on the prompts where exactly one is "
+            "correct; latency ratio: the point's seconds per token over the other's (< 1: faster).", "",
+            markdown_table(["point", "against", "prompts", "quality", "diff [95% CI]", "McNemar p", "same answer",
+                            "latency ratio"],
+                           [[r["point"], r["against"], r["prompts"], r["quality"],
+                             f"{_pm(r['quality_diff'])} {_ci(r['quality_diff_ci'])}", r["mcnemar_p"],
+                             r["same_answer"], r["latency_ratio"]] for r in pairwise]), ""]
+
+
 def paired_sections(paired: list[dict], online: dict) -> list[str]:
     """report.md: the paired comparison with the verifier, offline vs online, and the time split."""
     n = paired[0].get("prompts", online["prompts"])
@@ -307,5 +320,7 @@ def write_report(path: Path, cfg, offline: dict | None, online: dict | None, plo
                                    f["b_quality_at_verifier_latency"], f["b_alpha"]] for m, f in forms.items()]), ""]
         if online.get("paired"):
             parts += paired_sections(online["paired"], online)
+        if online.get("pairwise"):
+            parts += pairwise_section(online["pairwise"])
     parts += ["## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots] + [""]
     write_text(path, "\n".join(parts))

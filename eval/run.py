@@ -24,7 +24,7 @@ from eval.offline import (REFERENCE_METHODS, compare_views, consequence_catch, c
                           method_curves, summarise)
 from eval.online import (BASELINES, DEFAULT_ALPHAS, add_relative_latency, add_verifier_logprobs, alphas_at_rejection,
                          known_method, point_name, prepare_ends, prepare_prompts, run_grid, table_forms, timed_on)
-from eval.paired import paired_table
+from eval.paired import pairwise_table, paired_table
 from eval.report import offline_plots, online_plots, write_curves_csv, write_per_prompt_csv, write_report
 from router import clock
 from router.calibrate import GammaChoice, calibrate_gamma, machine_of
@@ -55,6 +55,8 @@ class EvalConfig:
     # own (lossless) rejection, in the view the decoding uses: greedy (temperature 0: drafts are argmaxes,
     # rejected where they differ from the verifier's) or temperature 1 (rejection TV(q, pi))
     online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    paired_with: list = field(default_factory=list)  # online methods every point is also paired with, prompt by
+                                                     #   prompt (e.g. [judge, token_v2]); the verifier always is
     max_prompts: int = 10                # held-out prompts: the records' test examples, then (when more are asked)
     unrecorded_prompts: bool = True      #   the task's further examples its split rule puts in test
     stop: list | None = None             # stop strings; None: the prompt format's (few-shot GSM8K: a blank line)
@@ -122,6 +124,10 @@ def _online_grid(cfg: EvalConfig, curves: dict, verifier_rejection: float, route
     if stray:
         raise ConfigError(f"alphas are set for {stray}, which are not among the online methods {methods}: "
                           f"add them to online_methods or drop their alphas")
+    unpaired = [m for m in cfg.paired_with if m not in (*methods, "verifier", "drafter")]
+    if unpaired:
+        raise ConfigError(f"paired_with names {unpaired}, which are not decoded online (online methods: {methods}, "
+                          f"plus verifier and drafter): add them to online_methods or drop them from paired_with")
     grid = [("verifier", 0.0), ("drafter", 0.0)]  # the references, measured first
     targets = [f * verifier_rejection for f in cfg.online_rejection_targets]
     for m in methods:
@@ -242,6 +248,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
         write_per_prompt_csv(out / "online_per_prompt.csv", per_prompt)
         online["paired"] = paired_table(per_prompt, online["points"], curves, greedy,
                                         cfg.gamma, cost_ratio, cfg.bootstrap, cfg.batch_size)
+        online["pairwise"] = pairwise_table(per_prompt, online["points"], cfg.paired_with, cfg.bootstrap)
     online_rows = [{"stage": "online", "method": p["method"], "alpha": p["alpha"], "rejection": p["rejection_rate"],
                     "quality": p["quality"], "top1": math.nan, "relative_latency": p["relative_latency"]}
                    for p in (online or {}).get("points", [])]
@@ -400,6 +407,20 @@ def online_lines(online: dict) -> list[str]:
                      f"{r.get('verifier_logprob', math.nan):>10.3f}{r['relative_latency']:>10.3f}"
                      f"{r.get('relative_row_latency', math.nan):>9.3f}"
                      f"{r['offline']['greedy_rejection']:>9.3f}{r['offline']['measured_rejection']:>8.3f}")
+    return lines + pairwise_lines(online.get("pairwise", []))
+
+
+def pairwise_lines(pairwise: list[dict]) -> list[str]:
+    """`paired_with`: each point against another method's point on the same prompts."""
+    if not pairwise:
+        return []
+    lines = ["", f"paired with other methods (diff: point - other, 95% paired bootstrap interval over prompts; "
+                 f"lat ratio: point / other seconds per token)",
+             f"{'point':<28}{'against':<22}{'diff [95% CI]':>26}{'McNemar p':>11}{'lat ratio':>11}"]
+    for r in pairwise:
+        lo, hi = r["quality_diff_ci"]
+        lines.append(f"{r['point']:<28}{r['against']:<22}{r['quality_diff']:>+10.3f} [{lo:+.3f}, {hi:+.3f}]"
+                     f"{r['mcnemar_p']:>11.4g}{r['latency_ratio']:>11.3f}")
     return lines
 
 

@@ -142,8 +142,12 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     assert "Paired with the verifier" in report and "Where the time goes" in report and "Why offline and online" in report
     _check_paired(metrics)
     stamps = {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
-    assert cli.main(_eval_args(root, rec, rtr)) == 0  # a rerun reuses every finished point
+    # a rerun reuses every finished point; paired_with adds the comparison with opt without decoding again
+    assert cli.main(_eval_args(root, rec, rtr, "paired_with=[opt]")) == 0
     assert stamps == {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
+    _check_pairwise(json.loads((out / "metrics.json").read_text()), "opt")
+    assert "Paired with other methods" in (out / "report.md").read_text()
+    assert "paired with other methods" in capsys.readouterr().out
     router = load_router(rtr)  # a retrained router: its points must be decoded again, the others not
     with torch.no_grad():
         router.net.body[-1].bias.add_(1.0)
@@ -272,6 +276,36 @@ def test_paired_statistics_by_hand():
     assert row["verifier_logprob"] == pytest.approx(sum(-1.0 * (i + 1) for i in range(12)) / 24)
 
 
+def _check_pairwise(metrics: dict, method: str) -> None:
+    """Every other point is paired with each of the method's points, with the paired statistics."""
+    names = [f"{p['method']}@{p['alpha']:g}" for p in metrics["online"]["points"]]
+    others = [n for n in names if n.startswith(f"{method}@")]
+    rows = metrics["online"]["pairwise"]
+    assert {(r["point"], r["against"]) for r in rows} == {(n, o) for o in others for n in names if n != o}
+    for r in rows:
+        lo, hi = r["quality_diff_ci"]
+        assert lo <= r["quality_diff"] <= hi and 0 <= r["mcnemar_p"] <= 1 and r["latency_ratio"] > 0
+
+
+def test_pairwise_table_by_hand():
+    # judge right on prompts 0-3, token_v2 on 2-5: diff +0 overall, 2 discordant each way
+    from eval.paired import pairwise_table
+    per_prompt = {"judge@0.2": [{"example_id": str(i), "quality": float(i < 4)} for i in range(6)],
+                  "token_v2@0.4": [{"example_id": str(i), "quality": float(i >= 2)} for i in range(6)],
+                  "verifier@0": [{"example_id": str(i), "quality": 1.0} for i in range(6)]}
+    points = [{"method": "judge", "alpha": 0.2, "relative_latency": 0.6},
+              {"method": "token_v2", "alpha": 0.4, "relative_latency": 0.8},
+              {"method": "verifier", "alpha": 0.0, "relative_latency": 1.0}]
+    rows = {(r["point"], r["against"]): r for r in pairwise_table(per_prompt, points, ["token_v2"], 500)}
+    assert set(rows) == {("judge@0.2", "token_v2@0.4"), ("verifier@0", "token_v2@0.4")}
+    judge = rows[("judge@0.2", "token_v2@0.4")]
+    assert judge["quality_diff"] == 0 and judge["mcnemar_p"] == 1.0 and judge["latency_ratio"] == pytest.approx(0.75)
+    assert judge["same_answer"] == pytest.approx(2 / 6) and judge["prompts"] == 6
+    verifier = rows[("verifier@0", "token_v2@0.4")]
+    assert verifier["quality_diff"] == pytest.approx(2 / 6) and verifier["mcnemar_p"] == pytest.approx(0.5)
+    assert pairwise_table(per_prompt, points, [], 500) == []
+
+
 def test_batch_fill_and_divergences():
     # the demo's opt batch: one 128-token row with three short ones fills a third of the batch
     opt = [{"tokens": t} for t in (128, 13, 19, 10, 9, 16, 9, 84)]
@@ -303,6 +337,10 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
     assert cli.main(_eval_args(root, rec, rtr, f"output={tmp_path / 'e2'}", "alphas={token_v3: [3.0]}")) == 2
     assert "outside token_v3's range" in capsys.readouterr().err
     assert not (tmp_path / "e2" / "online").exists()
+    # a paired_with method that is not decoded online is refused before any decoding
+    assert cli.main(_eval_args(root, rec, rtr, f"output={tmp_path / 'e4'}", "paired_with=[token_v2]")) == 2
+    assert "paired_with names ['token_v2'], which are not decoded online" in capsys.readouterr().err
+    assert not (tmp_path / "e4" / "online").exists()
     # a task without a metric
     assert cli.main(_eval_args(root, rec, rtr, f"output={tmp_path / 'e3'}", "metric=bleu")) == 2
     assert "no task metric" in capsys.readouterr().err
