@@ -416,10 +416,12 @@ def pairwise_lines(pairwise: list[dict]) -> list[str]:
         return []
     lines = ["", f"paired with other methods (diff: point - other, 95% paired bootstrap interval over prompts; "
                  f"lat ratio: point / other seconds per token)",
-             f"{'point':<28}{'against':<22}{'diff [95% CI]':>26}{'McNemar p':>11}{'lat ratio':>11}"]
+             ""]
+    w, v = (max(len(r[k]) for r in pairwise) + 2 for k in ("point", "against"))  # long router names stay apart
+    lines[-1] = f"{'point':<{w}}{'against':<{v}}{'diff [95% CI]':>26}{'McNemar p':>11}{'lat ratio':>11}"
     for r in pairwise:
         lo, hi = r["quality_diff_ci"]
-        lines.append(f"{r['point']:<28}{r['against']:<22}{r['quality_diff']:>+10.3f} [{lo:+.3f}, {hi:+.3f}]"
+        lines.append(f"{r['point']:<{w}}{r['against']:<{v}}{r['quality_diff']:>+10.3f} [{lo:+.3f}, {hi:+.3f}]"
                      f"{r['mcnemar_p']:>11.4g}{r['latency_ratio']:>11.3f}")
     return lines
 
