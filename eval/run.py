@@ -393,15 +393,16 @@ def view_lines(views: dict) -> list[str]:
 def online_lines(online: dict) -> list[str]:
     """The online table: quality, difference to the verifier with its 95% interval over prompts,
     agreement with the verifier, latency, and rejection offline (greedy view) vs online."""
+    w = max([16, *(len(r["method"]) + 2 for r in online.get("paired", []))])  # long router names stay apart
     lines = [f"online, {online['prompts']} held-out prompts, batch {online.get('batch_size', 1)}; diff: 95% paired "
              f"bootstrap interval over prompts; rel. lat: seconds per token vs the verifier; row lat: per token of "
              f"each batch's longest row; rej off/on: rejection predicted by the records (greedy) / measured",
-             f"{'method':<16}{'alpha':>8}{'quality [95% CI]':>24}{'diff to verifier':>26}{'same out':>10}"
+             f"{'method':<{w}}{'alpha':>8}{'quality [95% CI]':>24}{'diff to verifier':>26}{'same out':>10}"
              f"{'same ans':>10}{'logp/tok':>10}{'rel. lat':>10}{'row lat':>9}{'rej off':>9}{'rej on':>8}"]
     for r in online.get("paired", []):
         lo, hi = r.get("quality_diff_ci", [math.nan, math.nan])
         q_lo, q_hi = r.get("quality_ci", [math.nan, math.nan])
-        lines.append(f"{r['method']:<16}{r['alpha']:>8.3g}{r.get('quality', math.nan):>9.3f} [{q_lo:.3f}, {q_hi:.3f}]"
+        lines.append(f"{r['method']:<{w}}{r['alpha']:>8.3g}{r.get('quality', math.nan):>9.3f} [{q_lo:.3f}, {q_hi:.3f}]"
                      f"{r.get('quality_diff', math.nan):>+11.3f} [{lo:+.3f}, {hi:+.3f}]"
                      f"{r.get('identical_output', math.nan):>10.3f}{r.get('same_answer', math.nan):>10.3f}"
                      f"{r.get('verifier_logprob', math.nan):>10.3f}{r['relative_latency']:>10.3f}"
