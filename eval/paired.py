@@ -26,6 +26,8 @@ import math
 
 import numpy as np
 
+from eval.online import point_name
+
 REFERENCE = "verifier@0"
 
 
@@ -195,11 +197,11 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
                  cost_ratio: float, replicates: int, batch_size: int = 1) -> list[dict]:
     """Every point's row: paired measures vs the verifier, offline vs online, time split."""
     ref = per_prompt.get(REFERENCE)
-    ref_point = next((p for p in points if f"{p['method']}@{p['alpha']:g}" == REFERENCE), None)
+    ref_point = next((p for p in points if point_name(p["method"], p["alpha"]) == REFERENCE), None)
     ref_row_latency = longest_row_latency(ref_point) if ref_point else math.nan
     rows = []
     for p in points:
-        name = f"{p['method']}@{p['alpha']:g}"
+        name = point_name(p["method"], p["alpha"])
         row = {"point": name, "method": p["method"], "alpha": p["alpha"],
                "relative_latency": p.get("relative_latency", math.nan), "rejection_rate": p.get("rejection_rate")}
         if ref is not None:
@@ -215,7 +217,7 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
 
 def points_of(points: list[dict], method: str) -> list[str]:
     """The point names (method@alpha) a method was decoded at."""
-    return [f"{p['method']}@{p['alpha']:g}" for p in points if p["method"] == method]
+    return [point_name(p["method"], p["alpha"]) for p in points if p["method"] == method]
 
 
 def pairwise_table(per_prompt: dict[str, list[dict]], points: list[dict], against: list[str],
@@ -223,7 +225,7 @@ def pairwise_table(per_prompt: dict[str, list[dict]], points: list[dict], agains
     """Every point against every point of each method in `against`, prompt by prompt: the quality
     difference (point - other) with its 95% bootstrap interval over prompts, McNemar p, and the
     ratio of their seconds per token (< 1: the point is faster)."""
-    latency = {f"{p['method']}@{p['alpha']:g}": p.get("relative_latency", math.nan) for p in points}
+    latency = {point_name(p["method"], p["alpha"]): p.get("relative_latency", math.nan) for p in points}
     rows = []
     for method in against:
         for other in points_of(points, method):

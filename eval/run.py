@@ -415,11 +415,10 @@ def pairwise_lines(pairwise: list[dict]) -> list[str]:
     """`paired_with`: each point against another method's point on the same prompts."""
     if not pairwise:
         return []
+    w, v = (max(len(r[k]) for r in pairwise) + 2 for k in ("point", "against"))  # long router names stay apart
     lines = ["", f"paired with other methods (diff: point - other, 95% paired bootstrap interval over prompts; "
                  f"lat ratio: point / other seconds per token)",
-             ""]
-    w, v = (max(len(r[k]) for r in pairwise) + 2 for k in ("point", "against"))  # long router names stay apart
-    lines[-1] = f"{'point':<{w}}{'against':<{v}}{'diff [95% CI]':>26}{'McNemar p':>11}{'lat ratio':>11}"
+             f"{'point':<{w}}{'against':<{v}}{'diff [95% CI]':>26}{'McNemar p':>11}{'lat ratio':>11}"]
     for r in pairwise:
         lo, hi = r["quality_diff_ci"]
         lines.append(f"{r['point']:<{w}}{r['against']:<{v}}{r['quality_diff']:>+10.3f} [{lo:+.3f}, {hi:+.3f}]"
