@@ -2,7 +2,7 @@
 
 Runs `data_gen.consequence.ConsequenceSearch` over the same batch of a task's examples once per
 --lookup value (0 = branches decoded one verifier token per pass; g > 0 = up to g drafts per pass
-looked up in the answer the branch departs from, router/lookup.py), checks that every run finds
+looked up in the answer the branch departs from, router/engine/lookup.py), checks that every run finds
 the same answers, labels and branch verdicts, and prints seconds per example, branch tokens per
 verifier pass and the speed-up over the first value. Prints the CPU kind and dtype; writes JSON.
 
@@ -23,24 +23,40 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.consequence import ConsequenceSearch  # noqa: E402
 from data_gen.recorder import GenConfig, Recorder, _load_examples  # noqa: E402
-from router import clock  # noqa: E402
-from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
+from router.infra import clock  # noqa: E402
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed  # noqa: E402
 
 
 def search_once(recorder: Recorder, prompts: list, metas: list, lookup: int, args) -> dict:
     """One search over the prompts: its results and what it cost."""
-    search = ConsequenceSearch(recorder.drafter, recorder.verifier, recorder.tok, recorder.metric, recorder.stops,
-                               recorder.vocab, recorder.pad_id, args.budget, args.mismatches, len(prompts),
-                               recorder.prefix, lookup)
+    search = ConsequenceSearch(
+        recorder.drafter,
+        recorder.verifier,
+        recorder.tok,
+        recorder.metric,
+        recorder.stops,
+        recorder.vocab,
+        recorder.pad_id,
+        args.budget,
+        args.mismatches,
+        len(prompts),
+        recorder.prefix,
+        lookup,
+    )
     started = clock.now()
     found = search.run(prompts, metas)
     seconds = clock.now() - started
-    return {"lookup": lookup, "seconds": seconds, "seconds_per_example": seconds / len(prompts),
-            "branch_tokens": search.branch_tokens, "branch_verifier_passes": search.branch_verifier_passes,
-            "branch_tokens_per_pass": search.branch_tokens / max(search.branch_verifier_passes, 1),
-            "tested": sum(s.tested for s in found),
-            "found": [(s.tokens, s.correct, sorted(s.labels.items()), sorted(s.branches.items())) for s in found]}
+    return {
+        "lookup": lookup,
+        "seconds": seconds,
+        "seconds_per_example": seconds / len(prompts),
+        "branch_tokens": search.branch_tokens,
+        "branch_verifier_passes": search.branch_verifier_passes,
+        "branch_tokens_per_pass": search.branch_tokens / max(search.branch_verifier_passes, 1),
+        "tested": sum(s.tested for s in found),
+        "found": [(s.tokens, s.correct, sorted(s.labels.items()), sorted(s.branches.items())) for s in found],
+    }
 
 
 def main() -> None:
@@ -56,12 +72,23 @@ def main() -> None:
     args = parser.parse_args()
     clock.pause_aware()
     real = embedded_installed() and not args.tiny
-    pair = dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype=args.dtype) if real else \
-        dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
-    cfg = GenConfig(task=args.task, chat=args.task != "gsm8k", max_examples=args.examples, modes=["consequence"],
-                    output="runs/bench/unused", metric=None if real else "length3", **pair)
+    pair = (
+        dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype=args.dtype)
+        if real
+        else dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
+    )
+    cfg = GenConfig(
+        task=args.task,
+        chat=args.task != "gsm8k",
+        max_examples=args.examples,
+        modes=["consequence"],
+        output="runs/bench/unused",
+        metric=None if real else "length3",
+        **pair,
+    )
     if not real:  # random models write no numbers: a verdict that flips often exercises both labels
-        from router import metrics
+        from router.tasks import metrics
+
         metrics.METRICS["length3"] = lambda text, meta: {"quality": float(sum(map(ord, text)) % 3 != 0), "answer": ""}
     recorder = Recorder(cfg)
     examples = _load_examples(cfg)[: args.examples]
@@ -73,21 +100,34 @@ def main() -> None:
         for lookup in tqdm(args.lookup, desc=f"searches of {len(prompts)} examples", unit="search"):
             runs.append(search_once(recorder, prompts, metas, lookup, args))
     same = all(r["found"] == runs[0]["found"] for r in runs)
-    meta = {"pair": "embedded" if real else "tiny", "task": args.task, "examples": len(prompts),
-            "mismatches": args.mismatches, "budget": args.budget, "cpu": cpu_kind(),
-            "dtype": str(recorder.verifier.dtype).removeprefix("torch."), "threads": torch.get_num_threads(),
-            "same_results": same}
+    meta = {
+        "pair": "embedded" if real else "tiny",
+        "task": args.task,
+        "examples": len(prompts),
+        "mismatches": args.mismatches,
+        "budget": args.budget,
+        "cpu": cpu_kind(),
+        "dtype": str(recorder.verifier.dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "same_results": same,
+    }
     rows = [{k: v for k, v in r.items() if k != "found"} | {"speedup": runs[0]["seconds"] / r["seconds"]} for r in runs]
     out = Path(args.out or f"runs/bench/consequence_{meta['pair']}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
-    print(f"\n{meta['pair']} pair in {meta['dtype']} on {meta['cpu']}; {len(prompts)} "
-          f"{args.task} examples searched together, {args.mismatches} branches each at most")
-    print(f"{'lookup':>6}{'s / example':>13}{'branch tokens':>15}{'verifier passes':>17}{'tokens / pass':>15}"
-          f"{'tested':>8}{'speed-up':>10}")
+    print(
+        f"\n{meta['pair']} pair in {meta['dtype']} on {meta['cpu']}; {len(prompts)} "
+        f"{args.task} examples searched together, {args.mismatches} branches each at most"
+    )
+    print(
+        f"{'lookup':>6}{'s / example':>13}{'branch tokens':>15}{'verifier passes':>17}{'tokens / pass':>15}"
+        f"{'tested':>8}{'speed-up':>10}"
+    )
     for r in rows:
-        print(f"{r['lookup']:>6}{r['seconds_per_example']:>13.2f}{r['branch_tokens']:>15}{r['branch_verifier_passes']:>17}"
-              f"{r['branch_tokens_per_pass']:>15.2f}{r['tested']:>8}{r['speedup']:>9.2f}x")
+        print(
+            f"{r['lookup']:>6}{r['seconds_per_example']:>13.2f}{r['branch_tokens']:>15}{r['branch_verifier_passes']:>17}"
+            f"{r['branch_tokens_per_pass']:>15.2f}{r['tested']:>8}{r['speedup']:>9.2f}x"
+        )
     print(f"same answers, labels and branch verdicts in every run: {same}\nresults: {out}")
     if not same:
         raise SystemExit("the runs disagree: looked-up drafts changed what the search found (a bug)")

@@ -19,7 +19,7 @@ greedy-view rejection rate on the records' validation split is closest to --reje
 verifier's own (lossless) greedy rate: methods compared at matched operating points, as `specroute
 eval` does for greedy decoding. With
 --gamma auto (needs --records), gamma is calibrated per batch size from the pair's costs measured
-here and the records' acceptance rate (router/calibrate.py), and HF's constant schedule uses it too;
+here and the records' acceptance rate (router/machine/calibrate.py), and HF's constant schedule uses it too;
 where the calibration says speculation does not pay at a batch size, a row "lossless gamma=auto"
 runs as `generate(gamma="auto")` does there with any rule: the verifier alone, the decision
 included in the time (it decodes every rule alike there, so one row stands for all).
@@ -49,18 +49,19 @@ from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router import clock  # noqa: E402
-from router.baselines import generate_autoregressive  # noqa: E402
-from router.files import Journal  # noqa: E402
-from router.layout import left_pad  # noqa: E402
-from router.prefix import SharedPrefix  # noqa: E402
-from router.prompts import StopStrings, default_stops  # noqa: E402
+from router.infra import clock  # noqa: E402
+from router.engine.baselines import generate_autoregressive  # noqa: E402
+from router.infra.files import Journal  # noqa: E402
+from router.engine.layout import left_pad  # noqa: E402
+from router.engine.prefix import SharedPrefix  # noqa: E402
+from router.tasks.prompts import StopStrings, default_stops  # noqa: E402
 from router.decoding import generate  # noqa: E402
+from router.engine.options import DecodeOptions, add_decode_flags  # noqa: E402
 from router.rules import resolve_rule  # noqa: E402
-from router.loop import Rows, eos_ids  # noqa: E402
-from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
+from router.engine.loop import Rows, eos_ids  # noqa: E402
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed, load_pair  # noqa: E402
-from router.tiny import tiny_pair  # noqa: E402
+from router.engine.tiny import tiny_pair  # noqa: E402
 
 FALLBACK_QUESTIONS = [
     "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "
@@ -94,11 +95,13 @@ def few_shot_examples(n: int) -> list:
 
 def accuracy(outputs: list[list[int]], examples: list, tokenizer, stops: list[str]) -> float:
     """GSM8K exact match of the final number (eval's metric) over the benchmark prompts."""
-    from router.metrics import gsm8k_metric
-    from router.prompts import cut_at_stop
+    from router.tasks.metrics import gsm8k_metric
+    from router.tasks.prompts import cut_at_stop
 
-    return sum(gsm8k_metric(cut_at_stop(tokenizer.decode(out, skip_special_tokens=True), stops), ex.meta)["quality"]
-               for out, ex in zip(outputs, examples)) / len(examples)
+    return sum(
+        gsm8k_metric(cut_at_stop(tokenizer.decode(out, skip_special_tokens=True), stops), ex.meta)["quality"]
+        for out, ex in zip(outputs, examples)
+    ) / len(examples)
 
 
 def prompts_for(args, tokenizer) -> list[list[int]]:
@@ -110,23 +113,26 @@ def prompts_for(args, tokenizer) -> list[list[int]]:
         return [tokenizer.encode(ex.prompt, add_special_tokens=False) for ex in few_shot_examples(args.prompts)]
     out = []
     for question in gsm8k_questions(args.prompts):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+        )
         out.append(tokenizer(text).input_ids)
     return out
 
 
 def batches_of(prompts: list[list[int]], size: int, pad: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Left-padded (input_ids, attention_mask) batches of `size` prompts."""
-    return [left_pad(prompts[i: i + size], pad) for i in range(0, len(prompts), size)]
+    return [left_pad(prompts[i : i + size], pad) for i in range(0, len(prompts), size)]
 
 
 def run_interleaved(methods, batches, journal: Journal | None = None, batch_size: int = 0) -> list[dict]:
     """Run every method on each batch in turn (round robin), so that slow drifts of the machine
     hit all methods alike; return per-method totals and the new tokens of every prompt. Each
     finished (batch, method) cell goes to the journal; cells already there are not run again."""
-    results = [{"method": name, "new_tokens": 0, "wall_seconds": 0.0, "verifier_calls": 0, "outputs": []}
-               for name, _ in methods]
+    results = [
+        {"method": name, "new_tokens": 0, "wall_seconds": 0.0, "verifier_calls": 0, "outputs": []}
+        for name, _ in methods
+    ]
     done = {(e["batch"], e["index"], e["method"]): e for e in (journal.entries if journal else []) if "method" in e}
     with tqdm(total=len(batches) * len(methods), desc="batch x method") as bar:
         for index, (ids, mask) in enumerate(batches):
@@ -136,8 +142,15 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
                 if cell is None:
                     t0 = clock.now()  # pause-aware: kill -TSTP / -CONT leaves the pause out
                     rows, calls, chosen = fn(ids, mask)
-                    cell = {"batch": batch_size, "index": index, "method": name, "seconds": clock.now() - t0,
-                            "rows": rows, "calls": calls, "gamma_chosen": chosen}
+                    cell = {
+                        "batch": batch_size,
+                        "index": index,
+                        "method": name,
+                        "seconds": clock.now() - t0,
+                        "rows": rows,
+                        "calls": calls,
+                        "gamma_chosen": chosen,
+                    }
                     if journal:
                         journal.append(cell)
                 r["wall_seconds"] += cell["seconds"]
@@ -161,7 +174,7 @@ def batch_fill(outputs: list[list[int]], batch: int) -> float:
     """Tokens written / (rows x longest row) over the batches: a batch decodes until its longest row
     ends, so at fill f a method pays for about 1/f times the tokens it writes (seconds per token
     then compare methods unevenly; seconds per prompt do not)."""
-    groups = [outputs[i: i + batch] for i in range(0, len(outputs), batch)]
+    groups = [outputs[i : i + batch] for i in range(0, len(outputs), batch)]
     slots = sum(len(g) * max((len(o) for o in g), default=0) for g in groups)
     return sum(len(o) for o in outputs) / slots if slots else 1.0
 
@@ -188,8 +201,10 @@ def matched_methods(args) -> list[tuple]:
     out = []
     for name in args.methods:
         if name not in curves:
-            raise SystemExit(f"--methods {name}: not a rule with an offline score or a router folder name "
-                             f"({', '.join(routers) or 'no --routers'})")
+            raise SystemExit(
+                f"--methods {name}: not a rule with an offline score or a router folder name "
+                f"({', '.join(routers) or 'no --routers'})"
+            )
         rng = get_rule(name).alpha_range if name in rule_names() else None
         (alpha,) = alphas_at_rejection(curves[name].threshold, curves[name].rejection, [target], rng)
         out.append((routers.get(name, name), alpha))
@@ -202,7 +217,7 @@ def calibrated_gamma(drafter, verifier, args, batch: int, journal: Journal):
     journal's choice, so its remaining cells decode as the finished ones did."""
     if args.gamma != "auto":
         return args.gamma, None
-    from router.calibrate import calibrate_gamma, remember_costs
+    from router.machine.calibrate import calibrate_gamma, remember_costs
 
     for e in journal.entries:
         if e.get("gamma_for_batch") == batch:
@@ -222,19 +237,32 @@ def calibrated_gamma(drafter, verifier, args, batch: int, journal: Journal):
 def _ours(drafter, verifier, args, ends: dict, gamma=None, **kw):
     """generate() at gamma (default: the run's gamma; "auto": re-chosen every block from the costs
     calibrated for this batch size, the verifier alone where speculation does not pay)."""
+
     def fn(ids, mask):
-        out = generate(drafter, verifier, ids, gamma=gamma or args.block, temperature=0.0, attention_mask=mask,
-                       max_new_tokens=args.max_new_tokens, **ends, **kw)
+        out = generate(
+            drafter,
+            verifier,
+            ids,
+            gamma=gamma or args.block,
+            temperature=0.0,
+            attention_mask=mask,
+            max_new_tokens=args.max_new_tokens,
+            **ends,
+            **kw,
+        )
         chosen = {str(g): n for g, n in out.stats.get("gamma_chosen", {}).items()}  # blocks (or verifier steps: 0)
         return _rows(out, ids.shape[1]), out.stats["verifier_row_forwards"], chosen
+
     return fn
 
 
 def _alone(model, args, role, ends: dict):
     def fn(ids, mask):
-        out = generate_autoregressive(model, ids, max_new_tokens=args.max_new_tokens, role=role, attention_mask=mask,
-                                      **ends)
+        out = generate_autoregressive(
+            model, ids, max_new_tokens=args.max_new_tokens, role=role, attention_mask=mask, **ends
+        )
         return _rows(out, ids.shape[1]), out.stats.get("verifier_row_forwards", 0), {}
+
     return fn
 
 
@@ -248,8 +276,10 @@ class StopInNewText(StoppingCriteria):
         self.stop, self.start = stop, start
 
     def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:  # input_ids (B, T)
-        return torch.tensor([self.stop.found("".join(map(self.stop.text, row[self.start:].tolist())))
-                             for row in input_ids], device=input_ids.device)
+        return torch.tensor(
+            [self.stop.found("".join(map(self.stop.text, row[self.start :].tolist()))) for row in input_ids],
+            device=input_ids.device,
+        )
 
 
 def cut_after_stop(tokens: list[int], stop: StopStrings | None) -> list[int]:
@@ -281,8 +311,10 @@ def _hf_starts_from(verifier, caches):
     def past_the_cache(input_ids, *args, next_sequence_length=None, is_first_iteration=False, **kwargs):
         if is_first_iteration and next_sequence_length is None:  # (1, T): read only what the cache lacks
             next_sequence_length = input_ids.shape[1] - verifier_cache.get_seq_length()
-        return prepare(input_ids, *args, next_sequence_length=next_sequence_length,
-                       is_first_iteration=is_first_iteration, **kwargs)
+        return prepare(
+            input_ids, *args, next_sequence_length=next_sequence_length, is_first_iteration=is_first_iteration, **kwargs
+        )
+
     candidate_generator.AssistedCandidateGenerator.__init__ = seeded
     verifier.prepare_inputs_for_generation = past_the_cache
     try:
@@ -301,22 +333,37 @@ def _hf(verifier, drafter, args, constant: bool = False, prefix: SharedPrefix | 
     stop = StopStrings.build(args.tokenizer, args.stops) if args.stops else None
 
     def fn(ids, mask):
-        extra = dict(num_assistant_tokens=args.block, num_assistant_tokens_schedule="constant",
-                     assistant_confidence_threshold=0.0) if constant else {}
+        extra = (
+            dict(
+                num_assistant_tokens=args.block,
+                num_assistant_tokens_schedule="constant",
+                assistant_confidence_threshold=0.0,
+            )
+            if constant
+            else {}
+        )
         ends = {"stopping_criteria": StoppingCriteriaList([StopInNewText(stop, ids.shape[1])])} if stop else {}
         cached = prefix is not None and bool(mask.all()) and prefix.covers(ids.tolist())
         caches = (prefix.cache_for(verifier, 1), prefix.cache_for(drafter, 1)) if cached else None
         if caches:
             ends["cache"] = caches[0]
         with _hf_starts_from(verifier, caches):
-            out = verifier.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
-                                    assistant_model=drafter, pad_token_id=verifier.generation_config.pad_token_id,
-                                    **ends, **extra)
-        new = cut_after_stop(out[0, ids.shape[1]:].tolist(), stop)
+            out = verifier.generate(
+                ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=args.max_new_tokens,
+                assistant_model=drafter,
+                pad_token_id=verifier.generation_config.pad_token_id,
+                **ends,
+                **extra,
+            )
+        new = cut_after_stop(out[0, ids.shape[1] :].tolist(), stop)
         pad = verifier.generation_config.pad_token_id
         while new and new[-1] == pad and pad not in eos_ids(verifier):
             new.pop()
         return [new], 0, {}  # HF does not report its verifier calls (shown as 0)
+
     return fn
 
 
@@ -327,13 +374,17 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     if batch == 1:
         methods.append(("hf-assisted", _hf(verifier, drafter, args, prefix=ends.get("prefix"))))
         if args.hf_constant:
-            methods.append(("hf-assisted constant", _hf(verifier, drafter, args, constant=True, prefix=ends.get("prefix"))))
+            methods.append(
+                ("hf-assisted constant", _hf(verifier, drafter, args, constant=True, prefix=ends.get("prefix")))
+            )
     choice = args.gammas.get(batch)
     not_paying = isinstance(choice, dict) and not choice["pays"]  # --gamma auto, calibrated as not paying here
-    cascades = [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
+    cascades = (
+        [("lossless", None)] + [("opt", a) for a in args.opt_alphas] + [("token_v3", a) for a in args.token_alphas]
+    )
     cascades += args.matched
-    plain_bonus = getattr(args, "bonus_from", "target")
-    stop_for = getattr(args, "draft_stop_methods", None)  # None: every cascade
+    plain_bonus = args.bonus_from  # rows decoded with p at the bonus position are labelled bonus=p
+    stop_for = args.draft_stop_methods  # None: every cascade
     for rule, a in cascades:
         name = rule if isinstance(rule, str) else rule.name
         needs_drafter = a is not None and resolve_rule(rule).bonus_needs_drafter
@@ -343,13 +394,23 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
         label += " bonus=p" if needs_drafter and plain_bonus == "verifier" else ""
         methods.append((label, _ours(drafter, verifier, args, ends, **kw)))
         if args.bonus_verifier and needs_drafter and plain_bonus == "target":
-            methods.append((f"{label} bonus=p", _ours(drafter, verifier, args, ends, **{**kw, "bonus_from": "verifier"})))
+            methods.append(
+                (f"{label} bonus=p", _ours(drafter, verifier, args, ends, **{**kw, "bonus_from": "verifier"}))
+            )
         if args.draft_stop is not None and (stop_for is None or name in stop_for):
-            methods.append((f"{label} stop={args.draft_stop}",
-                            _ours(drafter, verifier, args, ends, draft_stop=args.draft_stop, **kw)))
+            methods.append(
+                (
+                    f"{label} stop={args.draft_stop}",
+                    _ours(drafter, verifier, args, ends, draft_stop=args.draft_stop, **kw),
+                )
+            )
     if not_paying:  # what generate(gamma="auto") does here, with any rule: the verifier alone (one row says it)
-        methods.append(("lossless gamma=auto", _ours(drafter, verifier, args, ends, gamma="auto", rule="lossless",
-                                                      bonus_from="target")))
+        methods.append(
+            (
+                "lossless gamma=auto",
+                _ours(drafter, verifier, args, ends, gamma="auto", rule="lossless", bonus_from="target"),
+            )
+        )
     return methods
 
 
@@ -357,30 +418,51 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true", help="tiny random models even if the embedded pair is installed")
     parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=lambda t: t if t == "auto" else int(t), default=4, help="a number, or auto")
-    parser.add_argument("--records", nargs="*", default=[], help="record folders: alphas matched on their validation "
-                        "split (--methods), acceptance for --gamma auto")
+    # the plain cascade rows take the exact bonus token unless asked (rows with p there are labelled bonus=p)
+    add_decode_flags(parser, DecodeOptions(bonus_from="target"), only=("max_new_tokens", "gamma", "bonus_from"))
+    parser.add_argument(
+        "--records",
+        nargs="*",
+        default=[],
+        help="record folders: alphas matched on their validation split (--methods), acceptance for --gamma auto",
+    )
     parser.add_argument("--routers", nargs="*", default=[], help="router folders (names usable in --methods)")
     parser.add_argument("--methods", nargs="*", default=[], help="rules or router names at matched rejection rates")
-    parser.add_argument("--rejection-target", type=float, default=0.5,
-                        help="matched offline rejection rate, as a fraction of the verifier's own (lossless) rate")
+    parser.add_argument(
+        "--rejection-target",
+        type=float,
+        default=0.5,
+        help="matched offline rejection rate, as a fraction of the verifier's own (lossless) rate",
+    )
     parser.add_argument("--batch", type=int, nargs="+", default=[1], help="batch sizes to run, e.g. 1 4")
-    parser.add_argument("--few-shot", action="store_true",
-                        help="GSM8K 5-shot chain-of-thought prompts (shared prefix prefilled once, stop at the next shot)")
-    parser.add_argument("--draft-stop", type=float, default=None,
-                        help="also run every cascade with blocks that end where the drafter's probability is below this")
-    parser.add_argument("--draft-stop-methods", nargs="+", default=None,
-                        help="only these rules/routers (e.g. lossless judge) get a --draft-stop row (default: all)")
-    parser.add_argument("--bonus-from", choices=["target", "verifier"], default="target",
-                        help="the bonus token of the plain cascade rows: target (exact, default) or verifier "
-                             "(p there, generate's default; such rows are labelled bonus=p)")
-    parser.add_argument("--hf-constant", action="store_true", help="also run HF assisted generation with a constant schedule")
+    parser.add_argument(
+        "--few-shot",
+        action="store_true",
+        help="GSM8K 5-shot chain-of-thought prompts (shared prefix prefilled once, stop at the next shot)",
+    )
+    parser.add_argument(
+        "--draft-stop",
+        type=float,
+        default=None,
+        help="also run every cascade with blocks that end where the drafter's probability is below this",
+    )
+    parser.add_argument(
+        "--draft-stop-methods",
+        nargs="+",
+        default=None,
+        help="only these rules/routers (e.g. lossless judge) get a --draft-stop row (default: all)",
+    )
+    parser.add_argument(
+        "--hf-constant", action="store_true", help="also run HF assisted generation with a constant schedule"
+    )
     parser.add_argument("--opt-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="any real number")
     parser.add_argument("--token-alphas", type=float, nargs="*", default=[0.1, 0.3, 0.5], help="token_v3: 0..1")
-    parser.add_argument("--bonus-verifier", action="store_true",
-                        help="also run each cascade whose bonus position needs the drafter with bonus_from='verifier' "
-                             "(no extra drafter forward there)")
+    parser.add_argument(
+        "--bonus-verifier",
+        action="store_true",
+        help="also run each cascade whose bonus position needs the drafter with bonus_from='verifier' "
+        "(no extra drafter forward there)",
+    )
     parser.add_argument("--skip-drafter-only", action="store_true", help="leave out drafter-only (saves time)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
@@ -400,8 +482,10 @@ def main() -> None:
     args.matched = matched_methods(args)
     args.stops = default_stops("gsm8k", chat=False) if args.few_shot and real else []
     args.tokenizer = tokenizer
-    ends = {"stop": StopStrings.build(tokenizer, args.stops) if args.stops else None,
-            "prefix": SharedPrefix.common(prompts) if args.few_shot else None}
+    ends = {
+        "stop": StopStrings.build(tokenizer, args.stops) if args.stops else None,
+        "prefix": SharedPrefix.common(prompts) if args.few_shot else None,
+    }
     args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}"
     journal = open_journal(args, pair)
     pad = verifier.generation_config.pad_token_id or 0
@@ -416,8 +500,9 @@ def main() -> None:
         for batch in args.batch:
             args.block, choice = calibrated_gamma(drafter, verifier, args, batch, journal)
             args.gammas[batch] = choice or args.gamma
-            results = run_interleaved(build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad),
-                                      journal, batch)
+            results = run_interleaved(
+                build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad), journal, batch
+            )
             base = results[0]
             for r in results:
                 r["batch"] = batch
@@ -435,8 +520,10 @@ def open_journal(args, pair: str) -> Journal:
     """The run's journal (`<out>.partial.jsonl`): finished cells of an interrupted run with the same
     settings on the same machine kind and thread count are reused; anything else starts over."""
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "matched", "stops", "tokenizer")}
-    journal = Journal(f"{args.out}.partial.jsonl", {"settings": settings, "pair": pair, "cpu": cpu_kind(),
-                                                     "threads": torch.get_num_threads()})
+    journal = Journal(
+        f"{args.out}.partial.jsonl",
+        {"settings": settings, "pair": pair, "cpu": cpu_kind(), "threads": torch.get_num_threads()},
+    )
     cells = sum("method" in e for e in journal.entries)
     if cells:
         print(f"resuming: {cells} finished (batch, method) cells from {journal.path} are reused")
@@ -448,34 +535,63 @@ def open_journal(args, pair: str) -> Journal:
 def _report(by_batch: dict, pair, args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fields = ["batch", "method", "new_tokens", "wall_seconds", "tokens_per_second", "speedup_vs_verifier",
-              "time_per_token_vs_verifier", "time_per_prompt_vs_verifier", "batch_fill", "verifier_calls_per_token",
-              "identical_to_verifier", "accuracy"]
+    fields = [
+        "batch",
+        "method",
+        "new_tokens",
+        "wall_seconds",
+        "tokens_per_second",
+        "speedup_vs_verifier",
+        "time_per_token_vs_verifier",
+        "time_per_prompt_vs_verifier",
+        "batch_fill",
+        "verifier_calls_per_token",
+        "identical_to_verifier",
+        "accuracy",
+    ]
     rows = [r for results in by_batch.values() for r in results]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
-    meta = {"pair": pair, "cpu": cpu_kind(), "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
-            "gamma": args.gammas, "few_shot": args.few_shot, "stops": args.stops, "draft_stop": args.draft_stop,
-            "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_count": os.cpu_count()}
+    meta = {
+        "pair": pair,
+        "cpu": cpu_kind(),
+        "prompts": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "gamma": args.gammas,
+        "few_shot": args.few_shot,
+        "stops": args.stops,
+        "draft_stop": args.draft_stop,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+    }
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     kind = "random" if "tiny" in pair else ("GSM8K 5-shot" if args.few_shot else "GSM8K")
     for batch, results in by_batch.items():
-        print(f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens at most, "
-              f"greedy, gamma {args.gammas[batch]['gamma'] if isinstance(args.gammas[batch], dict) else args.gammas[batch]}"
-              f", batch {batch}, {torch.get_num_threads()} threads")
-        print(f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'time/prompt':>13}{'fill':>7}"
-              f"{'verif/tok':>11}{'same as verifier':>18}{'accuracy':>10}")
+        print(
+            f"\n{pair} on {cpu_kind()}; {args.prompts} {kind} prompts x {args.max_new_tokens} new tokens at most, "
+            f"greedy, gamma {args.gammas[batch]['gamma'] if isinstance(args.gammas[batch], dict) else args.gammas[batch]}"
+            f", batch {batch}, {torch.get_num_threads()} threads"
+        )
+        print(
+            f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'time/prompt':>13}{'fill':>7}"
+            f"{'verif/tok':>11}{'same as verifier':>18}{'accuracy':>10}"
+        )
         for r in results:
             acc = f"{r['accuracy']:>10.3f}" if "accuracy" in r else f"{'n/a':>10}"
-            print(f"{r['method']:<28}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
-                  f"{r['time_per_token_vs_verifier']:>11.2f}x{r['time_per_prompt_vs_verifier']:>12.2f}x"
-                  f"{r['batch_fill']:>7.2f}{r['verifier_calls_per_token']:>11.3f}"
-                  f"{r['identical_to_verifier']:>14}/{args.prompts}{acc}")
+            print(
+                f"{r['method']:<28}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
+                f"{r['time_per_token_vs_verifier']:>11.2f}x{r['time_per_prompt_vs_verifier']:>12.2f}x"
+                f"{r['batch_fill']:>7.2f}{r['verifier_calls_per_token']:>11.3f}"
+                f"{r['identical_to_verifier']:>14}/{args.prompts}{acc}"
+            )
         for r in results:
             if r["method"].endswith("gamma=auto"):
-                print(f"  {r['method']}: blocks per gamma {r.get('gamma_chosen', {})} (0: a step by the verifier alone)")
+                print(
+                    f"  {r['method']}: blocks per gamma {r.get('gamma_chosen', {})} (0: a step by the verifier alone)"
+                )
     print(f"results: {out.with_suffix('.csv')} and {out.with_suffix('.json')}")
 
 

@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 from eval.run import EvalConfig, run_eval  # noqa: E402
 from specroute import cli  # noqa: E402
 
@@ -35,10 +36,20 @@ def main() -> None:
     records, dtype = args.records, "auto"
     if args.tiny:
         records, dtype = str(scratch / "records"), "float32"
-        cli.main(["gen", "--config", "configs/gen/tiny.yaml", f"output={records}"])
-    cfg = EvalConfig(name="bench", records=[records], offline=False, online=True, max_prompts=args.prompts,
-                     max_new_tokens=args.max_new_tokens, online_methods=args.methods.split(","),
-                     online_rejection_targets=[0.5], dtype=dtype, output=str(scratch / "eval"))
+        if cli.main(["gen", "--config", str(ROOT / "configs" / "gen" / "tiny.yaml"), f"output={records}"]) != 0:
+            raise SystemExit("recording the tiny pair failed (see the error above)")
+    cfg = EvalConfig(
+        name="bench",
+        records=[records],
+        offline=False,
+        online=True,
+        max_prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens,
+        online_methods=args.methods.split(","),
+        online_rejection_targets=[0.5],
+        dtype=dtype,
+        output=str(scratch / "eval"),
+    )
     started = time.perf_counter()
     metrics = run_eval(cfg)
     total = time.perf_counter() - started
@@ -46,18 +57,32 @@ def main() -> None:
     tokens = sum(p["tokens"] for p in points)
     decode_s = sum(p["seconds"] for p in points)
     model_s = sum(p["model_seconds"] for p in points)
-    result = {"records": records, "points": len(points), "prompts": args.prompts, "tokens": tokens,
-              "eval_seconds": total, "decode_seconds": decode_s, "model_forward_seconds": model_s,
-              "tokens_per_second": tokens / total, "outside_model_fraction": 1 - model_s / total,
-              "outside_model_fraction_in_decoding": 1 - model_s / decode_s,
-              "per_point": [{k: p[k] for k in ("method", "alpha", "tokens", "seconds", "model_seconds",
-                                               "outside_model_fraction")} for p in points]}
+    result = {
+        "records": records,
+        "points": len(points),
+        "prompts": args.prompts,
+        "tokens": tokens,
+        "eval_seconds": total,
+        "decode_seconds": decode_s,
+        "model_forward_seconds": model_s,
+        "tokens_per_second": tokens / total,
+        "outside_model_fraction": 1 - model_s / total,
+        "outside_model_fraction_in_decoding": 1 - model_s / decode_s,
+        "per_point": [
+            {k: p[k] for k in ("method", "alpha", "tokens", "seconds", "model_seconds", "outside_model_fraction")}
+            for p in points
+        ],
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"\nonline eval grid: {len(points)} points x {args.prompts} prompts, {tokens} tokens in {total:.1f} s "
-          f"({tokens / total:.2f} tokens/s, model loading and scoring included)")
-    print(f"time in model forwards {model_s:.1f} s; outside them: {100 * result['outside_model_fraction']:.1f}% of "
-          f"the eval, {100 * result['outside_model_fraction_in_decoding']:.1f}% of the decoding loops (target < 10%)")
+    print(
+        f"\nonline eval grid: {len(points)} points x {args.prompts} prompts, {tokens} tokens in {total:.1f} s "
+        f"({tokens / total:.2f} tokens/s, model loading and scoring included)"
+    )
+    print(
+        f"time in model forwards {model_s:.1f} s; outside them: {100 * result['outside_model_fraction']:.1f}% of "
+        f"the eval, {100 * result['outside_model_fraction_in_decoding']:.1f}% of the decoding loops (target < 10%)"
+    )
     print(f"results: {args.out}")
 
 

@@ -25,9 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.recorder import GenConfig, Recorder, _load_examples, run_gen  # noqa: E402
-from router.teacher import forward_tail  # noqa: E402
-from router.layout import Layout, left_pad  # noqa: E402
-from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
+from router.engine.teacher import forward_tail  # noqa: E402
+from router.engine.layout import Layout, left_pad  # noqa: E402
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed  # noqa: E402
 
 
@@ -56,46 +56,74 @@ def main() -> None:
     args = parser.parse_args()
     real = embedded_installed() and not args.tiny
     workdir = Path(tempfile.mkdtemp(prefix="specroute-bench-gen-"))
-    pair = dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype=args.dtype, chat=True) if real else \
-        dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
-    cfg = GenConfig(task=args.task, max_examples=args.examples, batch_size=args.batch_size, modes=["gold"],
-                    examples_per_shard=args.examples, split_fractions=[1.0, 0.0, 0.0], output=str(workdir / "rec"),
-                    **pair)
+    pair = (
+        dict(drafter="embedded:drafter", verifier="embedded:verifier", dtype=args.dtype, chat=True)
+        if real
+        else dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
+    )
+    cfg = GenConfig(
+        task=args.task,
+        max_examples=args.examples,
+        batch_size=args.batch_size,
+        modes=["gold"],
+        examples_per_shard=args.examples,
+        split_fractions=[1.0, 0.0, 0.0],
+        output=str(workdir / "rec"),
+        **pair,
+    )
     recorder = Recorder(cfg)
     examples = _load_examples(cfg)
     prepared = [pc for pc in (recorder.prepare(ex, "gold") for ex in examples) if pc is not None]
-    batches = [([p for p, _ in prepared[i: i + cfg.batch_size]], [c for _, c in prepared[i: i + cfg.batch_size]])
-               for i in range(0, len(prepared), cfg.batch_size)]
+    batches = [
+        ([p for p, _ in prepared[i : i + cfg.batch_size]], [c for _, c in prepared[i : i + cfg.batch_size]])
+        for i in range(0, len(prepared), cfg.batch_size)
+    ]
     bare_pass(recorder, batches)  # warm-up over every batch shape (oneDNN builds kernels per shape)
     bare_tokens, bare_s = bare_pass(recorder, batches)
     manifest = run_gen(cfg, recorder)
-    rec_tokens, rec_s = manifest["tokens"], manifest["seconds"]
+    rec_tokens, rec_s = manifest.tokens, manifest.seconds
     bare_tps, rec_tps = bare_tokens / bare_s, rec_tokens / rec_s
-    result = {"pair": "embedded" if real else "tiny", "task": args.task, "examples": len(prepared),
-              "batch_size": args.batch_size, "bare_tokens_per_second": bare_tps,
-              "recording_tokens_per_second": rec_tps, "ratio": rec_tps / bare_tps,
-              "bytes_per_token": manifest["bytes_per_token"], "top_k": cfg.top_k, "tokens": rec_tokens,
-              "dtype": manifest["dtype"]["dtype"], "cpu": cpu_kind(), "torch": torch.__version__}
+    result = {
+        "pair": "embedded" if real else "tiny",
+        "task": args.task,
+        "examples": len(prepared),
+        "batch_size": args.batch_size,
+        "bare_tokens_per_second": bare_tps,
+        "recording_tokens_per_second": rec_tps,
+        "ratio": rec_tps / bare_tps,
+        "bytes_per_token": manifest.bytes_per_token,
+        "top_k": cfg.top_k,
+        "tokens": rec_tokens,
+        "dtype": manifest.dtype["dtype"],
+        "cpu": cpu_kind(),
+        "torch": torch.__version__,
+    }
     if args.judge:
         judge_cfg = replace(cfg, judge=True, output=str(workdir / "rec-judge"))
         judged = run_gen(judge_cfg, Recorder(judge_cfg, recorder.drafter, recorder.verifier, recorder.tok))
-        result.update(judge_tokens_per_second=judged["tokens"] / judged["seconds"],
-                      judge_ratio=(judged["tokens"] / judged["seconds"]) / rec_tps,
-                      judge_tree_tokens_per_token=judged["counts"]["judge_tree_tokens"] / judged["tokens"],
-                      judge_bytes_per_token=judged["bytes_per_token"])
+        result.update(
+            judge_tokens_per_second=judged["tokens"] / judged["seconds"],
+            judge_ratio=(judged["tokens"] / judged["seconds"]) / rec_tps,
+            judge_tree_tokens_per_token=judged["counts"]["judge_tree_tokens"] / judged["tokens"],
+            judge_bytes_per_token=judged["bytes_per_token"],
+        )
     out = Path(args.out or f"runs/bench/gen_{result['pair']}")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2))
     shutil.rmtree(workdir, ignore_errors=True)
-    print(f"\n{result['pair']} pair in {result['dtype']} on {result['cpu']}; {args.task}, {len(prepared)} examples, "
-          f"batch {args.batch_size}, {rec_tokens} tokens")
+    print(
+        f"\n{result['pair']} pair in {result['dtype']} on {result['cpu']}; {args.task}, {len(prepared)} examples, "
+        f"batch {args.batch_size}, {rec_tokens} tokens"
+    )
     print(f"  bare teacher-forced forwards  {bare_tps:9.1f} tokens/s")
     print(f"  recording                     {rec_tps:9.1f} tokens/s   ratio {rec_tps / bare_tps:.2f} (target >= 0.8)")
-    print(f"  bytes per token on disk       {manifest['bytes_per_token']:9.0f}   (top-k {cfg.top_k}; target <= 1024)")
+    print(f"  bytes per token on disk       {manifest.bytes_per_token:9.0f}   (top-k {cfg.top_k}; target <= 1024)")
     if args.judge:
-        print(f"  recording with judge inputs   {result['judge_tokens_per_second']:9.1f} tokens/s   "
-              f"{result['judge_ratio']:.2f}x plain recording; {result['judge_tree_tokens_per_token']:.2f} substituted "
-              f"tokens per token; {result['judge_bytes_per_token']:.0f} bytes per token")
+        print(
+            f"  recording with judge inputs   {result['judge_tokens_per_second']:9.1f} tokens/s   "
+            f"{result['judge_ratio']:.2f}x plain recording; {result['judge_tree_tokens_per_token']:.2f} substituted "
+            f"tokens per token; {result['judge_bytes_per_token']:.0f} bytes per token"
+        )
     print(f"results: {out.with_suffix('.json')}")
 
 

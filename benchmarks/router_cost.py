@@ -7,7 +7,7 @@ call as it was before the two speed-ups (the baseline): torch's unblocked reduct
 index, argmax, topk; before `router/reduce.py`) and features from the probabilities alone (two logs
 over the vocabulary; the loop now also passes routers the logits, `router.features.log_probs_into`),
 and divides by the verifier's forward over gamma + 1 tokens at that batch
-(`router.costs.measure_verify_curve`, the real model). Prints the CPU kind and dtype, writes JSON.
+(`router.machine.costs.measure_verify_curve`, the real model). Prints the CPU kind and dtype, writes JSON.
 
     python benchmarks/router_cost.py --routers runs/demo/long/routers/{mlp,token,judge} [--batch 1 4]
         [--gamma 5] [--rules token_v2 entropy_gate opt] [--tiny]
@@ -26,14 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router import reduce  # noqa: E402
-from router.costs import measure_verify_curve  # noqa: E402
+from router.machine.costs import measure_verify_curve  # noqa: E402
 from router.decoding import logit_kwargs  # noqa: E402
-from router.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.loop import check_pair  # noqa: E402
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
+from router.engine.loop import check_pair  # noqa: E402
 from router.model import load_router  # noqa: E402
 from router.pair import embedded_installed, load_pair  # noqa: E402
-from router.rules import get_rule, trusted_inputs  # noqa: E402
-from router.tiny import tiny_pair  # noqa: E402
+from router.rules import get_rule, resolve_rule, trusted_inputs  # noqa: E402
+from router.engine.tiny import tiny_pair  # noqa: E402
 
 
 @contextmanager
@@ -55,15 +55,17 @@ def block_inputs(policy, batch: int, gamma: int, vocab: int, hidden_sizes: dict)
     p_logits = torch.randn(batch, gamma + 1, vocab, generator=gen) * 4  # (B, g+1, V)
     q, p_all = q_logits.softmax(-1), p_logits.softmax(-1)
     p = p_all[:, :gamma]
+    policy = resolve_rule(policy)
     kw = {}
-    judge = getattr(policy, "form", "") == "judge"
+    judge = policy.form == "judge"
     if judge:
         kw = {"drafts": q.argmax(-1), "next_p_raw": p_all[:, 1:]}
     logits = logit_kwargs(policy, q_logits, p_logits[:, :gamma], p_logits[:, 1:] if judge else None)
-    roles = getattr(policy, "hidden_inputs", ())
+    roles = policy.hidden_inputs
     if roles:
-        kw["hidden"] = {r: torch.randn(batch, gamma, hidden_sizes["drafter" if r == "drafter" else "verifier"])
-                        for r in roles}
+        kw["hidden"] = {
+            r: torch.randn(batch, gamma, hidden_sizes["drafter" if r == "drafter" else "verifier"]) for r in roles
+        }
     return q, p, kw, logits
 
 
@@ -106,21 +108,40 @@ def main() -> None:
             now = time_target(policy, q, p, {**kw, **logits}, args.repeats)
             with unblocked():
                 before = time_target(policy, q, p, kw, args.repeats)
-            rows.append({"batch": batch, "policy": name, "seconds": now, "seconds_baseline": before,
-                         "verifier_forward_seconds": forward, "share_of_verifier_forward": now / forward,
-                         "share_baseline": before / forward, "speedup": before / now})
-    meta = {"cpu": cpu_kind(), "dtype": str(next(verifier.parameters()).dtype).removeprefix("torch."),
-            "pair": "tiny" if tiny else "embedded", "gamma": args.gamma, "vocab": vocab,
-            "threads": torch.get_num_threads(), "torch": torch.__version__}
+            rows.append(
+                {
+                    "batch": batch,
+                    "policy": name,
+                    "seconds": now,
+                    "seconds_baseline": before,
+                    "verifier_forward_seconds": forward,
+                    "share_of_verifier_forward": now / forward,
+                    "share_baseline": before / forward,
+                    "speedup": before / now,
+                }
+            )
+    meta = {
+        "cpu": cpu_kind(),
+        "dtype": str(next(verifier.parameters()).dtype).removeprefix("torch."),
+        "pair": "tiny" if tiny else "embedded",
+        "gamma": args.gamma,
+        "vocab": vocab,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     print(f"\n{meta['pair']} pair in {meta['dtype']} on {meta['cpu']}, gamma {args.gamma}, vocabulary {vocab}")
-    print(f"{'batch':>5} {'policy':<16}{'ms/block':>10}{'% verifier fwd':>16}{'baseline ms':>14}{'% (baseline)':>15}"
-          f"{'speedup':>9}")
+    print(
+        f"{'batch':>5} {'policy':<16}{'ms/block':>10}{'% verifier fwd':>16}{'baseline ms':>14}{'% (baseline)':>15}"
+        f"{'speedup':>9}"
+    )
     for r in rows:
-        print(f"{r['batch']:>5} {r['policy']:<16}{r['seconds'] * 1e3:>10.2f}{r['share_of_verifier_forward'] * 100:>15.2f}%"
-              f"{r['seconds_baseline'] * 1e3:>14.2f}{r['share_baseline'] * 100:>14.2f}%{r['speedup']:>8.2f}x")
+        print(
+            f"{r['batch']:>5} {r['policy']:<16}{r['seconds'] * 1e3:>10.2f}{r['share_of_verifier_forward'] * 100:>15.2f}%"
+            f"{r['seconds_baseline'] * 1e3:>14.2f}{r['share_baseline'] * 100:>14.2f}%{r['speedup']:>8.2f}x"
+        )
     print(f"results: {out}")
 
 

@@ -1,7 +1,7 @@
 """Router training throughput (records/s per arch on CPU) and router inference cost per decoding
 block as a fraction of one verifier forward, measured side by side in one run.
 
-    python benchmarks/train.py [--rows 1000000] [--epochs 1]
+    python benchmarks/train.py [--rows 1000000] [--tiny]
 Targets: one MLP epoch over 1M records in under a minute on 2 cores; router cost per block < 1%
 of a verifier forward on the embedded pair (tiny pair when it is not installed).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.hardware import cpu_kind  # noqa: E402
+from router.machine.hardware import cpu_kind  # noqa: E402
 from router.features import FEATURE_NAMES  # noqa: E402
 from router.model import LearnedRouter, RouterConfig, RouterNet  # noqa: E402
 
@@ -32,7 +32,7 @@ def epoch_seconds(arch: str, rows: int, batch: int = 1024) -> float:
     y = torch.randn(rows)
     started = time.perf_counter()
     for i in range(0, rows, batch):
-        loss = torch.nn.functional.mse_loss(net(x[i: i + batch]), y[i: i + batch])
+        loss = torch.nn.functional.mse_loss(net(x[i : i + batch]), y[i : i + batch])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -49,18 +49,19 @@ def _median_seconds(fn, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def router_block_cost(gamma: int = 5) -> dict:
+def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
     """Median seconds of target() on one block (as generate() calls it: trusted softmax inputs) for
     MLP routers (cascade and token head) and the plug-in rule opt, and of one verifier forward
     over the same block, measured side by side."""
-    from router.layout import CachedModel, Layout
+    from router.engine.layout import CachedModel, Layout
     from router.pair import embedded_installed, load_pair
     from router.rules import get_rule, trusted_inputs
     from router.sampling import process_logits
 
-    drafter, verifier, _ = load_pair() if embedded_installed() else load_pair("tiny:drafter", "tiny:verifier")
+    real = embedded_installed() and not tiny
+    drafter, verifier, _ = load_pair() if real else load_pair("tiny:drafter", "tiny:verifier")
     vocab = verifier.get_output_embeddings().weight.shape[0]
-    ids = torch.randint(100, 1000, (1, 200))
+    ids = torch.randint(3, min(1000, vocab), (1, 200))  # ids the tiny vocabulary holds too
     layout, v = Layout(ids, torch.ones_like(ids)), CachedModel(verifier, vocab)
     with torch.inference_mode(), trusted_inputs():
         v.feed(layout, layout.length - gamma - 1, 1)
@@ -72,11 +73,17 @@ def router_block_cost(gamma: int = 5) -> dict:
         verifier_s = _median_seconds(verifier_block, 5)
         raw, p = process_logits(verifier_block(), 1.0, 1.0)  # (1, gamma+1, V)
         q = (raw + 0.3 * torch.rand_like(raw)).div_(1.3)  # another distribution of the same size
-        methods = {"router_mlp_cascade": LearnedRouter(RouterNet(RouterConfig(arch="mlp"))),
-                   "router_mlp_token": LearnedRouter(RouterNet(RouterConfig(arch="mlp", head="token"))),
-                   "opt": get_rule("opt"), "token_v3": get_rule("token_v3")}
-        out = {"pair": "embedded" if embedded_installed() else "tiny", "verifier_forward_s": verifier_s,
-               "dtype": str(verifier.dtype).removeprefix("torch.")}
+        methods = {
+            "router_mlp_cascade": LearnedRouter(RouterNet(RouterConfig(arch="mlp"))),
+            "router_mlp_token": LearnedRouter(RouterNet(RouterConfig(arch="mlp", head="token"))),
+            "opt": get_rule("opt"),
+            "token_v3": get_rule("token_v3"),
+        }
+        out = {
+            "pair": "embedded" if real else "tiny",
+            "verifier_forward_s": verifier_s,
+            "dtype": str(verifier.dtype).removeprefix("torch."),
+        }
         for name, rule in methods.items():
             s = _median_seconds(lambda: rule.target(q, p, 0.3, q_raw=q, p_raw=raw), 20)
             out[name] = {"target_s": s, "fraction": s / verifier_s}
@@ -85,23 +92,27 @@ def router_block_cost(gamma: int = 5) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=None, help="rows per epoch (default 1,000,000; --tiny 20,000)")
+    parser.add_argument("--tiny", action="store_true", help="the tiny pair and few rows: a smoke run in seconds")
     parser.add_argument("--out", default="runs/bench/train.json")
     args = parser.parse_args()
+    args.rows = args.rows or (20_000 if args.tiny else 1_000_000)
     results = {"threads": torch.get_num_threads(), "cpu": cpu_kind(), "rows": args.rows, "archs": {}}
     for arch in ("linear", "mlp", "gru"):
         rows = args.rows if arch != "gru" else args.rows // 10  # the GRU is measured on a tenth
         s = epoch_seconds(arch, rows)
         results["archs"][arch] = {"rows": rows, "seconds": s, "records_per_second": rows / s}
-    results["block_cost"] = router_block_cost()
+    results["block_cost"] = router_block_cost(tiny=args.tiny)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(f"router training on {results['cpu']}, one epoch, batch 1024")
     for arch, r in results["archs"].items():
         print(f"  {arch:<7} {r['records_per_second']:>12,.0f} records/s  ({r['rows']:,} rows in {r['seconds']:.1f} s)")
     b = results["block_cost"]
-    print(f"target() per block (gamma 5, {b['pair']} pair in {b['dtype']}) vs one verifier forward "
-          f"({b['verifier_forward_s'] * 1e3:.1f} ms):")
+    print(
+        f"target() per block (gamma 5, {b['pair']} pair in {b['dtype']}) vs one verifier forward "
+        f"({b['verifier_forward_s'] * 1e3:.1f} ms):"
+    )
     for name, r in b.items():
         if isinstance(r, dict):
             print(f"  {name:<20} {r['target_s'] * 1e3:8.2f} ms = {100 * r['fraction']:.2f}%")

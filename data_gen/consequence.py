@@ -24,35 +24,35 @@ from typing import Callable
 import numpy as np
 import torch
 
-from router.baselines import generate_autoregressive
+from router.engine.baselines import generate_autoregressive
 from router.decoding import generate
-from router.layout import left_pad
-from router.lookup import LookupDrafter
-from router.loop import eos_ids
-from router.prefix import SharedPrefix
-from router.prompts import StopStrings, cut_at_stop
+from router.engine.layout import left_pad
+from router.engine.lookup import LookupDrafter
+from router.engine.loop import eos_ids
+from router.engine.prefix import SharedPrefix
+from router.tasks.prompts import StopStrings, cut_at_stop
 from router.records import AGREE, CONSEQUENCE_LABELS, HARMLESS, IMPORTANT, UNTESTED
-from router.teacher import forward_tail, tail_layout
+from router.engine.teacher import forward_tail, tail_layout
 
 
 @dataclass
 class Searched:
     """One example's search: the final answer and what was found along it."""
 
-    tokens: list[int]                                  # the verifier's answer, harmless substitutions kept
-    correct: int                                       # the metric's verdict on the verifier's own answer
-    answer: str                                        # its answer (final number, test status, ...)
-    labels: dict[int, int] = field(default_factory=dict)               # position -> HARMLESS | IMPORTANT
+    tokens: list[int]  # the verifier's answer, harmless substitutions kept
+    correct: int  # the metric's verdict on the verifier's own answer
+    answer: str  # its answer (final number, test status, ...)
+    labels: dict[int, int] = field(default_factory=dict)  # position -> HARMLESS | IMPORTANT
     branches: dict[int, tuple[str, int]] = field(default_factory=dict)  # position -> (answer, correct)
-    argmax: np.ndarray | None = None                   # the drafter's argmax along `tokens`
-    next_position: int = 0                             # where the search for the next mismatch starts
+    argmax: np.ndarray | None = None  # the drafter's argmax along `tokens`
+    next_position: int = 0  # where the search for the next mismatch starts
 
     @property
     def tested(self) -> int:
         return len(self.labels)
 
 
-LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.lookup)
+LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.engine.lookup)
 
 
 class ConsequenceSearch:
@@ -60,9 +60,21 @@ class ConsequenceSearch:
     drafts per verifier pass when branches are decoded with drafts looked up in the answer they
     depart from (0: plain greedy decoding; the tokens are the same either way)."""
 
-    def __init__(self, drafter, verifier, tokenizer, metric: Callable[[str, dict], dict], stops: list[str],
-                 vocab: int, pad_id: int, max_new_tokens: int, max_mismatches: int, batch_size: int,
-                 prefix: SharedPrefix | None = None, lookup: int = 4):
+    def __init__(
+        self,
+        drafter,
+        verifier,
+        tokenizer,
+        metric: Callable[[str, dict], dict],
+        stops: list[str],
+        vocab: int,
+        pad_id: int,
+        max_new_tokens: int,
+        max_mismatches: int,
+        batch_size: int,
+        prefix: SharedPrefix | None = None,
+        lookup: int = 4,
+    ):
         self.drafter, self.verifier, self.tok, self.metric = drafter, verifier, tokenizer, metric
         self.stops, self.vocab, self.pad_id, self.prefix = list(stops), vocab, pad_id, prefix
         self.stop = StopStrings.build(tokenizer, self.stops) if self.stops else None
@@ -84,9 +96,12 @@ class ConsequenceSearch:
                 return found
             self._say(f"round {round_}: {len(todo)} branches, {sum(s.tested for s in found)} mismatches tested")
             starts = [found[i].tokens[:t] + [int(found[i].argmax[t])] for i, t in todo]
-            tails = self._continue([prompts[i] + start for (i, _), start in zip(todo, starts)],
-                                   [self.max_new_tokens - len(start) for start in starts], ended=starts,
-                                   references=[found[i].tokens for i, _ in todo])
+            tails = self._continue(
+                [prompts[i] + start for (i, _), start in zip(todo, starts)],
+                [self.max_new_tokens - len(start) for start in starts],
+                ended=starts,
+                references=[found[i].tokens for i, _ in todo],
+            )
             changed = []
             for (i, t), start, tail in zip(todo, starts, tails):
                 s = found[i]
@@ -113,7 +128,7 @@ class ConsequenceSearch:
         token (None when there is none, or the example's branch budget is spent)."""
         if s.tested >= self.max_mismatches:
             return None
-        differs = np.nonzero(s.argmax[s.next_position:] != np.asarray(s.tokens[s.next_position:]))[0]
+        differs = np.nonzero(s.argmax[s.next_position :] != np.asarray(s.tokens[s.next_position :]))[0]
         return int(s.next_position + differs[0]) if len(differs) else None
 
     def _judge(self, tokens: list[int], meta: dict) -> tuple[int, str]:
@@ -123,27 +138,45 @@ class ConsequenceSearch:
         scores = self.metric(text, meta)
         return int(scores["quality"] >= 1.0), str(scores.get("answer", ""))
 
-    def _continue(self, starts: list[list[int]], budgets: list[int], ended: list[list[int]] | None = None,
-                  references: list[list[int]] | None = None) -> list[list[int]]:
+    def _continue(
+        self,
+        starts: list[list[int]],
+        budgets: list[int],
+        ended: list[list[int]] | None = None,
+        references: list[list[int]] | None = None,
+    ) -> list[list[int]]:
         """The verifier's greedy continuation of each start (prompt + answer so far), up to its budget,
         ending at EOS or a stop string, in batches. A start whose answer already ended (its last
         token is EOS, or a stop string closes it, or no budget is left) gets no continuation. With
         `references` (the answer each branch departs from) and `lookup` gamma, the branches are
-        decoded speculatively with drafts looked up in their references (router.lookup): the same
+        decoded speculatively with drafts looked up in their references (router.engine.lookup): the same
         tokens, fewer verifier passes where a branch rejoins its answer."""
         out: list[list[int]] = [[] for _ in starts]
         live = [i for i, b in enumerate(budgets) if b > 0 and not (ended and self._closed(ended[i]))]
         device = next(self.verifier.parameters()).device
         for lo in range(0, len(live), self.batch_size):
-            rows = live[lo: lo + self.batch_size]
+            rows = live[lo : lo + self.batch_size]
             ids, mask = left_pad([starts[i] for i in rows], self.pad_id)
-            common = dict(max_new_tokens=max(budgets[i] for i in rows), attention_mask=mask.to(device), stop=self.stop,
-                          prefix=self.prefix if self.prefix is not None and self.prefix.covers(
-                              [starts[i] for i in rows]) else None)
+            common = dict(
+                max_new_tokens=max(budgets[i] for i in rows),
+                attention_mask=mask.to(device),
+                stop=self.stop,
+                prefix=self.prefix
+                if self.prefix is not None and self.prefix.covers([starts[i] for i in rows])
+                else None,
+            )
             if references is not None and self.lookup:
                 drafts = LookupDrafter([references[i] for i in rows], [len(starts[i]) - len(ended[i]) for i in rows])
-                gen = generate(drafts, self.verifier, ids.to(device), rule="lossless", gamma=self.lookup,
-                               temperature=0.0, draft_stop=LOOKUP_STOP, **common)
+                gen = generate(
+                    drafts,
+                    self.verifier,
+                    ids.to(device),
+                    rule="lossless",
+                    gamma=self.lookup,
+                    temperature=0.0,
+                    draft_stop=LOOKUP_STOP,
+                    **common,
+                )
             else:
                 gen = generate_autoregressive(self.verifier, ids.to(device), role="verifier", **common)
             width = ids.shape[1]
@@ -170,13 +203,13 @@ class ConsequenceSearch:
             found[i].argmax = np.zeros(0, dtype=np.int64)
         device = next(self.drafter.parameters()).device
         for lo in range(0, len(which), self.batch_size):
-            rows = which[lo: lo + self.batch_size]
+            rows = which[lo : lo + self.batch_size]
             answers = [found[i].tokens for i in rows]
             layout, prefix, keep = tail_layout([prompts[i] for i in rows], answers, self.pad_id, device, self.prefix)
             logits, _, _ = forward_tail(self.drafter, layout, keep, self.vocab, hidden=False, prefix=prefix)
             for b, i in enumerate(rows):
                 n = len(answers[b])
-                found[i].argmax = logits[b, keep - n - 1: keep - 1].argmax(-1).cpu().numpy()  # (n,)
+                found[i].argmax = logits[b, keep - n - 1 : keep - 1].argmax(-1).cpu().numpy()  # (n,)
 
 
 def consequence_columns(s: Searched, q_argmax: np.ndarray) -> dict:
@@ -190,15 +223,23 @@ def consequence_columns(s: Searched, q_argmax: np.ndarray) -> dict:
     for t, kind in s.labels.items():
         label[t] = kind
         branch_answer[t], branch_correct[t] = s.branches[t]
-    return {"consequence": label, "branch_correct": branch_correct, "branch_answer": branch_answer,
-            "answer_correct": np.full(n, s.correct, dtype=np.int8)}
+    return {
+        "consequence": label,
+        "branch_correct": branch_correct,
+        "branch_answer": branch_answer,
+        "answer_correct": np.full(n, s.correct, dtype=np.int8),
+    }
 
 
 def untested_columns(n: int) -> dict:
     """The consequence columns of rows the search did not make (gold or rollout rows in a folder
     that also records consequence labels): every position UNTESTED."""
-    return {"consequence": np.full(n, UNTESTED, dtype=np.int8), "branch_correct": np.full(n, -1, dtype=np.int8),
-            "branch_answer": [""] * n, "answer_correct": np.full(n, -1, dtype=np.int8)}
+    return {
+        "consequence": np.full(n, UNTESTED, dtype=np.int8),
+        "branch_correct": np.full(n, -1, dtype=np.int8),
+        "branch_answer": [""] * n,
+        "answer_correct": np.full(n, -1, dtype=np.int8),
+    }
 
 
 def label_counts(ds) -> dict:
@@ -218,5 +259,7 @@ def summary_line(counts: dict) -> str:
     """One line for the recording summary: how many mismatches mattered."""
     tested = counts["important"] + counts["harmless"]
     share = counts["important"] / tested if tested else float("nan")
-    return (f"{counts['important']} important / {tested} tested mismatches ({share:.3f}), {counts['untested']} "
-            f"untested; verifier answers correct {counts['answers_correct']}/{counts['examples']}")
+    return (
+        f"{counts['important']} important / {tested} tested mismatches ({share:.3f}), {counts['untested']} "
+        f"untested; verifier answers correct {counts['answers_correct']}/{counts['examples']}"
+    )

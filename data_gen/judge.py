@@ -16,14 +16,15 @@ import numpy as np
 import torch
 
 from router.features import lookahead_features
-from router.layout import Layout
+from router.engine.layout import Layout
 from router.records import judge_column
 
 MAX_TREE = 512  # substituted tokens per row and forward: bounds the 4D mask (B, 1, M, L + M)
 
 
-def tree_forward(verifier, cache, cache_arg: str, layout: Layout, cols: torch.Tensor, tokens: torch.Tensor,
-                 vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_forward(
+    verifier, cache, cache_arg: str, layout: Layout, cols: torch.Tensor, tokens: torch.Tensor, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states (B, M, H) and logits (B, M, V) of tokens (B, M) each placed at layout column
     cols (B, M) instead of the token there (-1: unused slot), attending to that column's prefix.
 
@@ -39,14 +40,29 @@ def tree_forward(verifier, cache, cache_arg: str, layout: Layout, cols: torch.Te
     allowed = torch.cat([prefix, own], -1)[:, None]  # (B, 1, M, L + M)
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
     pos = layout.pos.gather(1, cols.clamp_min(0))  # (B, M) the position of the column replaced
-    out = verifier(input_ids=tokens, attention_mask=mask, position_ids=pos, use_cache=True,
-                   output_hidden_states=True, **{cache_arg: cache})
+    out = verifier(
+        input_ids=tokens,
+        attention_mask=mask,
+        position_ids=pos,
+        use_cache=True,
+        output_hidden_states=True,
+        **{cache_arg: cache},
+    )
     cache.crop(-M)  # drop the substituted entries: the cache covers the layout's columns again
     return out.hidden_states[-1], out.logits[..., :vocab]
 
 
-def judge_inputs(verifier, cache, cache_arg: str, layout: Layout, p_logits: torch.Tensor, p_hidden: torch.Tensor,
-                 continuations: list[list[int]], drafted: dict[str, list[np.ndarray]], vocab: int) -> list[dict]:
+def judge_inputs(
+    verifier,
+    cache,
+    cache_arg: str,
+    layout: Layout,
+    p_logits: torch.Tensor,
+    p_hidden: torch.Tensor,
+    continuations: list[list[int]],
+    drafted: dict[str, list[np.ndarray]],
+    vocab: int,
+) -> list[dict]:
     """Per row, {prefix+"hidden": (n, H) float16, prefix+"lookahead": (n, 2) float32} for each drafted
     token in `drafted` (name -> per row (n,) token ids).
 
@@ -64,7 +80,7 @@ def judge_inputs(verifier, cache, cache_arg: str, layout: Layout, p_logits: torc
             rows[b][name] = (own_hidden.float().clone(), own_look.clone())  # (n, H), (n, 2); filled in below
             subs[b] += [(name, int(t), int(d[t])) for t in np.nonzero(d != y)[0]]
     for chunk in range(0, max(len(s) for s in subs), MAX_TREE):
-        parts = [s[chunk: chunk + MAX_TREE] for s in subs]
+        parts = [s[chunk : chunk + MAX_TREE] for s in subs]
         width = max(len(p) for p in parts)
         if not width:
             break
@@ -74,13 +90,19 @@ def judge_inputs(verifier, cache, cache_arg: str, layout: Layout, p_logits: torc
             n = len(continuations[b])
             for m, (_, t, tok) in enumerate(part):
                 cols[b, m], toks[b, m] = L - n + t, tok
-        hidden, logits = tree_forward(verifier, cache, cache_arg, layout, cols.to(layout.tokens.device),
-                                      toks.to(layout.tokens.device), vocab)
+        hidden, logits = tree_forward(
+            verifier, cache, cache_arg, layout, cols.to(layout.tokens.device), toks.to(layout.tokens.device), vocab
+        )
         look = lookahead_features(logits.float().softmax(-1))  # (B, M, 2)
         for b, part in enumerate(parts):
             for m, (name, t, _) in enumerate(part):
                 rows[b][name][0][t] = hidden[b, m].float()
                 rows[b][name][1][t] = look[b, m]
-    return [{judge_column(name, kind): (h.to(torch.float16) if kind == "hidden" else lk).cpu().numpy()
-             for name, (h, lk) in row.items() for kind in ("hidden", "lookahead")}
-            for row in rows]
+    return [
+        {
+            judge_column(name, kind): (h.to(torch.float16) if kind == "hidden" else lk).cpu().numpy()
+            for name, (h, lk) in row.items()
+            for kind in ("hidden", "lookahead")
+        }
+        for row in rows
+    ]

@@ -19,26 +19,46 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from data_gen.consequence import (ConsequenceSearch, Searched, consequence_columns, label_counts, summary_line,
-                                  untested_columns)
+from data_gen.consequence import (
+    ConsequenceSearch,
+    Searched,
+    consequence_columns,
+    label_counts,
+    summary_line,
+    untested_columns,
+)
 from data_gen.scoring import example_seed, score_batch
-from router import clock
-from router.layout import left_pad
-from router.prefix import SharedPrefix
+from router.infra import clock
+from router.engine.layout import left_pad
+from router.engine.prefix import SharedPrefix
 from data_gen.tasks import Example, load_task
-from router.config import ConfigError, check_minimum, config_to_dict
-from router.distributed import barrier, gather, start
-from router.baselines import generate_autoregressive
-from router.loop import check_pair
+from router.infra.config import ConfigError, check_minimum, config_to_dict
+from router.infra.distributed import barrier, gather, start
+from router.engine.baselines import generate_autoregressive
+from router.engine.loop import check_pair
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
-from router.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
+from router.machine.hardware import DTYPE_CHOICES, DtypeChoice, resolve_dtype
 from router.pair import load_pair, model_fingerprint, tokenizer_fingerprint
-from router.console import summary_table
-from router.files import output_lock, write_bytes
-from router.metrics import get_metric
-from router.prompts import context_length, default_stops, fit_prompt, prompt_limit, prompt_text
-from router.records import (EXAMPLES, HARMLESS, HELDOUT, IMPORTANT, MANIFEST, SCHEMA_VERSION, SPLITS, TOKEN_CLASSES,
-                            RecordsError, intact_shard, manifest_id, rows_to_table, write_manifest, write_shard)
+from router.infra.console import summary_table
+from router.infra.files import output_lock, write_bytes
+from router.tasks.metrics import get_metric
+from router.tasks.prompts import context_length, default_stops, fit_prompt, prompt_limit, prompt_text
+from router.records import (
+    EXAMPLES,
+    HARMLESS,
+    HELDOUT,
+    IMPORTANT,
+    MANIFEST,
+    SPLITS,
+    TOKEN_CLASSES,
+    RecordsError,
+    Manifest,
+    intact_shard,
+    read_manifest,
+    rows_to_table,
+    write_manifest,
+    write_shard,
+)
 
 
 MODES = ("gold", "rollout", "consequence")
@@ -48,39 +68,39 @@ MODES = ("gold", "rollout", "consequence")
 class GenConfig:
     """What to record. Every field can be set in YAML or as a `key=value` override."""
 
-    task: str = "gsm8k"                    # built-in task name, or "custom" with data_path
-    data_path: str | None = None           # custom: local jsonl/csv/parquet or a datasets name
-    prompt_field: str = "prompt"           # custom: column holding the prompt
-    reference_field: str = "reference"     # custom: column holding the gold continuation
-    id_field: str | None = None            # custom: column holding a stable example id
-    drafter: str = "embedded:drafter"      # model spec (hub id, folder, .gguf, embedded:*, tiny:*)
+    task: str = "gsm8k"  # built-in task name, or "custom" with data_path
+    data_path: str | None = None  # custom: local jsonl/csv/parquet or a datasets name
+    prompt_field: str = "prompt"  # custom: column holding the prompt
+    reference_field: str = "reference"  # custom: column holding the gold continuation
+    id_field: str | None = None  # custom: column holding a stable example id
+    drafter: str = "embedded:drafter"  # model spec (hub id, folder, .gguf, embedded:*, tiny:*)
     verifier: str = "embedded:verifier"
-    dtype: str = "auto"                    # auto (bf16 where native, else float32), float32, bfloat16, float16
-    device: str = "cpu"                    # cpu, cuda, cuda:1, ...
+    dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
+    device: str = "cpu"  # cpu, cuda, cuda:1, ...
     verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
-    chat: bool = False                     # prompt = chat template around the bare question
-    max_examples: int | None = None        # first N examples of the task (None = all)
+    chat: bool = False  # prompt = chat template around the bare question
+    max_examples: int | None = None  # first N examples of the task (None = all)
     split_fractions: list = field(default_factory=lambda: [0.7, 0.15, 0.15])  # train/validation/test
     seed: int = 0
     modes: list = field(default_factory=lambda: ["gold"])  # gold, rollout and/or consequence
     rollout_temperature: float = 1.0
     rollout_max_new_tokens: int = 128
-    max_continuation_tokens: int = 256     # gold continuations are cut to this many tokens
-    max_prompt_tokens: int | None = None   # None: the models' context minus the continuation
-    long_prompts: str = "truncate"         # truncate (from the left, counted) or skip
+    max_continuation_tokens: int = 256  # gold continuations are cut to this many tokens
+    max_prompt_tokens: int | None = None  # None: the models' context minus the continuation
+    long_prompts: str = "truncate"  # truncate (from the left, counted) or skip
     top_k: int = 8
-    hidden_states: str = "none"            # none, drafter, verifier or both (stored as float16)
-    judge: bool = False                    # the verifier's view of the drafted tokens (judge routers; +1 verifier pass)
+    hidden_states: str = "none"  # none, drafter, verifier or both (stored as float16)
+    judge: bool = False  # the verifier's view of the drafted tokens (judge routers; +1 verifier pass)
     # consequence mode (data_gen/consequence.py): the verifier's greedy answer, and at each drafter/verifier
     # mismatch along it (up to consequence_max_mismatches per example) a branch the verifier finishes
     consequence_max_new_tokens: int = 256  # answer budget (branches included)
-    consequence_max_mismatches: int = 8    # branches per example; later mismatches stay untested
-    consequence_batch_size: int = 4        # branches (and answers) decoded per batch
-    consequence_lookup: int = 4            # branches decoded with drafts looked up in their answer, this many
-                                           # per verifier pass (router.lookup; same tokens); 0: one token per pass
-    metric: str | None = None              # consequence: the task metric judging answers (default: the task's)
-    sandbox: str = "auto"                  # consequence on code tasks: where generated programs run
-    stop: list | None = None               # consequence: stop strings (default: the prompt format's)
+    consequence_max_mismatches: int = 8  # branches per example; later mismatches stay untested
+    consequence_batch_size: int = 4  # branches (and answers) decoded per batch
+    consequence_lookup: int = 4  # branches decoded with drafts looked up in their answer, this many
+    # per verifier pass (router.engine.lookup; same tokens); 0: one token per pass
+    metric: str | None = None  # consequence: the task metric judging answers (default: the task's)
+    sandbox: str = "auto"  # consequence on code tasks: where generated programs run
+    stop: list | None = None  # consequence: stop strings (default: the prompt format's)
     batch_size: int = 4
     examples_per_shard: int = 32
     output: str = "runs/records/gsm8k"
@@ -97,9 +117,18 @@ class GenConfig:
             raise ValueError(f"modes must be a non-empty subset of [{', '.join(MODES)}], got {self.modes}")
         if len(self.split_fractions) != 3 or abs(sum(self.split_fractions) - 1) > 1e-6 or min(self.split_fractions) < 0:
             raise ValueError(f"split_fractions must be 3 non-negative numbers summing to 1, got {self.split_fractions}")
-        check_minimum(self, 1, "top_k", "batch_size", "examples_per_shard", "max_continuation_tokens",
-                      "rollout_max_new_tokens", "consequence_max_new_tokens", "consequence_max_mismatches",
-                      "consequence_batch_size")
+        check_minimum(
+            self,
+            1,
+            "top_k",
+            "batch_size",
+            "examples_per_shard",
+            "max_continuation_tokens",
+            "rollout_max_new_tokens",
+            "consequence_max_new_tokens",
+            "consequence_max_mismatches",
+            "consequence_batch_size",
+        )
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
         check_minimum(self, 0, "rollout_temperature", "consequence_lookup")
         if self.task == "custom" and not self.data_path:
@@ -109,7 +138,7 @@ class GenConfig:
 def assign_split(example_id: str, seed: int, fractions) -> str:
     """Deterministic split of an example by a seeded hash of its id."""
     digest = hashlib.sha256(f"split:{seed}:{example_id}".encode()).digest()
-    u = int.from_bytes(digest[:8], "little") / 2 ** 64
+    u = int.from_bytes(digest[:8], "little") / 2**64
     edges = np.cumsum(fractions)
     return SPLITS[min(int(np.searchsorted(edges, u, side="right")), 2)]
 
@@ -122,20 +151,32 @@ def plan_shards(examples: list[Example], cfg: GenConfig) -> list[tuple[str, str,
     plan = []
     for split, items in by_split.items():
         for i in range(0, len(items), cfg.examples_per_shard):
-            plan.append((f"{split}-{i // cfg.examples_per_shard:05d}.arrow", split, items[i: i + cfg.examples_per_shard]))
+            plan.append(
+                (f"{split}-{i // cfg.examples_per_shard:05d}.arrow", split, items[i : i + cfg.examples_per_shard])
+            )
     return plan
 
 
 def _load_examples(cfg: GenConfig) -> list[Example]:
-    user = dict(path=cfg.data_path, prompt_field=cfg.prompt_field, reference_field=cfg.reference_field,
-                id_field=cfg.id_field) if cfg.task == "custom" else {}
+    user = (
+        dict(
+            path=cfg.data_path,
+            prompt_field=cfg.prompt_field,
+            reference_field=cfg.reference_field,
+            id_field=cfg.id_field,
+        )
+        if cfg.task == "custom"
+        else {}
+    )
     examples, seen = [], set()
     for ex in load_task(cfg.task, **user):
         if cfg.max_examples is not None and len(examples) >= cfg.max_examples:
             break
         if ex.example_id in seen:
-            raise RecordsError(f"duplicate example id {ex.example_id!r} in task {cfg.task}: ids must be unique "
-                               f"(set id_field to a unique column)")
+            raise RecordsError(
+                f"duplicate example id {ex.example_id!r} in task {cfg.task}: ids must be unique "
+                f"(set id_field to a unique column)"
+            )
         seen.add(ex.example_id)
         examples.append(ex)
     if not examples:
@@ -149,8 +190,9 @@ class Recorder:
     def __init__(self, cfg: GenConfig, drafter=None, verifier=None, tokenizer=None):
         self.cfg = cfg
         if drafter is None:
-            drafter, verifier, tokenizer = load_pair(cfg.drafter, cfg.verifier, cfg.dtype, cfg.device,
-                                                     cfg.verifier_device_map)
+            drafter, verifier, tokenizer = load_pair(
+                cfg.drafter, cfg.verifier, cfg.dtype, cfg.device, cfg.verifier_device_map
+            )
             self.dtype = resolve_dtype(cfg.dtype, cfg.device)
         else:
             self.dtype = DtypeChoice(next(verifier.parameters()).dtype, "models passed in by the caller")
@@ -158,8 +200,9 @@ class Recorder:
         self.vocab = check_pair(drafter, verifier)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.context = context_length(drafter, verifier)
-        self.counts = dict(truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0,
-                           judge_tree_tokens=0)  # tokens of the judge's extra verifier pass (data_gen/judge.py)
+        self.counts = dict(
+            truncated_prompts=0, skipped_long=0, skipped_empty=0, cut_continuations=0, judge_tree_tokens=0
+        )  # tokens of the judge's extra verifier pass (data_gen/judge.py)
         self.prefix = None  # the prompts' shared prefix, set by share_prefix
         self.search = None  # consequence mode's search, made by share_prefix (it reads the prefix's cache)
         if "consequence" in cfg.modes:  # checked before any decoding: a task without a metric is refused now
@@ -168,14 +211,25 @@ class Recorder:
 
     def share_prefix(self, examples: list[Example]) -> None:
         """Find the prompt prefix every example shares (a few-shot context): it is prefilled once
-        per model (`router.prefix`) instead of once per batch."""
+        per model (`router.engine.prefix`) instead of once per batch."""
         prompts = [self.prompt_ids(ex) for ex in examples if ex.prompt.strip() or ex.question.strip()]
         self.prefix = SharedPrefix.common(prompts)
         if "consequence" in self.cfg.modes:
             c = self.cfg
-            self.search = ConsequenceSearch(self.drafter, self.verifier, self.tok, self.metric, self.stops, self.vocab,
-                                            self.pad_id, c.consequence_max_new_tokens, c.consequence_max_mismatches,
-                                            c.consequence_batch_size, self.prefix, c.consequence_lookup)
+            self.search = ConsequenceSearch(
+                self.drafter,
+                self.verifier,
+                self.tok,
+                self.metric,
+                self.stops,
+                self.vocab,
+                self.pad_id,
+                c.consequence_max_new_tokens,
+                c.consequence_max_mismatches,
+                c.consequence_batch_size,
+                self.prefix,
+                c.consequence_lookup,
+            )
 
     # ---- one example -> token ids -------------------------------------------------------------
     def prompt_ids(self, ex: Example) -> list[int]:
@@ -216,23 +270,32 @@ class Recorder:
         ids, mask = left_pad(prompts, self.pad_id)
         device = next(self.drafter.parameters()).device
         ids, mask = ids.to(device), mask.to(device)
-        out = generate_autoregressive(self.drafter, ids, temperature=self.cfg.rollout_temperature,
-                                      max_new_tokens=self.cfg.rollout_max_new_tokens, attention_mask=mask,
-                                      seed=example_seed(self.cfg.seed, batch[0].example_id, "rollout"),
-                                      role="drafter", prefix=self.prefix)
-        return [out.sequences[b, ids.shape[1]:][out.sources[b] >= 0].tolist() for b in range(len(prompts))]
+        out = generate_autoregressive(
+            self.drafter,
+            ids,
+            temperature=self.cfg.rollout_temperature,
+            max_new_tokens=self.cfg.rollout_max_new_tokens,
+            attention_mask=mask,
+            seed=example_seed(self.cfg.seed, batch[0].example_id, "rollout"),
+            role="drafter",
+            prefix=self.prefix,
+        )
+        return [out.sequences[b, ids.shape[1] :][out.sources[b] >= 0].tolist() for b in range(len(prompts))]
 
     def consequence(self, batch: list[Example], prompts: list[list[int]]) -> list[Searched]:
         """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""
         before = self.search.branch_tokens, self.search.branch_verifier_passes
         found = self.search.run(prompts, [ex.meta for ex in batch])
-        for key, now, was in (("tokens", self.search.branch_tokens, before[0]),
-                              ("verifier_passes", self.search.branch_verifier_passes, before[1])):
+        for key, now, was in (
+            ("tokens", self.search.branch_tokens, before[0]),
+            ("verifier_passes", self.search.branch_verifier_passes, before[1]),
+        ):
             self.counts[f"consequence_branch_{key}"] = self.counts.get(f"consequence_branch_{key}", 0) + now - was
         for s in found:
             for key, kind in (("important", IMPORTANT), ("harmless", HARMLESS)):
-                self.counts[f"consequence_{key}"] = self.counts.get(f"consequence_{key}", 0) + \
-                    sum(v == kind for v in s.labels.values())
+                self.counts[f"consequence_{key}"] = self.counts.get(f"consequence_{key}", 0) + sum(
+                    v == kind for v in s.labels.values()
+                )
         return found
 
     def record_batch(self, batch: list[Example], split: str, mode: str) -> list[dict]:
@@ -252,23 +315,36 @@ class Recorder:
         searched = [searched[i] for i in keep] if searched else None
         if not exs:
             return []
-        rows = score_batch(self.drafter, self.verifier, prompts, conts, self.vocab, self.pad_id, self.cfg.top_k,
-                           self.cfg.hidden_states, [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs],
-                           judge=self.cfg.judge, prefix=self.prefix)
+        rows = score_batch(
+            self.drafter,
+            self.verifier,
+            prompts,
+            conts,
+            self.vocab,
+            self.pad_id,
+            self.cfg.top_k,
+            self.cfg.hidden_states,
+            [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs],
+            judge=self.cfg.judge,
+            prefix=self.prefix,
+        )
         for b, (ex, row) in enumerate(zip(exs, rows)):
             n = len(row["token"])
             if "consequence" in self.cfg.modes:  # every row of such a folder has the columns (shards mix modes)
                 row.update(consequence_columns(searched[b], row["q_argmax"]) if searched else untested_columns(n))
             if self.cfg.judge:  # the argmax and the sample, where each differs from the trajectory's token
-                self.counts["judge_tree_tokens"] += int((row["q_argmax"] != row["token"]).sum()
-                                                        + (row["draft_token"] != row["token"]).sum())
+                self.counts["judge_tree_tokens"] += int(
+                    (row["q_argmax"] != row["token"]).sum() + (row["draft_token"] != row["token"]).sum()
+                )
             row.update(example_id=[ex.example_id] * n, task=[self.cfg.task] * n, split=[split] * n, mode=[mode] * n)
         return rows
 
 
 def _concat(rows: list[dict]) -> dict:
-    return {k: (sum((r[k] for r in rows), []) if isinstance(rows[0][k], list) else np.concatenate([r[k] for r in rows]))
-            for k in rows[0]}
+    return {
+        k: (sum((r[k] for r in rows), []) if isinstance(rows[0][k], list) else np.concatenate([r[k] for r in rows]))
+        for k in rows[0]
+    }
 
 
 def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
@@ -282,17 +358,21 @@ def _prepare_folder(out: Path, cfg: GenConfig) -> bool:
         _check_receipts_name_examples(out)
         # more (or fewer) examples of the same recording: finished shards whose examples are unchanged
         # are kept; the manifest is rewritten when the new plan is done
-        print(f"{out}: max_examples {earlier.get('max_examples')} -> {cfg.max_examples}: recording the "
-              f"difference, keeping the finished shards")
+        print(
+            f"{out}: max_examples {earlier.get('max_examples')} -> {cfg.max_examples}: recording the "
+            f"difference, keeping the finished shards"
+        )
         (out / MANIFEST).unlink(missing_ok=True)
         config_path.write_text(json.dumps(resolved, indent=2))
         return False
     changed = config_changes(earlier, resolved) if earlier is not None else []
     if changed:
         state = "a finished" if (out / MANIFEST).exists() else "an unfinished"
-        raise ConfigError(f"{out} holds {state} recording made with a different config (differs in {changed}): "
-                          f"rerun with the same config{' to resume' if state == 'an unfinished' else ''}, record "
-                          f"into another output, or pass overwrite=true")
+        raise ConfigError(
+            f"{out} holds {state} recording made with a different config (differs in {changed}): "
+            f"rerun with the same config{' to resume' if state == 'an unfinished' else ''}, record "
+            f"into another output, or pass overwrite=true"
+        )
     if (out / MANIFEST).exists():
         return True
     out.mkdir(parents=True, exist_ok=True)
@@ -307,8 +387,7 @@ def config_changes(earlier: dict, resolved: dict) -> list[str]:
     make older recordings stale)."""
     now = json.loads(json.dumps(resolved))
     defaults = json.loads(json.dumps(config_to_dict(GenConfig())))
-    return sorted(k for k in set(earlier) | set(now)
-                  if earlier.get(k, defaults.get(k)) != now.get(k, defaults.get(k)))
+    return sorted(k for k in set(earlier) | set(now) if earlier.get(k, defaults.get(k)) != now.get(k, defaults.get(k)))
 
 
 def _earlier_config(config_path: Path, out: Path) -> dict | None:
@@ -318,16 +397,20 @@ def _earlier_config(config_path: Path, out: Path) -> dict | None:
     try:
         return json.loads(config_path.read_text())
     except ValueError:
-        raise ConfigError(f"{config_path} is not valid JSON: the recording in {out} cannot be checked "
-                          f"against this config; pass overwrite=true to start it again") from None
+        raise ConfigError(
+            f"{config_path} is not valid JSON: the recording in {out} cannot be checked "
+            f"against this config; pass overwrite=true to start it again"
+        ) from None
 
 
 def _check_receipts_name_examples(out: Path) -> None:
     """Growing keeps a shard only when its receipt names its examples (written by this version)."""
     for receipt in out.glob("*.arrow.json"):
         if "examples" not in json.loads(receipt.read_text() or "{}"):
-            raise ConfigError(f"{out} was recorded before recordings could grow ({receipt.name} does not name its "
-                              f"examples): record into a new folder, or pass overwrite=true")
+            raise ConfigError(
+                f"{out} was recorded before recordings could grow ({receipt.name} does not name its "
+                f"examples): record into a new folder, or pass overwrite=true"
+            )
 
 
 def _grows(earlier: dict, resolved: dict) -> bool:
@@ -349,11 +432,18 @@ def planned_batches(cfg: GenConfig, recorder: Recorder) -> list[tuple[str, str, 
     for _, split, shard_examples in plan_shards(examples, cfg):
         for i in range(0, len(shard_examples), cfg.batch_size):
             for mode in cfg.modes:
-                prepared = [recorder.prepare(ex, mode) for ex in shard_examples[i: i + cfg.batch_size]]
-                lengths = [(len(p) - shared if shared and p[:shared] == recorder.prefix.ids else len(p),
-                            len(c) if c is not None else
-                            cfg.rollout_max_new_tokens if mode == "rollout" else cfg.consequence_max_new_tokens)
-                           for p, c in filter(None, prepared)]
+                prepared = [recorder.prepare(ex, mode) for ex in shard_examples[i : i + cfg.batch_size]]
+                lengths = [
+                    (
+                        len(p) - shared if shared and p[:shared] == recorder.prefix.ids else len(p),
+                        len(c)
+                        if c is not None
+                        else cfg.rollout_max_new_tokens
+                        if mode == "rollout"
+                        else cfg.consequence_max_new_tokens,
+                    )
+                    for p, c in filter(None, prepared)
+                ]
                 if lengths:
                     out.append((split, mode, lengths))
     return out
@@ -367,15 +457,13 @@ def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
 
 def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     """Record a task into cfg.output; returns the manifest (and prints a summary). Under torchrun each
-    rank records every world-th shard and rank 0 writes the manifest (router/distributed.py)."""
+    rank records every world-th shard and rank 0 writes the manifest (router/infra/distributed.py)."""
     out = Path(cfg.output)
     ranks = start(cfg.device)
     if _on_main(ranks, lambda: _prepare_folder(out, cfg)):
-        if ranks.main and not ((out / EXAMPLES).exists() and (out / HELDOUT).exists()):  # recorded before them
-            write_examples(out, plan_shards(_load_examples(cfg), cfg), cfg)
         barrier()
-        manifest = json.loads((out / MANIFEST).read_text())
-        print(f"{out} is complete (manifest {manifest_id(manifest)}); nothing to do (overwrite=true to redo)")
+        manifest = read_manifest(out)
+        print(f"{out} is complete (manifest {manifest.id}); nothing to do (overwrite=true to redo)")
         return manifest
     examples = _load_examples(cfg)
     plan = plan_shards(examples, cfg)
@@ -395,7 +483,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             continue
         rows = []
         for i in range(0, len(shard_examples), cfg.batch_size):
-            batch = shard_examples[i: i + cfg.batch_size]
+            batch = shard_examples[i : i + cfg.batch_size]
             for mode in cfg.modes:
                 new_rows = recorder.record_batch(batch, split, mode)
                 tokens_done += sum(len(r["token"]) for r in new_rows)
@@ -410,7 +498,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
         manifest = _finish_manifest(out, cfg, plan, recorder, clock.now() - started, counts)
         print_summary(manifest)
     barrier()
-    return json.loads((out / MANIFEST).read_text())
+    return read_manifest(out)
 
 
 def _on_main(ranks, decide):
@@ -451,21 +539,36 @@ def _jsonl_bytes(rows: list[dict]) -> bytes:
 
 def example_row(ex: Example, split: str) -> dict:
     """An example in the examples-file form (what eval reads back)."""
-    return {"example_id": ex.example_id, "split": split, "prompt": ex.prompt, "question": ex.question,
-            "reference": ex.reference, "meta": ex.meta}
+    return {
+        "example_id": ex.example_id,
+        "split": split,
+        "prompt": ex.prompt,
+        "question": ex.question,
+        "reference": ex.reference,
+        "meta": ex.meta,
+    }
 
 
 def unrecorded_test_examples(config: dict, recorded: set) -> list[dict]:
     """The examples of a recording's task beyond the ones it recorded that its split rule (seeded
     hash of the id) puts in the test split: held out exactly as its test examples are. In task
     order, examples-file form."""
-    user = dict(path=config["data_path"], prompt_field=config["prompt_field"],
-                reference_field=config["reference_field"], id_field=config["id_field"]) \
-        if config["task"] == "custom" else {}
-    return [json.loads(json.dumps(example_row(ex, "test"), default=str))
-            for ex in load_task(config["task"], **user)
-            if ex.example_id not in recorded
-            and assign_split(ex.example_id, config["seed"], config["split_fractions"]) == "test"]
+    user = (
+        dict(
+            path=config["data_path"],
+            prompt_field=config["prompt_field"],
+            reference_field=config["reference_field"],
+            id_field=config["id_field"],
+        )
+        if config["task"] == "custom"
+        else {}
+    )
+    return [
+        json.loads(json.dumps(example_row(ex, "test"), default=str))
+        for ex in load_task(config["task"], **user)
+        if ex.example_id not in recorded
+        and assign_split(ex.example_id, config["seed"], config["split_fractions"]) == "test"
+    ]
 
 
 def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:
@@ -476,7 +579,11 @@ def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:
     buf = io.BytesIO()
     np.save(buf, token_class_table(tokenizer, vocab))
     write_bytes(out / TOKEN_CLASSES, buf.getvalue())
-    return {"file": TOKEN_CLASSES, "names": list(TOKEN_CLASS_NAMES), "sha256": hashlib.sha256(buf.getvalue()).hexdigest()}
+    return {
+        "file": TOKEN_CLASSES,
+        "names": list(TOKEN_CLASS_NAMES),
+        "sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
+    }
 
 
 def _write_shard_or_explain(out: Path, name: str, rows: list[dict], ids: list[str]) -> None:
@@ -484,13 +591,16 @@ def _write_shard_or_explain(out: Path, name: str, rows: list[dict], ids: list[st
         write_shard(out, name, rows_to_table(_concat(rows)), ids)
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise RecordsError(f"the disk is full while writing {out / name}: free some space and rerun the same "
-                               f"command; finished shards are kept and the run resumes after them") from None
+            raise RecordsError(
+                f"the disk is full while writing {out / name}: free some space and rerun the same "
+                f"command; finished shards are kept and the run resumes after them"
+            ) from None
         raise
 
 
-def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, seconds: float,
-                     counts: dict | None = None) -> dict:
+def _finish_manifest(
+    out: Path, cfg: GenConfig, plan, recorder: Recorder, seconds: float, counts: dict | None = None
+) -> dict:
     """Gather shard statistics, write manifest.json last, return it."""
     import datasets
 
@@ -512,32 +622,62 @@ def _finish_manifest(out: Path, cfg: GenConfig, plan, recorder: Recorder, second
         stats["q_top1"] += float((qa == token)[gold].sum())
         stats["p_top1"] += float((pa_ == token)[gold].sum())
         n_ex = len(set(ds["example_id"]))
-        shards.append({"file": name, "split": split, "rows": len(ds), "examples": n_ex, "bytes": receipt["bytes"],
-                       "sha256": receipt["sha256"]})
+        shards.append(
+            {
+                "file": name,
+                "split": split,
+                "rows": len(ds),
+                "examples": n_ex,
+                "bytes": receipt["bytes"],
+                "sha256": receipt["sha256"],
+            }
+        )
         split_examples[split] += n_ex
         split_rows[split] += len(ds)
         for key, value in label_counts(ds).items():
             consequence[key] = consequence.get(key, 0) + value
     total_bytes = sum(s["bytes"] for s in shards)
     tokens = max(stats["tokens"], 1)
-    manifest = {
-        "schema_version": SCHEMA_VERSION, "task": cfg.task, "modes": list(cfg.modes), "config": config_to_dict(cfg),
-        "models": {"drafter": {"spec": cfg.drafter, "name": getattr(recorder.drafter, "name_or_path", ""),
-                               "hash": model_fingerprint(recorder.drafter)},
-                   "verifier": {"spec": cfg.verifier, "name": getattr(recorder.verifier, "name_or_path", ""),
-                                "hash": model_fingerprint(recorder.verifier), "device_map": cfg.verifier_device_map,
-                                "placement": _placement(recorder.verifier)}},
-        "tokenizer_hash": tokenizer_fingerprint(recorder.tok)[:16], "vocab": recorder.vocab,
-        "dtype": recorder.dtype.as_dict(),
-        "feature_names": list(FEATURE_NAMES), "top_k": cfg.top_k, "hidden_states": cfg.hidden_states,
-        "judge": cfg.judge, "token_classes": write_token_classes(out, recorder.tok, recorder.vocab),
-        "splits": {s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
-        "shards": shards, "tokens": stats["tokens"], "bytes": total_bytes, "bytes_per_token": total_bytes / tokens,
-        "counts": counts if counts is not None else recorder.counts, "seconds": seconds, **({"consequence": consequence} if consequence else {}),
-        "drafter_verifier_top1_agreement": stats["agree"] / tokens,
-        "gold_top1_accuracy": {"drafter": stats["q_top1"] / max(stats["gold_tokens"], 1),
-                               "verifier": stats["p_top1"] / max(stats["gold_tokens"], 1)},
-    }
+    manifest = Manifest(
+        task=cfg.task,
+        modes=list(cfg.modes),
+        config=config_to_dict(cfg),
+        models={
+            "drafter": {
+                "spec": cfg.drafter,
+                "name": getattr(recorder.drafter, "name_or_path", ""),
+                "hash": model_fingerprint(recorder.drafter),
+            },
+            "verifier": {
+                "spec": cfg.verifier,
+                "name": getattr(recorder.verifier, "name_or_path", ""),
+                "hash": model_fingerprint(recorder.verifier),
+                "device_map": cfg.verifier_device_map,
+                "placement": _placement(recorder.verifier),
+            },
+        },
+        tokenizer_hash=tokenizer_fingerprint(recorder.tok)[:16],
+        vocab=recorder.vocab,
+        dtype=recorder.dtype.as_dict(),
+        feature_names=list(FEATURE_NAMES),
+        top_k=cfg.top_k,
+        hidden_states=cfg.hidden_states,
+        judge=cfg.judge,
+        token_classes=write_token_classes(out, recorder.tok, recorder.vocab),
+        splits={s: {"examples": split_examples[s], "rows": split_rows[s]} for s in SPLITS},
+        shards=shards,
+        tokens=stats["tokens"],
+        bytes=total_bytes,
+        bytes_per_token=total_bytes / tokens,
+        counts=counts if counts is not None else recorder.counts,
+        seconds=seconds,
+        consequence=consequence or None,
+        drafter_verifier_top1_agreement=stats["agree"] / tokens,
+        gold_top1_accuracy={
+            "drafter": stats["q_top1"] / max(stats["gold_tokens"], 1),
+            "verifier": stats["p_top1"] / max(stats["gold_tokens"], 1),
+        },
+    )
     write_manifest(out, manifest)
     return manifest
 
@@ -548,19 +688,26 @@ def _placement(model) -> dict | str:
     return {k: str(v) for k, v in placed.items()} if placed else str(next(model.parameters()).device)
 
 
-def print_summary(manifest: dict) -> None:
-    counts = manifest["counts"]
+def print_summary(manifest: Manifest) -> None:
+    counts = manifest.counts
     if counts["truncated_prompts"] or counts["skipped_long"] or counts["skipped_empty"]:
-        warnings.warn(f"{counts['truncated_prompts']} prompts truncated from the left, {counts['skipped_long']} "
-                      f"skipped as too long, {counts['skipped_empty']} skipped for an empty prompt or reference")
-    rows = [("task", f"{manifest['task']} ({', '.join(manifest['modes'])})"),
-            ("examples", ", ".join(f"{s} {v['examples']}" for s, v in manifest["splits"].items())),
-            ("tokens", str(manifest["tokens"])),
-            ("bytes / token", f"{manifest['bytes_per_token']:.0f}"),
-            ("drafter/verifier top-1 agreement", f"{manifest['drafter_verifier_top1_agreement']:.3f}"),
-            ("gold top-1 accuracy", f"drafter {manifest['gold_top1_accuracy']['drafter']:.3f}, "
-                                    f"verifier {manifest['gold_top1_accuracy']['verifier']:.3f}"),
-            ("seconds", f"{manifest['seconds']:.1f}")]
-    if "consequence" in manifest:
-        rows.insert(-1, ("consequence labels", summary_line(manifest["consequence"])))
+        warnings.warn(
+            f"{counts['truncated_prompts']} prompts truncated from the left, {counts['skipped_long']} "
+            f"skipped as too long, {counts['skipped_empty']} skipped for an empty prompt or reference"
+        )
+    rows = [
+        ("task", f"{manifest.task} ({', '.join(manifest.modes)})"),
+        ("examples", ", ".join(f"{s} {v['examples']}" for s, v in manifest.splits.items())),
+        ("tokens", str(manifest.tokens)),
+        ("bytes / token", f"{manifest.bytes_per_token:.0f}"),
+        ("drafter/verifier top-1 agreement", f"{manifest.drafter_verifier_top1_agreement:.3f}"),
+        (
+            "gold top-1 accuracy",
+            f"drafter {manifest.gold_top1_accuracy['drafter']:.3f}, "
+            f"verifier {manifest.gold_top1_accuracy['verifier']:.3f}",
+        ),
+        ("seconds", f"{manifest.seconds:.1f}"),
+    ]
+    if manifest.consequence:
+        rows.insert(-1, ("consequence labels", summary_line(manifest.consequence)))
     print("\n" + summary_table(rows))

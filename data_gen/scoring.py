@@ -14,9 +14,9 @@ import torch
 
 from data_gen.judge import judge_inputs
 from router.features import FEATURE_NAMES, token_features
-from router.layout import cache_argument
-from router.prefix import SharedPrefix
-from router.teacher import forward_tail, tail_layout
+from router.engine.layout import cache_argument
+from router.engine.prefix import SharedPrefix
+from router.engine.teacher import forward_tail, tail_layout
 
 
 def example_seed(seed: int, example_id: str, mode: str) -> int:
@@ -25,18 +25,28 @@ def example_seed(seed: int, example_id: str, mode: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list[list[int]], vocab: int,
-                pad_id: int, top_k: int, hidden: str, draft_seeds: list[int], judge: bool = False,
-                prefix: SharedPrefix | None = None) -> list[dict]:
+def score_batch(
+    drafter,
+    verifier,
+    prompts: list[list[int]],
+    continuations: list[list[int]],
+    vocab: int,
+    pad_id: int,
+    top_k: int,
+    hidden: str,
+    draft_seeds: list[int],
+    judge: bool = False,
+    prefix: SharedPrefix | None = None,
+) -> list[dict]:
     """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode);
     with judge, also the verifier's view of the drafted tokens (data_gen/judge.py). A shared
-    prompt prefix (`router.prefix`) is read from its cache instead of being fed again."""
+    prompt prefix (`router.engine.prefix`) is read from its cache instead of being fed again."""
     layout, prefix, keep = tail_layout(prompts, continuations, pad_id, next(drafter.parameters()).device, prefix)
     with torch.inference_mode():
-        q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"),
-                                             prefix=prefix)
-        p_logits, p_hidden, p_cache = forward_tail(verifier, layout, keep, vocab,
-                                                   judge or hidden in ("verifier", "both"), cache=judge, prefix=prefix)
+        q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"), prefix=prefix)
+        p_logits, p_hidden, p_cache = forward_tail(
+            verifier, layout, keep, vocab, judge or hidden in ("verifier", "both"), cache=judge, prefix=prefix
+        )
         rows = []
         for b, cont in enumerate(continuations):
             n = len(cont)
@@ -49,8 +59,9 @@ def score_batch(drafter, verifier, prompts: list[list[int]], continuations: list
             rows.append(row)
         if judge:
             drafted = {"argmax": [r["q_argmax"] for r in rows], "sample": [r["draft_token"] for r in rows]}
-            views = judge_inputs(verifier, p_cache, cache_argument(verifier), layout, p_logits, p_hidden,
-                                 continuations, drafted, vocab)
+            views = judge_inputs(
+                verifier, p_cache, cache_argument(verifier), layout, p_logits, p_hidden, continuations, drafted, vocab
+            )
             for row, view in zip(rows, views):
                 row.update(view)
     return rows
@@ -73,19 +84,27 @@ def sample_rows(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor
 CHUNK = 16  # positions per pass: 16 x V floats stay in cache across the ~20 V-sized passes below
 
 
-def position_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int,
-                   seed: int) -> dict:
+def position_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int, seed: int) -> dict:
     """Record columns for n positions from full logits (n, V) and the trajectory tokens (n,)."""
     gen = torch.Generator().manual_seed(seed)
-    parts = [_chunk_stats(q_logits[i: i + CHUNK].float().cpu(), p_logits[i: i + CHUNK].float().cpu(),
-                          tokens[i: i + CHUNK], top_k, gen) for i in range(0, len(tokens), CHUNK)]
+    parts = [
+        _chunk_stats(
+            q_logits[i : i + CHUNK].float().cpu(),
+            p_logits[i : i + CHUNK].float().cpu(),
+            tokens[i : i + CHUNK],
+            top_k,
+            gen,
+        )
+        for i in range(0, len(tokens), CHUNK)
+    ]
     out = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
     out["position"] = np.arange(len(tokens), dtype=np.int32)
     return out
 
 
-def _chunk_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int,
-                 gen: torch.Generator) -> dict:
+def _chunk_stats(
+    q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int, gen: torch.Generator
+) -> dict:
     q, p = q_logits.softmax(-1), p_logits.softmax(-1)  # raw (temperature 1) distributions
     feats = token_features(q, p, q_logits, p_logits)  # (n, F); the exact scalars below are its columns
     col = {name: feats[:, i].numpy() for i, name in enumerate(FEATURE_NAMES)}
@@ -98,12 +117,22 @@ def _chunk_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.T
         "draft_token": drafts.int().numpy(),
         "q_draft": q.gather(-1, drafts[:, None]).squeeze(-1).numpy(),
         "p_draft": p.gather(-1, drafts[:, None]).squeeze(-1).numpy(),
-        "q_topk_ids": q_ids, "q_topk_logprobs": q_lp, "q_tail": q_tail,
-        "p_topk_ids": p_ids, "p_topk_logprobs": p_lp, "p_tail": p_tail,
+        "q_topk_ids": q_ids,
+        "q_topk_logprobs": q_lp,
+        "q_tail": q_tail,
+        "p_topk_ids": p_ids,
+        "p_topk_logprobs": p_lp,
+        "p_tail": p_tail,
         "p_at_q_topk_logprobs": p.gather(-1, torch.from_numpy(q_ids).long()).clamp_min(1e-30).log().numpy(),
-        "q_max": col["q_max"], "p_max": col["p_max"], "q_entropy": col["q_entropy"], "p_entropy": col["p_entropy"],
-        "tv": col["tv"], "kl": col["kl_pq"],
-        "q_token": q.gather(-1, at).squeeze(-1).numpy(), "p_token": p.gather(-1, at).squeeze(-1).numpy(),
-        "q_argmax": q_ids[:, 0].copy(), "p_argmax": p_ids[:, 0].copy(),
+        "q_max": col["q_max"],
+        "p_max": col["p_max"],
+        "q_entropy": col["q_entropy"],
+        "p_entropy": col["p_entropy"],
+        "tv": col["tv"],
+        "kl": col["kl_pq"],
+        "q_token": q.gather(-1, at).squeeze(-1).numpy(),
+        "p_token": p.gather(-1, at).squeeze(-1).numpy(),
+        "q_argmax": q_ids[:, 0].copy(),
+        "p_argmax": p_ids[:, 0].copy(),
         "features": feats.numpy(),
     }

@@ -64,15 +64,22 @@ def _listish(value) -> list:
 
 # Chat prompts ask for the gold continuations' own style ("... So the answer is 18."): short answers
 # that the exact-match metric can read, instead of long code-based solutions cut off mid-way.
-GSM8K_INSTRUCTION = ("\nSolve it in at most three short sentences of plain text (no code, no LaTeX), then write: "
-                     "So the answer is <number>.")
+GSM8K_INSTRUCTION = (
+    "\nSolve it in at most three short sentences of plain text (no code, no LaTeX), then write: "
+    "So the answer is <number>."
+)
 
 
 def load_gsm8k() -> Iterator[Example]:
     for row in _olmo_requests("gsm8k/gold_bpb_5shot"):
         doc = row["doc"]
-        yield Example(f"gsm8k-{doc['id']}", row["request"]["context"], row["request"]["continuation"],
-                      doc["question"] + GSM8K_INSTRUCTION, {"short_answer": doc["short_answer"]})
+        yield Example(
+            f"gsm8k-{doc['id']}",
+            row["request"]["context"],
+            row["request"]["continuation"],
+            doc["question"] + GSM8K_INSTRUCTION,
+            {"short_answer": doc["short_answer"]},
+        )
 
 
 def load_mbpp() -> Iterator[Example]:
@@ -80,25 +87,39 @@ def load_mbpp() -> Iterator[Example]:
         doc = row["doc"]
         tests = _listish(doc["test_list"])
         question = f"{doc['text']}\nYour code should pass this test:\n{tests[0]}" if tests else doc["text"]
-        yield Example(f"mbpp-{doc['task_id']}", row["request"]["context"], row["request"]["continuation"],
-                      question, {"tests": tests, "test_setup_code": doc.get("test_setup_code", "")})
+        yield Example(
+            f"mbpp-{doc['task_id']}",
+            row["request"]["context"],
+            row["request"]["continuation"],
+            question,
+            {"tests": tests, "test_setup_code": doc.get("test_setup_code", "")},
+        )
 
 
 def load_humaneval() -> Iterator[Example]:
     for row in _olmo_requests("codex_humaneval/gold_bpb_0shot"):
         doc = row["doc"]
         question = f"Complete this Python function:\n```python\n{doc['prompt']}```"
-        yield Example(doc["task_id"].replace("/", "-").lower(), row["request"]["context"],
-                      row["request"]["continuation"], question,
-                      {"test": doc["test"], "entry_point": doc["entry_point"], "function_prompt": doc["prompt"]})
+        yield Example(
+            doc["task_id"].replace("/", "-").lower(),
+            row["request"]["context"],
+            row["request"]["continuation"],
+            question,
+            {"test": doc["test"], "entry_point": doc["entry_point"], "function_prompt": doc["prompt"]},
+        )
 
 
 def _qa(relative: str, prefix: str, id_key: str, aliases_key: str, question_key: str) -> Iterator[Example]:
     for row in _olmo_requests(relative):
         doc = row["doc"]
         question = doc[question_key]
-        yield Example(f"{prefix}-{doc[id_key]}", row["request"]["context"], row["request"]["continuation"],
-                      question, {"aliases": [str(a) for a in _listish(doc[aliases_key])]})
+        yield Example(
+            f"{prefix}-{doc[id_key]}",
+            row["request"]["context"],
+            row["request"]["continuation"],
+            question,
+            {"aliases": [str(a) for a in _listish(doc[aliases_key])]},
+        )
 
 
 def load_nq() -> Iterator[Example]:
@@ -120,18 +141,28 @@ def load_triviaqa() -> Iterator[Example]:
         aliases = [str(a) for a in answer.get("aliases", [])]
         value = str(answer.get("value") or (aliases[0] if aliases else ""))
         question = row["question"]
-        yield Example(f"triviaqa-{row['question_id']}", f"Question: {question}\nAnswer:", " " + value,
-                      question, {"aliases": list(dict.fromkeys([value, *aliases]))})
+        yield Example(
+            f"triviaqa-{row['question_id']}",
+            f"Question: {question}\nAnswer:",
+            " " + value,
+            question,
+            {"aliases": list(dict.fromkeys([value, *aliases]))},
+        )
 
 
 TASKS: dict[str, Callable[[], Iterator[Example]]] = {
-    "gsm8k": load_gsm8k, "mbpp": load_mbpp, "humaneval": load_humaneval,
-    "triviaqa": load_triviaqa, "nq": load_nq, "squad": load_squad,
+    "gsm8k": load_gsm8k,
+    "mbpp": load_mbpp,
+    "humaneval": load_humaneval,
+    "triviaqa": load_triviaqa,
+    "nq": load_nq,
+    "squad": load_squad,
 }
 
 
-def load_user_data(path: str, prompt_field: str, reference_field: str, id_field: str | None = None,
-                   split: str = "train") -> Iterator[Example]:
+def load_user_data(
+    path: str, prompt_field: str, reference_field: str, id_field: str | None = None, split: str = "train"
+) -> Iterator[Example]:
     """Examples from a local jsonl/csv/parquet file or a `datasets.load_dataset` name."""
     import datasets
 
@@ -141,26 +172,37 @@ def load_user_data(path: str, prompt_field: str, reference_field: str, id_field:
         if local.suffix not in kinds:
             raise ValueError(f"unsupported data file {local.name}: use .jsonl, .json, .csv or .parquet")
         if local.stat().st_size == 0:
-            raise ValueError(f"data file {local} is empty: it needs one example per row with fields "
-                             f"{prompt_field!r} and {reference_field!r}")
+            raise ValueError(
+                f"data file {local} is empty: it needs one example per row with fields "
+                f"{prompt_field!r} and {reference_field!r}"
+            )
         try:
             ds = datasets.load_dataset(kinds[local.suffix], data_files=str(local), split="train")
         except Exception as err:  # datasets wraps parser errors in several types
-            raise ValueError(f"cannot read {local} as {local.suffix[1:]} ({type(err).__name__}: "
-                             f"{str(err).splitlines()[0][:200] if str(err) else 'no detail'}): check its format") from None
+            raise ValueError(
+                f"cannot read {local} as {local.suffix[1:]} ({type(err).__name__}: "
+                f"{str(err).splitlines()[0][:200] if str(err) else 'no detail'}): check its format"
+            ) from None
     else:
         try:
             ds = datasets.load_dataset(path, split=split)
         except Exception as err:  # no hub here, or no such dataset
-            raise ValueError(f"{path} is neither a local file nor a dataset `datasets.load_dataset` can open "
-                             f"({type(err).__name__}): pass a .jsonl/.json/.csv/.parquet path") from None
+            raise ValueError(
+                f"{path} is neither a local file nor a dataset `datasets.load_dataset` can open "
+                f"({type(err).__name__}): pass a .jsonl/.json/.csv/.parquet path"
+            ) from None
     for name in (prompt_field, reference_field, id_field):
         if name is not None and name not in ds.column_names:
             raise ValueError(f"field {name!r} is not in {path}; its fields are {ds.column_names}")
     for i, row in enumerate(ds):
         ex_id = str(row[id_field]) if id_field else f"{local.stem if local.exists() else path}-{i}"
-        yield Example(ex_id, str(row[prompt_field] or ""), str(row[reference_field] or ""), str(row[prompt_field] or ""),
-                      {k: v for k, v in row.items() if k not in (prompt_field, reference_field)})
+        yield Example(
+            ex_id,
+            str(row[prompt_field] or ""),
+            str(row[reference_field] or ""),
+            str(row[prompt_field] or ""),
+            {k: v for k, v in row.items() if k not in (prompt_field, reference_field)},
+        )
 
 
 def load_task(name: str, **user) -> Iterator[Example]:

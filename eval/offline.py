@@ -1,6 +1,6 @@
 """Offline evaluation on held-out records: every method's full alpha sweep, no model calls.
 
-From the recorded scalars and top-k candidates of the test split (router/tradeoff.py), each method
+From the recorded scalars and top-k candidates of the test split (router/offline/tradeoff.py), each method
 gives a curve of expected quality (probability of the gold token under pi, and gold top-1 accuracy
 of greedy decoding from pi) against the expected rejection rate TV(q, pi), and each point an
 analytic latency relative to the verifier alone for block size gamma and drafter/verifier cost
@@ -10,7 +10,7 @@ ratio c (Leviathan et al.; i.i.d. acceptance with rate beta = 1 - rejection):
 Methods: drafter, verifier (= lossless), every registered rule with an offline score
 (router.rules.offline_rules: chow diff opt in cascade form, token_v1 token_v2 token_v3 in token
 form, and any rule added with register_rule), every learned router (scored through
-router.record_view, the code training validates with), the gold-knowing oracles (cascade and
+router.offline.inputs, the code training validates with), the gold-knowing oracles (cascade and
 token form, offline only) and a random router at matched deferral rates. lossy needs the full
 distributions and is evaluated online only.
 """
@@ -24,12 +24,28 @@ import numpy as np
 
 from router.model import LearnedRouter, RouterError
 from router.records import IMPORTANT, RecordsError
-from router.record_view import RecordView, router_scores
+from router.offline.inputs import RecordView, router_scores
 from router.rules import get_rule, offline_rules
-from router.views import (areas, best_of, cascade_sweep, compare, example_index, greedy_columns, greedy_score,
-                          method_sweeps)
-from router.tradeoff import (Curve, normalised_area, oracle_curve, quality_at, random_curve, router_curve,
-                             rule_curves, token_curve)
+from router.offline.views import (
+    areas,
+    best_of,
+    cascade_sweep,
+    compare,
+    example_index,
+    greedy_columns,
+    greedy_score,
+    method_sweeps,
+)
+from router.offline.tradeoff import (
+    Curve,
+    normalised_area,
+    oracle_curve,
+    quality_at,
+    random_curve,
+    router_curve,
+    rule_curves,
+    token_curve,
+)
 
 BOUNDS = ("oracle", "oracle_token", "random")  # what no method beats, and what any useful method beats
 REFERENCE_METHODS = (*BOUNDS, "drafter", "lossless")  # offline curves that are neither a rule nor a router
@@ -51,9 +67,11 @@ def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
     """Every offline method's curve (points sorted by rejection rate): the oracles, every registered
     rule with an offline score, drafter, lossless, random and every router."""
     c, q_top1, p_top1 = data.cols, data.q_top1, data.p_top1
-    out = {"oracle": oracle_curve(c, q_top1, p_top1),
-           "oracle_token": token_curve(data.cand.labels, data.cand, q_top1=q_top1),
-           **rule_curves(c, data.cand, q_top1, p_top1)}
+    out = {
+        "oracle": oracle_curve(c, q_top1, p_top1),
+        "oracle_token": token_curve(data.cand.labels, data.cand, q_top1=q_top1),
+        **rule_curves(c, data.cand, q_top1, p_top1),
+    }
     out["drafter"] = _point_curve(0.0, c["q_token"], q_top1, 0.0)
     out["lossless"] = _point_curve(float(np.mean(c["tv"])), c["p_token"], p_top1, 1.0)
     rnd = random_curve(c["tv"], c["q_token"], c["p_token"])
@@ -67,9 +85,10 @@ def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
     return out
 
 
-def compare_views(folders: list[str], test: RecordView, routers: dict[str, LearnedRouter],
-                  replicates: int = 1000) -> dict:
-    """The greedy and temperature-1 views (router.views) on the test split, with the best rule and the
+def compare_views(
+    folders: list[str], test: RecordView, routers: dict[str, LearnedRouter], replicates: int = 1000
+) -> dict:
+    """The greedy and temperature-1 views (router.offline.views) on the test split, with the best rule and the
     best router of each view chosen on the validation split: per method the area, the share of the
     gap between the best rule and the oracle it closes, and 95% bootstrap intervals over examples.
     Without a validation split nothing can be chosen honestly: {} (with a warning)."""
@@ -81,9 +100,11 @@ def compare_views(folders: list[str], test: RecordView, routers: dict[str, Learn
     chosen = {}
     for view, sweeps in method_sweeps(val, routers).items():
         point = areas(sweeps)
-        chosen[view] = {"best_rule": best_of(point, offline_rules()),
-                        "best_router": best_of(point, routers) if routers else None,
-                        "validation_areas": point}
+        chosen[view] = {
+            "best_rule": best_of(point, offline_rules()),
+            "best_router": best_of(point, routers) if routers else None,
+            "validation_areas": point,
+        }
     out = {}
     for view, sweeps in method_sweeps(test, routers).items():
         out[view] = {**compare(sweeps, chosen[view]["best_rule"], replicates), **chosen[view]}
@@ -91,7 +112,7 @@ def compare_views(folders: list[str], test: RecordView, routers: dict[str, Learn
 
 
 def greedy_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[str, Curve]:
-    """Greedy-view curves (router.views: the drafter drafts its argmax, a rejection is a deferral
+    """Greedy-view curves (router.offline.views: the drafter drafts its argmax, a rejection is a deferral
     where it differs from the verifier's argmax) of every rule with an offline score and every
     router, plus lossless and the drafter: what the records predict for greedy online decoding."""
     out = {name: sweep.curve() for name, sweep in method_sweeps(data, routers, views=("greedy",))["greedy"].items()}
@@ -103,8 +124,13 @@ def greedy_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
 
 def _point_curve(rejection: float, quality: np.ndarray, top1: np.ndarray, deferral: float) -> Curve:
     """A method without a trade-off (drafter, lossless): one point."""
-    return Curve(np.array([rejection]), np.array([float(np.mean(quality))]), np.array([deferral]),
-                 np.array([np.nan]), np.array([float(np.mean(top1))]))
+    return Curve(
+        np.array([rejection]),
+        np.array([float(np.mean(quality))]),
+        np.array([deferral]),
+        np.array([np.nan]),
+        np.array([float(np.mean(top1))]),
+    )
 
 
 def summarise(curves: dict[str, Curve], data: RecordView, gamma: int, cost_ratio: float) -> dict:
@@ -112,21 +138,35 @@ def summarise(curves: dict[str, Curve], data: RecordView, gamma: int, cost_ratio
     the two table forms on the analytic latency; plus the drafter's and verifier's own numbers."""
     c = data.cols
     verifier_rej, verifier_q = float(np.mean(c["tv"])), float(np.mean(c["p_token"]))
-    refs = {"drafter": {"quality": float(np.mean(c["q_token"])), "top1": float(data.q_top1.mean()), "rejection": 0.0,
-                        "relative_latency": float(relative_latency(np.zeros(1), gamma, cost_ratio)[0])},
-            "verifier": {"quality": verifier_q, "top1": float(data.p_top1.mean()), "rejection": verifier_rej,
-                         "relative_latency": 1.0}}
+    refs = {
+        "drafter": {
+            "quality": float(np.mean(c["q_token"])),
+            "top1": float(data.q_top1.mean()),
+            "rejection": 0.0,
+            "relative_latency": float(relative_latency(np.zeros(1), gamma, cost_ratio)[0]),
+        },
+        "verifier": {
+            "quality": verifier_q,
+            "top1": float(data.p_top1.mean()),
+            "rejection": verifier_rej,
+            "relative_latency": 1.0,
+        },
+    }
     matched = {f"quality_at_{int(f * 100)}pct": f * verifier_rej for f in (0.25, 0.5, 0.75)}
     methods = {}
     for name, cv in curves.items():
         lat = relative_latency(cv.rejection, gamma, cost_ratio)
         area = normalised_area(cv, curves["oracle"]) if len(cv.rejection) > 1 else float("nan")  # no trade-off
-        s = {"area": area, "best_quality": float(cv.quality.max()),
-             "best_top1": float(np.max(cv.top1)) if cv.top1 is not None else float("nan")}
+        s = {
+            "area": area,
+            "best_quality": float(cv.quality.max()),
+            "best_top1": float(np.max(cv.top1)) if cv.top1 is not None else float("nan"),
+        }
         s.update({k: quality_at(cv, r) for k, r in matched.items()})
         s["latency_at_verifier_quality"] = _lowest(lat, cv.quality >= verifier_q - 1e-12)
-        s["quality_at_verifier_latency"] = float(cv.quality[lat <= 1.0 + 1e-12].max()) \
-            if np.any(lat <= 1.0 + 1e-12) else float("nan")
+        s["quality_at_verifier_latency"] = (
+            float(cv.quality[lat <= 1.0 + 1e-12].max()) if np.any(lat <= 1.0 + 1e-12) else float("nan")
+        )
         methods[name] = s
     return {"references": refs, "methods": methods}
 
@@ -142,11 +182,17 @@ def curve_rows(curves: dict[str, Curve], gamma: int, cost_ratio: float, max_poin
         lat = relative_latency(cv.rejection, gamma, cost_ratio)
         step = max(1, len(cv.rejection) // max_points)
         for i in list(range(0, len(cv.rejection), step)) + [len(cv.rejection) - 1]:
-            rows.append({"stage": "offline", "method": name,
-                         "alpha": float(cv.threshold[i]) if cv.threshold is not None else float("nan"),
-                         "rejection": float(cv.rejection[i]), "quality": float(cv.quality[i]),
-                         "top1": float(cv.top1[i]) if cv.top1 is not None else float("nan"),
-                         "relative_latency": float(lat[i])})
+            rows.append(
+                {
+                    "stage": "offline",
+                    "method": name,
+                    "alpha": float(cv.threshold[i]) if cv.threshold is not None else float("nan"),
+                    "rejection": float(cv.rejection[i]),
+                    "quality": float(cv.quality[i]),
+                    "top1": float(cv.top1[i]) if cv.top1 is not None else float("nan"),
+                    "relative_latency": float(lat[i]),
+                }
+            )
     return rows
 
 
@@ -161,8 +207,10 @@ def load_routers(folders: list[str], taken: tuple = ()) -> dict[str, LearnedRout
         if name in routers:
             raise RouterError(f"two routers are named {name!r}: give their folders distinct names")
         if name in taken:
-            raise RouterError(f"router folder {folder} is named {name!r}, which is already a rule, baseline or "
-                              f"reference method here: rename the folder (e.g. {name}-router)")
+            raise RouterError(
+                f"router folder {folder} is named {name!r}, which is already a rule, baseline or "
+                f"reference method here: rename the folder (e.g. {name}-router)"
+            )
         routers[name] = load_router(folder)
     return routers
 
@@ -187,13 +235,21 @@ def consequence_catch(folders: list[str], routers: dict[str, LearnedRouter]) -> 
     for name, router in routers.items():
         scores[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
     lossless = float(g["cost"].mean())
-    out = {"positions": len(important), "important": int(important.sum()), "lossless_rejection": lossless,
-           "methods": {}}
+    out = {
+        "positions": len(important),
+        "important": int(important.sum()),
+        "lossless_rejection": lossless,
+        "methods": {},
+    }
     for name, score in scores.items():
         curve = cascade_sweep(score, g["cost"], np.zeros_like(important), important, index, n_ex).curve()
         caught = curve.quality * len(important) / important.sum()  # (G,) share of important rows deferred
         out["methods"][name] = {
-            "rejection": curve.rejection.tolist(), "caught": caught.tolist(),
-            **{f"caught_at_{int(f * 100)}pct": float(caught[curve.rejection <= f * lossless + 1e-12].max())
-               for f in (0.25, 0.5, 0.75)}}
+            "rejection": curve.rejection.tolist(),
+            "caught": caught.tolist(),
+            **{
+                f"caught_at_{int(f * 100)}pct": float(caught[curve.rejection <= f * lossless + 1e-12].max())
+                for f in (0.25, 0.5, 0.75)
+            },
+        }
     return out

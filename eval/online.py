@@ -3,7 +3,7 @@
 Every (method, alpha) point decodes the same held-out prompts with `router.decoding`, one at a
 time by default (batch 1: the latency a user sees; `batch_size` > 1 left-pads several per call,
 every method alike), scores each output with the task's real metric
-(router/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
+(router/tasks/metrics.py), and measures wall-clock seconds per generated token, verifier forwards per
 token, rejection rate and the time spent outside model forwards. Latency is reported relative to
 verifier-only decoding measured in the same run. Each point is written to `online/<point>.json`
 as soon as it finishes (atomically), so an interrupted run resumes where it stopped.
@@ -20,15 +20,15 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from router import clock
-from router.distributed import Ranks, barrier, gather
-from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.infra import clock
+from router.infra.distributed import Ranks, barrier, gather
+from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
-from router.loop import PADDING
-from router.layout import left_pad
-from router.prefix import SharedPrefix
-from router.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
-from router.files import Journal, write_bytes
+from router.engine.loop import PADDING
+from router.engine.layout import left_pad
+from router.engine.prefix import SharedPrefix
+from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
+from router.infra.files import Journal, write_bytes
 from router.rules import rule_names
 
 BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
@@ -60,7 +60,7 @@ def prepare_ends(pair, prompts: list[Prompt], stops: list[str]) -> Ends:
     if prefix is not None:
         for model in pair[:2]:
             prefix.cache_for(model, 1)
-    return Ends(list(stops), StopStrings.build(pair[2], stops), prefix)
+    return Ends(list(stops), StopStrings.build(pair.tokenizer, stops), prefix)
 
 
 def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: int, limit: int) -> list[Prompt]:
@@ -77,8 +77,9 @@ def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: in
     return out
 
 
-def alphas_at_rejection(thresholds: np.ndarray, rejections: np.ndarray, targets: list[float],
-                        alpha_range: tuple | None) -> list[float]:
+def alphas_at_rejection(
+    thresholds: np.ndarray, rejections: np.ndarray, targets: list[float], alpha_range: tuple | None
+) -> list[float]:
     """Alphas whose offline points come closest to each target rejection rate (matched operating
     points across methods), clipped into the rule's range, distinct, finite."""
     picked = []
@@ -97,11 +98,17 @@ def point_name(method: str, alpha: float) -> str:
     return f"{method}@{alpha:g}"
 
 
-def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict,
-                  ends: Ends):
+def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict, ends: Ends):
     drafter, verifier, _ = pair
-    common = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-                  attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
+    common = dict(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed,
+        attention_mask=mask,
+        stop=ends.stop,
+        prefix=ends.prefix,
+    )
     if method == "verifier":
         return generate_autoregressive(verifier, ids, role="verifier", **common)
     if method == "drafter":
@@ -110,8 +117,17 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
         return generate_token_cascade(drafter, verifier, ids, alpha=alpha, **common)
     if method == "sequence_cascade":
         return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
-    return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, gamma=cfg.gamma,
-                    draft_stop=cfg.draft_stop, bonus_from=cfg.bonus_from, **common)
+    return generate(
+        drafter,
+        verifier,
+        ids,
+        rule=rules.get(method, method),
+        alpha=alpha,
+        gamma=cfg.gamma,
+        draft_stop=cfg.draft_stop,
+        bonus_from=cfg.bonus_from,
+        **common,
+    )
 
 
 def _pad_id(tokenizer) -> int:
@@ -123,8 +139,18 @@ def _pad_id(tokenizer) -> int:
 TIME_PARTS = ("drafter_seconds", "verifier_seconds", "bonus_drafter_seconds", "rule_seconds")
 
 
-def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metric, rules: dict, bar,
-              ends: Ends, journal: Journal | None = None) -> dict:
+def run_point(
+    pair,
+    method: str,
+    alpha: float,
+    prompts: list[Prompt],
+    cfg,
+    metric,
+    rules: dict,
+    bar,
+    ends: Ends,
+    journal: Journal | None = None,
+) -> dict:
     """Decode and score every prompt at one (method, alpha), `cfg.batch_size` prompts per batch
     (left-padded); keep each prompt's output and outcome (paired comparisons need them) and
     aggregate the measurements. With a `journal`, each finished batch is journaled and a rerun after
@@ -132,7 +158,7 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
     finished = {e["start"]: e for e in (journal.entries if journal else []) if "start" in e}
     per_example, batches, totals = [], [], dict.fromkeys(BATCH_TOTALS, 0)
     for start in range(0, len(prompts), cfg.batch_size):
-        batch = prompts[start: start + cfg.batch_size]
+        batch = prompts[start : start + cfg.batch_size]
         done = finished.get(start)
         if done is None or done["ids"] != [p.example_id for p in batch]:
             done = _decode_and_score(pair, method, alpha, start, batch, cfg, metric, rules, ends)
@@ -150,67 +176,88 @@ def run_point(pair, method: str, alpha: float, prompts: list[Prompt], cfg, metri
 BATCH_TOTALS = ("new_tokens", "wall_seconds", "verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS)
 
 
-def _decode_and_score(pair, method: str, alpha: float, start: int, batch: list[Prompt], cfg, metric, rules: dict,
-                      ends: Ends) -> dict:
+def _decode_and_score(
+    pair, method: str, alpha: float, start: int, batch: list[Prompt], cfg, metric, rules: dict, ends: Ends
+) -> dict:
     """One decoding call: each prompt's output and outcome, the call's time and its measurements, as
     plain JSON values (a journal entry)."""
-    tokenizer = pair[2]
+    tokenizer = pair.tokenizer
     ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
     out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules, ends)
     rows = []
     for b, prompt in enumerate(batch):
         n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
-        new = out.sequences[b, ids.shape[1]: ids.shape[1] + n_new].tolist()
+        new = out.sequences[b, ids.shape[1] : ids.shape[1] + n_new].tolist()
         text = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), ends.strings)
-        row = {"example_id": prompt.example_id, "text": text, "tokens": n_new, "new_ids": new,
-               **metric(text, prompt.meta)}
+        row = {
+            "example_id": prompt.example_id,
+            "text": text,
+            "tokens": n_new,
+            "new_ids": new,
+            **metric(text, prompt.meta),
+        }
         if out.verifier_logprobs is not None:  # computed by the loop itself (verifier-only, speculative)
             row.update(verifier_logprob=float(sum(out.verifier_logprobs[b])), verifier_logprob_tokens=n_new)
         rows.append(row)
-    entry = {"start": start, "ids": [p.example_id for p in batch], "rows": rows,
-             "batch": {"seconds": out.stats["wall_seconds"], "longest": max(r["tokens"] for r in rows)},
-             "totals": {k: out.stats.get(k, 0) for k in BATCH_TOTALS}}
+    entry = {
+        "start": start,
+        "ids": [p.example_id for p in batch],
+        "rows": rows,
+        "batch": {"seconds": out.stats["wall_seconds"], "longest": max(r["tokens"] for r in rows)},
+        "totals": {k: out.stats.get(k, 0) for k in BATCH_TOTALS},
+    }
     return json.loads(json.dumps(entry, default=float))  # as a journal reads it back
 
 
-def _point(method: str, alpha: float, prompts: list[Prompt], cfg, per_example: list[dict], batches: list[dict],
-           totals: dict) -> dict:
+def _point(
+    method: str, alpha: float, prompts: list[Prompt], cfg, per_example: list[dict], batches: list[dict], totals: dict
+) -> dict:
     """A point's record: mean scores, summed measurements and every prompt's outcome."""
     n_tok = max(totals["new_tokens"], 1)
     seconds = totals["wall_seconds"]
     score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "new_ids", "answer")]
     model_seconds = totals["drafter_seconds"] + totals["verifier_seconds"]
-    return {"method": method, "alpha": alpha, "prompts": len(prompts), "batch_size": cfg.batch_size,
-            **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
-            "tokens": totals["new_tokens"], "seconds": seconds, "model_seconds": model_seconds,
-            "time_parts": {k: totals[k] for k in TIME_PARTS}, "batches": batches,
-            "seconds_per_token": seconds / n_tok,
-            "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
-            "rejection_rate": totals["rejections"] / totals["drafts_evaluated"] if totals["drafts_evaluated"] else
-            float("nan"),
-            "outside_model_fraction": max(0.0, 1 - model_seconds / seconds) if seconds else 0.0,
-            "examples": per_example}
+    return {
+        "method": method,
+        "alpha": alpha,
+        "prompts": len(prompts),
+        "batch_size": cfg.batch_size,
+        **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
+        "tokens": totals["new_tokens"],
+        "seconds": seconds,
+        "model_seconds": model_seconds,
+        "time_parts": {k: totals[k] for k in TIME_PARTS},
+        "batches": batches,
+        "seconds_per_token": seconds / n_tok,
+        "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
+        "rejection_rate": totals["rejections"] / totals["drafts_evaluated"]
+        if totals["drafts_evaluated"]
+        else float("nan"),
+        "outside_model_fraction": max(0.0, 1 - model_seconds / seconds) if seconds else 0.0,
+        "examples": per_example,
+    }
 
 
-# fingerprint keys added after points were first written, with the value those points were made with
-FINGERPRINT_DEFAULTS = {"drafter": None, "verifier": None, "device": "cpu", "stop": [], "machine": None,
-                        "draft_stop": None, "verifier_device_map": None, "bonus_from": "target"}
+POINT_FORMAT = 2  # the format of online/<point>.json files; another format is refused (see read_points)
 
 
 def same_fingerprint(done: dict | None, now: dict) -> bool:
-    """A finished point is reused only if everything it depends on is unchanged (keys an older point
-    file lacks count as their default, so a finished folder stays valid). `routers` holds the weights
-    of the router the point decodes with (none for rules and baselines): a point file that lists more
-    routers (older files list every router of the run) is valid when its own one is unchanged."""
-    if done is None:
-        return False
-    for k, v in now.items():
-        old = done.get(k, FINGERPRINT_DEFAULTS.get(k))
-        if k == "routers" and isinstance(old, dict) and all(old.get(name) == w for name, w in v.items()):
-            continue
-        if old != v:
-            return False
-    return True
+    """A finished point is reused only if everything it depends on is unchanged. `routers` holds the
+    weights of the router the point decodes with (none for rules and baselines)."""
+    return done is not None and all(done.get(k) == v for k, v in now.items())
+
+
+def read_points(paths: list[Path]) -> list[dict | None]:
+    """The finished point files (None where a point is not finished), refusing files of another format."""
+    done = [json.loads(path.read_text()) if path.exists() else None for path in paths]
+    stale = [str(path) for path, point in zip(paths, done) if point is not None and point.get("format") != POINT_FORMAT]
+    if stale:
+        raise ValueError(
+            f"{stale[0]} (and {len(stale) - 1} more) holds an online point of another format than this "
+            f"specroute's ({POINT_FORMAT}): decode them again into a fresh folder (`specroute eval ... "
+            f"output=<new folder>`) or delete {Path(stale[0]).parent}"
+        )
+    return done
 
 
 def point_fingerprint(fingerprint: dict, method: str) -> dict:
@@ -225,22 +272,37 @@ def point_fingerprint(fingerprint: dict, method: str) -> dict:
 MACHINE_KEYS = ("machine", "dtype")
 
 
-def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, metric, rules: dict,
-             folder: Path, fingerprint: dict, ends: Ends, ranks: Ranks = Ranks()) -> list[dict] | None:
+def run_grid(
+    pair,
+    grid: list[tuple[str, float]],
+    prompts: list[Prompt],
+    cfg,
+    metric,
+    rules: dict,
+    folder: Path,
+    fingerprint: dict,
+    ends: Ends,
+    ranks: Ranks = Ranks(),
+) -> list[dict] | None:
     """Every grid point in grid order, resuming from finished point files with the same fingerprint.
-    Under torchrun the points still to do are shared out by rank (router/distributed.py); after a
+    Under torchrun the points still to do are shared out by rank (router/infra/distributed.py); after a
     barrier rank 0 reads every point back and the other ranks get None."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{point_name(method, alpha)}.json" for method, alpha in grid]
-    done = [json.loads(path.read_text()) if path.exists() else None for path in paths]
+    done = read_points(paths)
     fps = [point_fingerprint(fingerprint, method) for method, _ in grid]
     complete = complete_elsewhere(done, fps)
     if complete:
-        print(f"[specroute] every online point was finished on {complete['machine']} in {complete['dtype']} "
-              f"(this machine: {fingerprint['machine']} in {fingerprint['dtype']}): reusing the whole set")
+        print(
+            f"[specroute] every online point was finished on {complete['machine']} in {complete['dtype']} "
+            f"(this machine: {fingerprint['machine']} in {fingerprint['dtype']}): reusing the whole set"
+        )
         return done if ranks.main else None
-    todo = [(method, alpha, path, fp) for (method, alpha), path, point, fp in zip(grid, paths, done, fps)
-            if point is None or not same_fingerprint(point.get("fingerprint"), fp)]
+    todo = [
+        (method, alpha, path, fp)
+        for (method, alpha), path, point, fp in zip(grid, paths, done, fps)
+        if point is None or not same_fingerprint(point.get("fingerprint"), fp)
+    ]
     todo = gather(todo)[0]  # rank 0's list: another rank may already have written a point when rank 0 looks
     mine = ranks.mine(todo)
     bar = tqdm(total=len(mine) * len(prompts), desc="online", unit="prompt")
@@ -250,7 +312,7 @@ def run_grid(pair, grid: list[tuple[str, float]], prompts: list[Prompt], cfg, me
         if len(journal.entries):
             print(f"[specroute] {point_name(method, alpha)}: resuming after {len(journal.entries)} finished batches")
         point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends, journal)
-        point["fingerprint"] = fp
+        point["fingerprint"], point["format"] = fp, POINT_FORMAT
         write_bytes(path, json.dumps(point, indent=1, default=float).encode())
         for partial in (journal.path, journal.stale):  # the point file holds it all now
             if partial is not None:
@@ -265,10 +327,12 @@ def complete_elsewhere(done: list[dict | None], fingerprints: list[dict]) -> dic
     with their fingerprints but for those, and were timed on one other machine; else None."""
     if not done or any(p is None for p in done):
         return None
-    if not all(same_fingerprint(p.get("fingerprint"), {k: v for k, v in fp.items() if k not in MACHINE_KEYS})
-               for p, fp in zip(done, fingerprints)):
+    if not all(
+        same_fingerprint(p.get("fingerprint"), {k: v for k, v in fp.items() if k not in MACHINE_KEYS})
+        for p, fp in zip(done, fingerprints)
+    ):
         return None
-    timed = {tuple(p["fingerprint"].get(k, FINGERPRINT_DEFAULTS.get(k)) for k in MACHINE_KEYS) for p in done}
+    timed = {tuple(p["fingerprint"][k] for k in MACHINE_KEYS) for p in done}
     here = tuple(fingerprints[0][k] for k in MACHINE_KEYS)
     if len(timed) != 1 or here in timed:
         return None
@@ -277,8 +341,8 @@ def complete_elsewhere(done: list[dict | None], fingerprints: list[dict]) -> dic
 
 def timed_on(points: list[dict]) -> dict:
     """The machine and dtype the points were timed on (one, by run_grid's rule)."""
-    fp = points[0].get("fingerprint", {}) if points else {}
-    return {k: fp.get(k, FINGERPRINT_DEFAULTS.get(k)) for k in MACHINE_KEYS}
+    fp = points[0]["fingerprint"] if points else {}
+    return {k: fp.get(k) for k in MACHINE_KEYS}
 
 
 def add_relative_latency(points: list[dict]) -> None:
@@ -302,10 +366,12 @@ def table_forms(points: list[dict]) -> dict:
         fast = [p for p in mine if p["relative_latency"] <= 1.0 + 1e-9]
         a = min(matched, key=lambda p: p["relative_latency"]) if matched else None
         b = max(fast, key=lambda p: p["quality"]) if fast else None
-        out[method] = {"a_latency_at_verifier_quality": a["relative_latency"] if a else math.nan,
-                       "a_alpha": a["alpha"] if a else math.nan,
-                       "b_quality_at_verifier_latency": b["quality"] if b else math.nan,
-                       "b_alpha": b["alpha"] if b else math.nan}
+        out[method] = {
+            "a_latency_at_verifier_quality": a["relative_latency"] if a else math.nan,
+            "a_alpha": a["alpha"] if a else math.nan,
+            "b_quality_at_verifier_latency": b["quality"] if b else math.nan,
+            "b_alpha": b["alpha"] if b else math.nan,
+        }
     return out
 
 
@@ -313,8 +379,9 @@ def known_method(name: str, routers: dict) -> bool:
     return name in rule_names() or name in BASELINES or name in routers
 
 
-def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends: Ends, folder: Path,
-                          batch_size: int = 4) -> float:
+def add_verifier_logprobs(
+    pair, points: list[dict], prompts: list[Prompt], ends: Ends, folder: Path, batch_size: int = 4
+) -> float:
     """The verifier's log-probability of every produced token, summed per prompt
     (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file), where the
     loop did not compute it itself (drafter-only, the token and sequence cascades): one
@@ -322,32 +389,44 @@ def add_verifier_logprobs(pair, points: list[dict], prompts: list[Prompt], ends:
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
     Returns the seconds spent."""
-    from router.teacher import continuation_logprobs
-    from router.loop import check_pair
+    from router.engine.teacher import continuation_logprobs
+    from router.engine.loop import check_pair
 
     started = clock.now()
     drafter, verifier, tokenizer = pair
     vocab = check_pair(drafter, verifier)
     by_id = {p.example_id: p.ids for p in prompts}
-    known = {(e["example_id"], tuple(e["new_ids"])): (e["verifier_logprob"], e["verifier_logprob_tokens"])
-             for p in points for e in p["examples"] if "verifier_logprob" in e}
+    known = {
+        (e["example_id"], tuple(e["new_ids"])): (e["verifier_logprob"], e["verifier_logprob_tokens"])
+        for p in points
+        for e in p["examples"]
+        if "verifier_logprob" in e
+    }
     todo = [p for p in points if any("verifier_logprob" not in e for e in p["examples"])]
     bar = tqdm(total=len(todo), desc="verifier log-probs", unit="point") if todo else None
     for point in todo:
-        wanted = list(dict.fromkeys((e["example_id"], tuple(e["new_ids"])) for e in point["examples"]
-                                    if (e["example_id"], tuple(e["new_ids"])) not in known))
+        wanted = list(
+            dict.fromkeys(
+                (e["example_id"], tuple(e["new_ids"]))
+                for e in point["examples"]
+                if (e["example_id"], tuple(e["new_ids"])) not in known
+            )
+        )
         scored = [w for w in wanted if w[1]]
         known.update({w: (0.0, 0) for w in wanted if not w[1]})  # an empty output has nothing to score
         for start in range(0, len(scored), batch_size):
-            chunk = scored[start: start + batch_size]
+            chunk = scored[start : start + batch_size]
             outputs = [list(t) for _, t in chunk]
-            sums = continuation_logprobs(verifier, [by_id[i] for i, _ in chunk], outputs, vocab, _pad_id(tokenizer),
-                                         ends.prefix)
+            sums = continuation_logprobs(
+                verifier, [by_id[i] for i, _ in chunk], outputs, vocab, _pad_id(tokenizer), ends.prefix
+            )
             known.update({key: (total, len(out)) for key, total, out in zip(chunk, sums, outputs)})
         for e in point["examples"]:
             e["verifier_logprob"], e["verifier_logprob_tokens"] = known[(e["example_id"], tuple(e["new_ids"]))]
-        write_bytes(folder / f"{point_name(point['method'], point['alpha'])}.json",
-                    json.dumps(point, indent=1, default=float).encode())
+        write_bytes(
+            folder / f"{point_name(point['method'], point['alpha'])}.json",
+            json.dumps(point, indent=1, default=float).encode(),
+        )
         bar.update(1)
     if bar:
         bar.close()

@@ -61,7 +61,7 @@ def mcnemar_exact(a: np.ndarray, b: np.ndarray) -> float:
     n, k = only_a + only_b, min(only_a, only_b)
     if n == 0:
         return 1.0
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
     return min(1.0, 2.0 * tail)
 
 
@@ -83,29 +83,40 @@ def compare_point(mine: list[dict], ref: list[dict], replicates: int, seed: int 
     a = np.array([e["quality"] for e, _ in pairs], np.float64)
     b = np.array([r["quality"] for _, r in pairs], np.float64)
     same_output = np.array([e.get("new_ids") == r.get("new_ids") for e, r in pairs], np.float64)
-    same_answer = np.array([e.get("answer", e["quality"]) == r.get("answer", r["quality"]) for e, r in pairs],
-                           np.float64)
+    same_answer = np.array(
+        [e.get("answer", e["quality"]) == r.get("answer", r["quality"]) for e, r in pairs], np.float64
+    )
     lp, n_lp = logprob_sums([e for e, _ in pairs])
     lp_ref, n_ref = logprob_sums([r for _, r in pairs])
     scored = (n_lp > 0) & (n_ref > 0)
-    out = {"prompts": len(pairs), "quality": float(a.mean()) if len(a) else math.nan,
-           "quality_ci": bootstrap_mean(a, replicates, seed),
-           "quality_diff": float((a - b).mean()) if len(a) else math.nan,
-           "quality_diff_ci": bootstrap_mean(a - b, replicates, seed),
-           "mcnemar_p": mcnemar_exact(a, b),
-           "identical_output": float(same_output.mean()) if len(a) else math.nan,
-           "identical_output_ci": bootstrap_mean(same_output, replicates, seed),
-           "same_answer": float(same_answer.mean()) if len(a) else math.nan,
-           "same_answer_ci": bootstrap_mean(same_answer, replicates, seed)}
+    out = {
+        "prompts": len(pairs),
+        "quality": float(a.mean()) if len(a) else math.nan,
+        "quality_ci": bootstrap_mean(a, replicates, seed),
+        "quality_diff": float((a - b).mean()) if len(a) else math.nan,
+        "quality_diff_ci": bootstrap_mean(a - b, replicates, seed),
+        "mcnemar_p": mcnemar_exact(a, b),
+        "identical_output": float(same_output.mean()) if len(a) else math.nan,
+        "identical_output_ci": bootstrap_mean(same_output, replicates, seed),
+        "same_answer": float(same_answer.mean()) if len(a) else math.nan,
+        "same_answer_ci": bootstrap_mean(same_answer, replicates, seed),
+    }
     if scored.any():
         mine_lp = lp[scored].sum() / n_lp[scored].sum()
         ref_lp = lp_ref[scored].sum() / n_ref[scored].sum()
-        out.update(verifier_logprob=float(mine_lp), verifier_logprob_ci=bootstrap_ratio(lp[scored], n_lp[scored],
-                                                                                         replicates, seed),
-                   logprob_diff=float(mine_lp - ref_lp), logprob_prompts=int(scored.sum()))
+        out.update(
+            verifier_logprob=float(mine_lp),
+            verifier_logprob_ci=bootstrap_ratio(lp[scored], n_lp[scored], replicates, seed),
+            logprob_diff=float(mine_lp - ref_lp),
+            logprob_prompts=int(scored.sum()),
+        )
     else:
-        out.update(verifier_logprob=math.nan, verifier_logprob_ci=[math.nan, math.nan], logprob_diff=math.nan,
-                   logprob_prompts=0)
+        out.update(
+            verifier_logprob=math.nan,
+            verifier_logprob_ci=[math.nan, math.nan],
+            logprob_diff=math.nan,
+            logprob_prompts=0,
+        )
     return out
 
 
@@ -115,8 +126,12 @@ def time_split(point: dict) -> dict:
     parts = point.get("time_parts") or {}
     wall = point["seconds"] or math.nan
     drafting = parts.get("drafter_seconds", 0.0) - parts.get("bonus_drafter_seconds", 0.0)
-    split = {"drafting": drafting, "verifying": parts.get("verifier_seconds", 0.0),
-             "bonus_drafter": parts.get("bonus_drafter_seconds", 0.0), "rule": parts.get("rule_seconds", 0.0)}
+    split = {
+        "drafting": drafting,
+        "verifying": parts.get("verifier_seconds", 0.0),
+        "bonus_drafter": parts.get("bonus_drafter_seconds", 0.0),
+        "rule": parts.get("rule_seconds", 0.0),
+    }
     split["other"] = max(0.0, point["seconds"] - sum(split.values()))
     return {k: v / wall for k, v in split.items()}
 
@@ -127,7 +142,7 @@ def batch_fill(examples: list[dict], batch_size: int) -> float:
     raises seconds per token at batch > 1 whatever the method (memory-bound steps cost about the
     same for 1 row as for 4)."""
     tokens = [e["tokens"] for e in examples]
-    batches = [tokens[i: i + batch_size] for i in range(0, len(tokens), batch_size)]
+    batches = [tokens[i : i + batch_size] for i in range(0, len(tokens), batch_size)]
     capacity = sum(len(b) * max(b) for b in batches if b)
     return sum(tokens) / capacity if capacity else math.nan
 
@@ -148,13 +163,14 @@ def divergences(rows: list[dict], low: float = 2 / 3, high: float = 1.5) -> list
     out = []
     for r in rows:
         off = r["offline"]
-        for what, ratio, measured, predicted in (("rejection rate", off["rejection_ratio"], off["measured_rejection"],
-                                                  off["greedy_rejection"]),
-                                                 ("relative latency", off["latency_ratio"], off["measured_latency"],
-                                                  off["predicted_latency"])):
+        for what, ratio, measured, predicted in (
+            ("rejection rate", off["rejection_ratio"], off["measured_rejection"], off["greedy_rejection"]),
+            ("relative latency", off["latency_ratio"], off["measured_latency"], off["predicted_latency"]),
+        ):
             if np.isfinite(ratio) and not low <= ratio <= high:
-                out.append(f"{r['point']}: online {what} {measured:.3f} is {ratio:.2f}x the offline prediction "
-                           f"{predicted:.3f}")
+                out.append(
+                    f"{r['point']}: online {what} {measured:.3f} is {ratio:.2f}x the offline prediction {predicted:.3f}"
+                )
     return out
 
 
@@ -170,9 +186,15 @@ def offline_prediction(point: dict, curves: dict, greedy: dict, gamma: int, cost
     g = _at_alpha(greedy.get(method), alpha)
     predicted = float(relative_latency(np.array([g]), gamma, cost_ratio)[0]) if np.isfinite(g) else math.nan
     measured_rej, measured_lat = point.get("rejection_rate", math.nan), point.get("relative_latency", math.nan)
-    return {"t1_rejection": t1, "greedy_rejection": g, "measured_rejection": measured_rej,
-            "rejection_ratio": _ratio(measured_rej, g), "predicted_latency": predicted,
-            "measured_latency": measured_lat, "latency_ratio": _ratio(measured_lat, predicted)}
+    return {
+        "t1_rejection": t1,
+        "greedy_rejection": g,
+        "measured_rejection": measured_rej,
+        "rejection_ratio": _ratio(measured_rej, g),
+        "predicted_latency": predicted,
+        "measured_latency": measured_lat,
+        "latency_ratio": _ratio(measured_lat, predicted),
+    }
 
 
 def _at_alpha(curve, alpha: float) -> float:
@@ -193,8 +215,16 @@ def _ratio(a: float, b: float) -> float:
     return a / b if np.isfinite(a) and np.isfinite(b) and b > 0 else math.nan
 
 
-def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: dict, greedy: dict, gamma: int,
-                 cost_ratio: float, replicates: int, batch_size: int = 1) -> list[dict]:
+def paired_table(
+    per_prompt: dict[str, list[dict]],
+    points: list[dict],
+    curves: dict,
+    greedy: dict,
+    gamma: int,
+    cost_ratio: float,
+    replicates: int,
+    batch_size: int = 1,
+) -> list[dict]:
     """Every point's row: paired measures vs the verifier, offline vs online, time split."""
     ref = per_prompt.get(REFERENCE)
     ref_point = next((p for p in points if point_name(p["method"], p["alpha"]) == REFERENCE), None)
@@ -202,8 +232,13 @@ def paired_table(per_prompt: dict[str, list[dict]], points: list[dict], curves: 
     rows = []
     for p in points:
         name = point_name(p["method"], p["alpha"])
-        row = {"point": name, "method": p["method"], "alpha": p["alpha"],
-               "relative_latency": p.get("relative_latency", math.nan), "rejection_rate": p.get("rejection_rate")}
+        row = {
+            "point": name,
+            "method": p["method"],
+            "alpha": p["alpha"],
+            "relative_latency": p.get("relative_latency", math.nan),
+            "rejection_rate": p.get("rejection_rate"),
+        }
         if ref is not None:
             row.update(compare_point(per_prompt[name], ref, replicates))
         row["offline"] = offline_prediction(p, curves, greedy, gamma, cost_ratio)
@@ -220,8 +255,9 @@ def points_of(points: list[dict], method: str) -> list[str]:
     return [point_name(p["method"], p["alpha"]) for p in points if p["method"] == method]
 
 
-def pairwise_table(per_prompt: dict[str, list[dict]], points: list[dict], against: list[str],
-                   replicates: int) -> list[dict]:
+def pairwise_table(
+    per_prompt: dict[str, list[dict]], points: list[dict], against: list[str], replicates: int
+) -> list[dict]:
     """Every point against every point of each method in `against`, prompt by prompt: the quality
     difference (point - other) with its 95% bootstrap interval over prompts, McNemar p, and the
     ratio of their seconds per token (< 1: the point is faster)."""
@@ -233,8 +269,17 @@ def pairwise_table(per_prompt: dict[str, list[dict]], points: list[dict], agains
                 if name == other:
                     continue
                 c = compare_point(per_prompt[name], per_prompt[other], replicates)
-                rows.append({"point": name, "against": other, "prompts": c["prompts"], "quality": c["quality"],
-                             "quality_diff": c["quality_diff"], "quality_diff_ci": c["quality_diff_ci"],
-                             "mcnemar_p": c["mcnemar_p"], "same_answer": c["same_answer"],
-                             "latency_ratio": _ratio(latency[name], latency[other])})
+                rows.append(
+                    {
+                        "point": name,
+                        "against": other,
+                        "prompts": c["prompts"],
+                        "quality": c["quality"],
+                        "quality_diff": c["quality_diff"],
+                        "quality_diff_ci": c["quality_diff_ci"],
+                        "mcnemar_p": c["mcnemar_p"],
+                        "same_answer": c["same_answer"],
+                        "latency_ratio": _ratio(latency[name], latency[other]),
+                    }
+                )
     return rows

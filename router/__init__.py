@@ -1,10 +1,19 @@
 """specroute core, importable without lightning or wandb, and importing no stage.
 
-rules.py (the rule registry and the DeferralPolicy protocol) -> sampling.py (speculative sampling
-towards pi) -> decoding.py (the speculative cascade loop; loop.py: what every loop shares;
-layout.py: KV caches and ragged batches; baselines.py) -> features.py (the one features function)
--> model.py (router networks, load_router) -> record_view.py (router inputs from records, for train
-and eval) -> tradeoff.py (offline curves) -> records.py (the record schema) -> pair.py (loading the
-drafter/verifier pair; hardware.py: dtype auto; costs.py: the pair's costs on this machine).
+The method and the public API (design.md), at the top:
+  rules.py     the rule registry and the DeferralPolicy protocol
+  sampling.py  speculative sampling towards a target pi
+  decoding.py  the speculative cascade loop (`generate`)
+  features.py  the one features function, used when recording and when decoding
+  records.py   the record schema and its Manifest
+  model.py     router networks, save / `load_router`
+  pair.py      loading the drafter / verifier pair (the embedded one included)
+  reduce.py    exact blocked reductions over the vocabulary (a kernel the loop and features share)
+The machinery, by role:
+  engine/      what every decoding loop shares (loop, layout, prefix, lookup, baselines, teacher, tiny)
+  machine/     this machine (hardware, costs, calibrate)
+  offline/     record inputs for routers, trade-off curves, views (inputs, tradeoff, views)
+  tasks/       prompt formats, stop strings, metrics, the sandbox (prompts, metrics, sandbox)
+  infra/       files, config, console, clock, distributed
 Method: docs/method.md.
 """

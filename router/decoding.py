@@ -5,8 +5,8 @@ tokens, the verifier scores them all in one forward, the deferral policy forms
 `pi = target(q, p, alpha, q_raw, p_raw)`, the speculative sampler accepts a prefix and draws the
 next token at the first rejection (or the bonus token after a whole block). Each model keeps a
 KV cache that is rolled back on rejection, never recomputing the accepted prefix, and rows of a
-batch accept different numbers of tokens (see `router/layout.py`). What every loop shares
-(settings, checks, outputs, stats) is in `router/loop.py`; the baselines in `router/baselines.py`.
+batch accept different numbers of tokens (see `router/engine/layout.py`). What every loop shares
+(settings, checks, outputs, stats) is in `router/engine/loop.py`; the baselines in `router/engine/baselines.py`.
 """
 
 from __future__ import annotations
@@ -15,15 +15,29 @@ from dataclasses import dataclass
 
 import torch
 
-from router import clock
-from router.calibrate import MAX_GAMMA, AdaptiveGamma
-from router.layout import CachedModel, Layout, drop_trailing_holes
-from router.lookup import LookupCache, LookupDrafter
-from router.loop import (FROM_DRAFTER, FROM_VERIFIER, GenerateOutput, Rows, Sampling, check_inputs, check_pair,
-                         eos_ids, finish, forward_stats, first_layout, one_model_step, pad_id, vocab_size)
-from router.prefix import SharedPrefix
-from router.prompts import StopStrings
-from router.rules import BONUS_FROM, DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
+from router.infra import clock
+from router.machine.calibrate import MAX_GAMMA, AdaptiveGamma
+from router.engine.layout import CachedModel, Layout, drop_trailing_holes
+from router.engine.lookup import LookupCache, LookupDrafter
+from router.engine.loop import (
+    FROM_DRAFTER,
+    FROM_VERIFIER,
+    GenerateOutput,
+    Rows,
+    check_inputs,
+    check_pair,
+    eos_ids,
+    finish,
+    forward_stats,
+    first_layout,
+    one_model_step,
+    pad_id,
+    vocab_size,
+)
+from router.engine.prefix import SharedPrefix
+from router.tasks.prompts import StopStrings
+from router.engine.options import DecodeOptions
+from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
 from router.sampling import accept_drafts, next_after, sample
 
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
@@ -31,19 +45,20 @@ PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
 
 # ---- speculative cascade -------------------------------------------------------------------------
 
+
 @dataclass
 class Block:
     """One block of the loop: g drafts and everything computed about them, shapes (B, g, ...)."""
 
-    drafts: torch.Tensor                  # (B, g) the drafter's tokens
-    q_raw: torch.Tensor                   # (B, g, V) drafter, temperature 1 (decisions)
-    q: torch.Tensor                       # (B, g, V) drafter, scaled (sampling)
-    drafter_hidden: torch.Tensor | None   # (B, g, H) where q was computed, when the policy reads it
-    p_raw: torch.Tensor | None = None     # (B, g+1, V) verifier at every draft and the bonus position
+    drafts: torch.Tensor  # (B, g) the drafter's tokens
+    q_raw: torch.Tensor  # (B, g, V) drafter, temperature 1 (decisions)
+    q: torch.Tensor  # (B, g, V) drafter, scaled (sampling)
+    drafter_hidden: torch.Tensor | None  # (B, g, H) where q was computed, when the policy reads it
+    p_raw: torch.Tensor | None = None  # (B, g+1, V) verifier at every draft and the bonus position
     p: torch.Tensor | None = None
     verifier_hidden: torch.Tensor | None = None  # (B, g+1, H)
-    pi: torch.Tensor | None = None        # (B, g, V) the policy's target at each draft
-    judge: bool = False                   # pi depends on the drafted token (a judge): see _record_block
+    pi: torch.Tensor | None = None  # (B, g, V) the policy's target at each draft
+    judge: bool = False  # pi depends on the drafted token (a judge): see _record_block
     n_accepted: torch.Tensor | None = None  # (B,) drafts each row keeps
     q_logits: torch.Tensor | None = None  # (B, g, V) the logits q_raw is the softmax of
     p_logits: torch.Tensor | None = None  # (B, g+1, V) the logits p_raw is the softmax of
@@ -65,8 +80,15 @@ def _hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, afte
     return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden, "after": after}}
 
 
-def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen,
-          draft_stop: float | None = None, keep_logits: bool = False) -> Block:
+def draft(
+    drafter: CachedModel,
+    layout: Layout,
+    g: int,
+    opts: DecodeOptions,
+    gen,
+    draft_stop: float | None = DecodeOptions.draft_stop,
+    keep_logits: bool = False,
+) -> Block:
     """Step 1: up to g drafts with their drafter distributions, one drafter forward each. The last
     draft is left pending (not yet fed): its forward only pays off when some row accepts every draft
     (`block_end`). With `draft_stop`, the block ends early once the drafter's raw probability of its
@@ -76,7 +98,7 @@ def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen,
     raws, scaled, tokens, hidden, logits = [], [], [], [], []
     for _ in range(g):
         logits.append(drafter.feed(layout, layout.length, keep=1)[:, -1])  # (B, V)
-        raw, q = sampling.probs(logits[-1])  # (B, V) each
+        raw, q = opts.probs(logits[-1])  # (B, V) each
         x = sample(q, gen)  # (B,)
         raws.append(raw)
         scaled.append(q)
@@ -86,21 +108,26 @@ def draft(drafter: CachedModel, layout: Layout, g: int, sampling: Sampling, gen,
         layout.append(x[:, None])
         if draft_stop is not None and bool((raw.gather(-1, x[:, None]) < draft_stop).all()):
             break
-    return Block(torch.stack(tokens, 1), torch.stack(raws, 1), torch.stack(scaled, 1),
-                 torch.stack(hidden, 1) if hidden else None, q_logits=torch.stack(logits, 1) if keep_logits else None)
+    return Block(
+        torch.stack(tokens, 1),
+        torch.stack(raws, 1),
+        torch.stack(scaled, 1),
+        torch.stack(hidden, 1) if hidden else None,
+        q_logits=torch.stack(logits, 1) if keep_logits else None,
+    )
 
 
-def verify(verifier: CachedModel, layout: Layout, block: Block, sampling: Sampling) -> None:
+def verify(verifier: CachedModel, layout: Layout, block: Block, opts: DecodeOptions) -> None:
     """Step 2: one verifier forward scores every draft and the bonus position."""
     block.p_logits = verifier.feed(layout, layout.length, keep=block.g + 1)  # (B, g+1, V)
-    block.p_raw, block.p = sampling.probs(block.p_logits)
+    block.p_raw, block.p = opts.probs(block.p_logits)
     block.verifier_hidden = verifier.last_hidden if verifier.want_hidden else None
 
 
 def logit_kwargs(policy: DeferralPolicy, q_logits, p_logits, next_p_logits=None) -> dict:
     """The logits behind q_raw, p_raw (and a judge's next_p_raw) for a policy that reads them
     (`reads_logits`, learned routers: cheaper features); nothing for the others."""
-    if not getattr(policy, "reads_logits", False):
+    if not policy.reads_logits:
         return {}
     extra = {} if next_p_logits is None else {"next_p_logits": next_p_logits}
     return {"q_logits": q_logits, "p_logits": p_logits, **extra}
@@ -113,17 +140,32 @@ def form_target(policy: DeferralPolicy, alpha: float, block: Block) -> None:
     computed after reading it: the hidden state at d_j's column and p_{j+1} (its lookahead)."""
     g = block.g
     vh = block.verifier_hidden
-    v_hidden, after = (None, None) if vh is None else (vh[:, :g], vh[:, 1:g + 1])
-    judge = {"drafts": block.drafts, "next_p_raw": block.p_raw[:, 1:g + 1]} if policy.form == "judge" else {}
-    nxt_logits = block.p_logits[:, 1:g + 1] if judge else None
+    v_hidden, after = (None, None) if vh is None else (vh[:, :g], vh[:, 1 : g + 1])
+    judge = {"drafts": block.drafts, "next_p_raw": block.p_raw[:, 1 : g + 1]} if policy.form == "judge" else {}
+    nxt_logits = block.p_logits[:, 1 : g + 1] if judge else None
     logits = logit_kwargs(policy, block.q_logits, block.p_logits[:, :g], nxt_logits)
-    block.pi = policy.target(block.q, block.p[:, :g], alpha, q_raw=block.q_raw, p_raw=block.p_raw[:, :g],
-                             **_hidden_kwargs(policy, block.drafter_hidden, v_hidden, after), **judge, **logits)
+    block.pi = policy.target(
+        block.q,
+        block.p[:, :g],
+        alpha,
+        q_raw=block.q_raw,
+        p_raw=block.p_raw[:, :g],
+        **_hidden_kwargs(policy, block.drafter_hidden, v_hidden, after),
+        **judge,
+        **logits,
+    )
     block.judge = bool(judge)
 
 
-def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout: Layout, block: Block,
-              sampling: Sampling, bonus_from: str) -> tuple[torch.Tensor, torch.Tensor]:
+def block_end(
+    policy: DeferralPolicy,
+    alpha: float,
+    drafter: CachedModel,
+    layout: Layout,
+    block: Block,
+    opts: DecodeOptions,
+    bonus_from: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Step 5: (q, pi) (B, V) where each row's block ends: its first rejected draft, or the bonus position.
 
     The bonus position needs q there (one more drafter forward) only when some row accepted every
@@ -141,21 +183,39 @@ def block_end(policy: DeferralPolicy, alpha: float, drafter: CachedModel, layout
         bonus_q = bonus_pi = block.p[:, g]
     else:
         bq_logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
-        bq_raw, bq = sampling.probs(bq_logits)
+        bq_raw, bq = opts.probs(bq_logits)
         v_hidden = None if block.verifier_hidden is None else block.verifier_hidden[:, g:]
-        bonus_pi = policy.target(bq, block.p[:, g:], alpha, q_raw=bq_raw, p_raw=block.p_raw[:, g:],
-                                 **_hidden_kwargs(policy, drafter.last_hidden, v_hidden),
-                                 **logit_kwargs(policy, bq_logits, block.p_logits[:, g:]))[:, 0]
+        bonus_pi = policy.target(
+            bq,
+            block.p[:, g:],
+            alpha,
+            q_raw=bq_raw,
+            p_raw=block.p_raw[:, g:],
+            **_hidden_kwargs(policy, drafter.last_hidden, v_hidden),
+            **logit_kwargs(policy, bq_logits, block.p_logits[:, g:]),
+        )[:, 0]
         bonus_q = bq[:, 0]
     whole = block.whole[:, None]
     return torch.where(whole, bonus_q, q_n), torch.where(whole, bonus_pi, pi_n)
 
 
-def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: float = 0.3, gamma: int | str = 4,
-             temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64, seed: int = 0,
-             attention_mask: torch.Tensor | None = None, bonus_from: str = "verifier",
-             stop: StopStrings | None = None, prefix: SharedPrefix | None = None,
-             draft_stop: float | None = None) -> GenerateOutput:
+def generate(
+    drafter,
+    verifier,
+    input_ids: torch.Tensor,
+    rule="opt",
+    alpha: float = 0.3,
+    gamma: int | str = DecodeOptions.gamma,
+    temperature: float = DecodeOptions.temperature,
+    top_p: float = DecodeOptions.top_p,
+    max_new_tokens: int = DecodeOptions.max_new_tokens,
+    seed: int = DecodeOptions.seed,
+    attention_mask: torch.Tensor | None = None,
+    bonus_from: str = DecodeOptions.bonus_from,
+    stop: StopStrings | None = None,
+    prefix: SharedPrefix | None = None,
+    draft_stop: float | None = DecodeOptions.draft_stop,
+) -> GenerateOutput:
     """Speculative cascade decoding of a batch of left-padded prompts (see module docstring).
 
     `rule` is a rule name from `router.rules.rule_names()` or any deferral policy with the same
@@ -166,41 +226,59 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
     target reads q). The default was chosen with numbers: on 2 AMD EPYC cores in float32 the exact
     bonus took 9.1% of `token_v2`'s and `entropy_gate`'s decoding time on MBPP, and taking p cut their
     time per token by 6-13% at batch 4 (README, Benchmarks). `stop` strings end a row like EOS
-    (`router.prompts.StopStrings`); a `prefix` every prompt starts with is read from its cache
-    (`router.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
+    (`router.tasks.prompts.StopStrings`); a `prefix` every prompt starts with is read from its cache
+    (`router.engine.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
     block early when the drafter is unsure of its draft in every row (as Hugging Face's assistant
     confidence threshold and llama.cpp's draft p_min do); None drafts gamma tokens every block.
     gamma="auto" chooses the block size before every block from the pair's measured costs on this
-    machine and the acceptance rate so far (`router.calibrate.AdaptiveGamma`; the costs are measured
+    machine and the acceptance rate so far (`router.machine.calibrate.AdaptiveGamma`; the costs are measured
     once per process, pair and batch size, about 30 s for the embedded pair on 2 CPU cores); where
     no block size is expected to beat the verifier alone, it decodes with the verifier alone
     (stats `verifier_steps`), whatever the rule: the verifier's quality at the verifier's speed.
-    `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.lookup.LookupDrafter`
+    `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.engine.lookup.LookupDrafter`
     (drafts looked up in a reference answer per row, no network; with rule="lossless" and greedy
     decoding the output is still exactly the verifier's).
     """
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
+    opts = DecodeOptions(
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        gamma=gamma,
+        draft_stop=draft_stop,
+        bonus_from=bonus_from,
+    )  # checks every knob once
     attention_mask = check_inputs(input_ids, attention_mask)
-    if gamma != "auto" and (isinstance(gamma, (str, bool)) or gamma < 1):
-        raise ValueError(f"gamma must be an integer >= 1 or 'auto', got {gamma!r}")
-    if draft_stop is not None and not 0 < draft_stop < 1:
-        raise ValueError(f"draft_stop must be in (0, 1) (a drafter probability), got {draft_stop}")
-    if bonus_from not in BONUS_FROM:
-        raise ValueError(f"bonus_from must be 'target' or 'verifier', got {bonus_from!r}")
     policy = resolve_rule(rule)
     vocab, d = _drafter_for(drafter, verifier, policy, gamma)
-    adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], policy.bonus_needs_drafter and
-                             bonus_from == "target") if gamma == "auto" else None
+    adaptive = (
+        AdaptiveGamma(drafter, verifier, input_ids.shape[0], policy.bonus_needs_drafter and bonus_from == "target")
+        if gamma == "auto"
+        else None
+    )
     most = MAX_GAMMA if adaptive else gamma  # the largest block
     eos = eos_ids(verifier)
-    gen = sampling.generator(input_ids.device)
+    gen = opts.generator(input_ids.device)
     started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
-    stats = dict(method="speculative", rule=policy.name, alpha=alpha, gamma=gamma, bonus_from=bonus_from, blocks=0,
-                 accepted_hist=[0] * (most + 1), drafts_evaluated=0, rejections=0, deferrals=0,
-                 expected_rejections=0.0, rule_seconds=0.0, bonus_drafter_seconds=0.0, draft_stop=draft_stop,
-                 block_drafts=0,  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
-                 verifier_steps=0)  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
+    stats = dict(
+        method="speculative",
+        rule=policy.name,
+        alpha=alpha,
+        gamma=gamma,
+        bonus_from=bonus_from,
+        blocks=0,
+        accepted_hist=[0] * (most + 1),
+        drafts_evaluated=0,
+        rejections=0,
+        deferrals=0,
+        expected_rejections=0.0,
+        rule_seconds=0.0,
+        bonus_drafter_seconds=0.0,
+        draft_stop=draft_stop,
+        block_drafts=0,  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
+        verifier_steps=0,
+    )  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
     v = CachedModel(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     d.want_hidden = "drafter" in policy.hidden_inputs
@@ -212,20 +290,27 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
             start = layout.length
             g = adaptive.next() if adaptive else gamma
             if g == 0:  # gamma auto: speculation does not pay here; the drafter's cache catches up if it resumes
-                one_model_step(v, layout, sampling, gen, rows, active, FROM_VERIFIER, logps=True)
+                one_model_step(v, layout, opts, gen, rows, active, FROM_VERIFIER, logps=True)
                 stats["verifier_steps"] += 1
                 active = rows.drop_finished(active, layout, d, v)
                 continue
-            block = draft(d, layout, max(1, min(g, remaining - 1)), sampling, gen, draft_stop,  # not past the limit
-                          keep_logits=getattr(policy, "reads_logits", False))
-            verify(v, layout, block, sampling)
+            block = draft(
+                d,
+                layout,
+                max(1, min(g, remaining - 1)),
+                opts,
+                gen,
+                draft_stop,  # not past the limit
+                keep_logits=policy.reads_logits,
+            )
+            verify(v, layout, block, opts)
             stats["block_drafts"] += block.g
             ticked = clock.now()
             form_target(policy, alpha, block)
             stats["rule_seconds"] += clock.now() - ticked
             block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
             ticked, drafter_before = clock.now(), d.seconds
-            q_n, pi_n = block_end(policy, alpha, d, layout, block, sampling, bonus_from)
+            q_n, pi_n = block_end(policy, alpha, d, layout, block, opts, bonus_from)
             stats["bonus_drafter_seconds"] += d.seconds - drafter_before  # the bonus-position forward
             stats["rule_seconds"] += clock.now() - ticked - (d.seconds - drafter_before)
             nxt = next_after(q_n, pi_n, ~block.whole, gen)  # step 6: residual token at a rejection, else bonus
@@ -246,13 +331,15 @@ def generate(drafter, verifier, input_ids: torch.Tensor, rule="opt", alpha: floa
 
 def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int, CachedModel | LookupCache]:
     """(shared vocabulary, what the loop drives as the drafter): a model's CachedModel, or a
-    LookupDrafter's drafts looked up in reference answers (router.lookup; no network)."""
+    LookupDrafter's drafts looked up in reference answers (router.engine.lookup; no network)."""
     if not isinstance(drafter, LookupDrafter):
         vocab = check_pair(drafter, verifier)
         return vocab, CachedModel(drafter, vocab)
     if gamma == "auto" or "drafter" in policy.hidden_inputs:
-        raise ValueError("a LookupDrafter has no network: give gamma as a number and a policy that does not read "
-                         "the drafter's hidden state")
+        raise ValueError(
+            "a LookupDrafter has no network: give gamma as a number and a policy that does not read "
+            "the drafter's hidden state"
+        )
     vocab = vocab_size(verifier)
     return vocab, drafter.attach(vocab)
 

@@ -17,21 +17,31 @@ import torch
 from router.reduce import fast_max, top2
 
 FEATURE_NAMES: tuple[str, ...] = (
-    "q_max", "p_max",                  # confidence of each model
-    "q_entropy", "p_entropy",          # nats
-    "tv",                              # TV(p, q)
-    "kl_pq",                           # KL(p || q), nats
-    "q_margin", "p_margin",            # top-1 minus top-2 probability
-    "q_at_p_argmax", "p_at_q_argmax",  # each model's probability of the other's favourite
-    "argmax_agree",                    # 1 if the two argmaxes coincide
-    "log_q_max", "log_p_max",
+    "q_max",
+    "p_max",  # confidence of each model
+    "q_entropy",
+    "p_entropy",  # nats
+    "tv",  # TV(p, q)
+    "kl_pq",  # KL(p || q), nats
+    "q_margin",
+    "p_margin",  # top-1 minus top-2 probability
+    "q_at_p_argmax",
+    "p_at_q_argmax",  # each model's probability of the other's favourite
+    "argmax_agree",  # 1 if the two argmaxes coincide
+    "log_q_max",
+    "log_p_max",
     "p_max_minus_q_max",
 )
 EPS = 1e-12
 LOG_EPS = math.log(EPS)
 # token-form routers score each drafter candidate v with the position's features plus these
-CANDIDATE_FEATURE_NAMES: tuple[str, ...] = ("cand_q", "cand_p", "cand_log_ratio", "cand_is_p_argmax",
-                                            "cand_is_q_argmax")
+CANDIDATE_FEATURE_NAMES: tuple[str, ...] = (
+    "cand_q",
+    "cand_p",
+    "cand_log_ratio",
+    "cand_is_p_argmax",
+    "cand_is_q_argmax",
+)
 
 
 _SCRATCH = threading.local()
@@ -50,12 +60,15 @@ def _scratch(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _check_logits(probs: torch.Tensor, logits: torch.Tensor | None, name: str) -> None:
     if logits is not None and logits.shape != probs.shape:
-        raise ValueError(f"{name} has shape {tuple(logits.shape)} but its probabilities have {tuple(probs.shape)}: "
-                         f"pass the logits the raw (temperature-1) probabilities are the softmax of")
+        raise ValueError(
+            f"{name} has shape {tuple(logits.shape)} but its probabilities have {tuple(probs.shape)}: "
+            f"pass the logits the raw (temperature-1) probabilities are the softmax of"
+        )
 
 
-def log_probs_into(out: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor | None, top: torch.Tensor,
-                   arg: torch.Tensor) -> torch.Tensor:
+def log_probs_into(
+    out: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor | None, top: torch.Tensor, arg: torch.Tensor
+) -> torch.Tensor:
     """log(max(probs, EPS)) (..., V) written into `out`; top, arg (...) are probs' max and argmax.
 
     With the logits z that probs is the softmax of, log softmax(z) = z - lse and lse = z[argmax] -
@@ -69,8 +82,9 @@ def log_probs_into(out: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor 
 
 
 @torch.no_grad()
-def position_stats(q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Tensor | None = None,
-                   p_logits: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def position_stats(
+    q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Tensor | None = None, p_logits: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(features (..., F), drafter argmax (...), verifier argmax (...)) from raw probabilities (..., V):
     `token_features` and the two argmaxes, which token and judge routers read too (one pass, not two).
     The logits (..., V) that q_raw and p_raw are the softmax of, when the caller has them (the
@@ -109,15 +123,17 @@ def position_stats(q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Ten
     return torch.stack([feats[name] for name in FEATURE_NAMES], -1), q_arg, p_arg
 
 
-def token_features(q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Tensor | None = None,
-                   p_logits: torch.Tensor | None = None) -> torch.Tensor:
+def token_features(
+    q_raw: torch.Tensor, p_raw: torch.Tensor, q_logits: torch.Tensor | None = None, p_logits: torch.Tensor | None = None
+) -> torch.Tensor:
     """Features (..., F) from raw drafter/verifier probabilities (..., V); F = len(FEATURE_NAMES).
     The logits they are the softmax of, when at hand, make it cheaper (same values)."""
     return position_stats(q_raw, p_raw, q_logits, p_logits)[0]
 
 
-def candidate_features(cand_q: torch.Tensor, cand_p: torch.Tensor, is_p_argmax: torch.Tensor,
-                       is_q_argmax: torch.Tensor) -> torch.Tensor:
+def candidate_features(
+    cand_q: torch.Tensor, cand_p: torch.Tensor, is_p_argmax: torch.Tensor, is_q_argmax: torch.Tensor
+) -> torch.Tensor:
     """Per-candidate features (..., K, 5) from each candidate's raw q and p (..., K) and whether it is
     either model's argmax (..., K); the same call serves records (top-k columns) and decoding."""
     ratio = cand_q.clamp_min(EPS).log() - cand_p.clamp_min(EPS).log()
@@ -188,14 +204,25 @@ def class_bits(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 # A judge router reads, for the drafted token d: the position's features, d's own candidate
 # features, the verifier's lookahead after d and d's token class (then the hidden states it uses).
-JUDGE_FEATURE_NAMES: tuple[str, ...] = (*FEATURE_NAMES, *CANDIDATE_FEATURE_NAMES, *LOOKAHEAD_NAMES,
-                                        *(f"class_{name}" for name in TOKEN_CLASS_NAMES))
+JUDGE_FEATURE_NAMES: tuple[str, ...] = (
+    *FEATURE_NAMES,
+    *CANDIDATE_FEATURE_NAMES,
+    *LOOKAHEAD_NAMES,
+    *(f"class_{name}" for name in TOKEN_CLASS_NAMES),
+)
 
 
-def judge_features(position: torch.Tensor, d_q: torch.Tensor, d_p: torch.Tensor, d_is_p_argmax: torch.Tensor,
-                   d_is_q_argmax: torch.Tensor, lookahead: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+def judge_features(
+    position: torch.Tensor,
+    d_q: torch.Tensor,
+    d_p: torch.Tensor,
+    d_is_p_argmax: torch.Tensor,
+    d_is_q_argmax: torch.Tensor,
+    lookahead: torch.Tensor,
+    classes: torch.Tensor,
+) -> torch.Tensor:
     """(..., len(JUDGE_FEATURE_NAMES)) from position features (..., F), the drafted token's raw q and p
     and whether it is either model's argmax (...), the lookahead (..., 2) and class bits (..., 6).
-    Records (router.record_view) and decoding (router.model.LearnedRouter) both build inputs here."""
+    Records (router.offline.inputs) and decoding (router.model.LearnedRouter) both build inputs here."""
     cand = candidate_features(d_q, d_p, d_is_p_argmax, d_is_q_argmax)  # (..., 5)
     return torch.cat([position.float(), cand.float(), lookahead.float(), classes.float()], -1)

@@ -25,16 +25,24 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from router.features import (CANDIDATE_FEATURE_NAMES, FEATURE_NAMES, JUDGE_FEATURE_NAMES, candidate_features,
-                             class_bits, judge_features, lookahead_features, position_stats)
-from router.records import SCHEMA_VERSION
+from router.features import (
+    CANDIDATE_FEATURE_NAMES,
+    FEATURE_NAMES,
+    JUDGE_FEATURE_NAMES,
+    candidate_features,
+    class_bits,
+    judge_features,
+    lookahead_features,
+    position_stats,
+)
+from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_argmax, fast_topk_ids
 from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
 
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token", "judge")
 HIDDEN_ROLES = ("drafter", "verifier", "after")  # "after": the verifier's state after reading the drafted token
-ROUTER_FORMAT = 1
+ROUTER_FORMAT = 2  # 2: trained on records of schema 3 (the typed Manifest); another format is refused
 
 
 class RouterError(ValueError):
@@ -45,18 +53,18 @@ class RouterError(ValueError):
 class RouterConfig:
     """Architecture and provenance of a router; saved as config.json next to the weights."""
 
-    arch: str = "mlp"                  # linear | mlp | gru (over the last `window` positions)
-    head: str = "cascade"              # cascade | token
+    arch: str = "mlp"  # linear | mlp | gru (over the last `window` positions)
+    head: str = "cascade"  # cascade | token
     feature_names: list = field(default_factory=lambda: list(FEATURE_NAMES))
     width: int = 64
     depth: int = 2
-    window: int = 4                    # gru: positions of context, the current one included
-    token_candidates: int = 32         # token head: drafter tokens scored per position
+    window: int = 4  # gru: positions of context, the current one included
+    token_candidates: int = 32  # token head: drafter tokens scored per position
     hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier" / "after": append that hidden state
-    hidden_sizes: dict = field(default_factory=dict)   # their widths, e.g. {"verifier": 1536}
-    vocab: int = 0                     # judge head: size of its token class table (the pair's vocabulary)
+    hidden_sizes: dict = field(default_factory=dict)  # their widths, e.g. {"verifier": 1536}
+    vocab: int = 0  # judge head: size of its token class table (the pair's vocabulary)
     schema_version: int = SCHEMA_VERSION
-    records_id: str = ""               # manifest id of the training records
+    records_id: str = ""  # manifest id of the training records
     pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
     alpha_grid: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
@@ -69,14 +77,20 @@ class RouterConfig:
             raise RouterError(f"unknown router head {self.head!r}; use one of {HEADS}")
         for role in self.hidden_inputs:
             if role not in HIDDEN_ROLES or not self.hidden_sizes.get(role):
-                raise RouterError(f"hidden_inputs must name {'/'.join(HIDDEN_ROLES)} with a size in hidden_sizes; "
-                                  f"got {self.hidden_inputs} with sizes {self.hidden_sizes}")
+                raise RouterError(
+                    f"hidden_inputs must name {'/'.join(HIDDEN_ROLES)} with a size in hidden_sizes; "
+                    f"got {self.hidden_inputs} with sizes {self.hidden_sizes}"
+                )
         if "after" in self.hidden_inputs and self.head != "judge":
-            raise RouterError("hidden input 'after' (the verifier's state after the drafted token) belongs to a "
-                              "drafted token: use it with head: judge")
+            raise RouterError(
+                "hidden input 'after' (the verifier's state after the drafted token) belongs to a "
+                "drafted token: use it with head: judge"
+            )
         if self.head == "judge" and (self.arch == "gru" or self.vocab < 1):
-            raise RouterError("the judge head scores each drafted token from its own inputs: use arch linear or "
-                              "mlp, with vocab set (train sets it from the records)")
+            raise RouterError(
+                "the judge head scores each drafted token from its own inputs: use arch linear or "
+                "mlp, with vocab set (train sets it from the records)"
+            )
         if self.head == "token" and self.arch == "gru":
             raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
 
@@ -101,7 +115,9 @@ class RouterNet(nn.Module):
         d = cfg.input_dim
         self.register_buffer("mean", torch.zeros(d))  # input standardisation, set from training data
         self.register_buffer("std", torch.ones(d))
-        if cfg.head == "judge":  # class bits per token id (router.features.token_class_table): decoding has no tokenizer
+        if (
+            cfg.head == "judge"
+        ):  # class bits per token id (router.features.token_class_table): decoding has no tokenizer
             self.register_buffer("token_classes", torch.zeros(cfg.vocab, dtype=torch.uint8))
         if cfg.arch == "linear":
             self.body = nn.Linear(d, 1)
@@ -130,24 +146,36 @@ def windows(feats: torch.Tensor, window: int) -> torch.Tensor:
     return padded.unfold(-2, window, 1).transpose(-1, -2)
 
 
-def candidates_of(q_raw: torch.Tensor, p_raw: torch.Tensor, cand: torch.Tensor, q_arg: torch.Tensor | None = None,
-                  p_arg: torch.Tensor | None = None) -> torch.Tensor:
+def candidates_of(
+    q_raw: torch.Tensor,
+    p_raw: torch.Tensor,
+    cand: torch.Tensor,
+    q_arg: torch.Tensor | None = None,
+    p_arg: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Candidate features (..., K, 5) of ids cand (..., K) from full raw distributions (..., V); the
     models' argmaxes (...) when already known (router.features.position_stats computes them)."""
     q_arg = fast_argmax(q_raw) if q_arg is None else q_arg
     p_arg = fast_argmax(p_raw) if p_arg is None else p_arg
-    return candidate_features(q_raw.gather(-1, cand), p_raw.gather(-1, cand), cand == p_arg[..., None],
-                              cand == q_arg[..., None])
+    return candidate_features(
+        q_raw.gather(-1, cand), p_raw.gather(-1, cand), cand == p_arg[..., None], cand == q_arg[..., None]
+    )
 
 
-def _lookahead(p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Tensor,
-               next_p_logits: torch.Tensor | None = None) -> torch.Tensor:
+def _lookahead(
+    p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Tensor, next_p_logits: torch.Tensor | None = None
+) -> torch.Tensor:
     """Lookahead features (..., 2) of next_p_raw (..., V). In the decoding loop next_p_raw is p_raw
     moved on by one position (two views of one verification forward): the position features already
     hold max and entropy of all but its last row, so only that row is computed (same values)."""
-    shifted = (p_raw.dim() >= 2 and next_p_raw.shape == p_raw.shape and p_raw.shape[-2] > 1
-               and next_p_raw.stride() == p_raw.stride() and next_p_raw.data_ptr() == p_raw[..., 1, :].data_ptr()
-               and p_raw.dtype == torch.float32)
+    shifted = (
+        p_raw.dim() >= 2
+        and next_p_raw.shape == p_raw.shape
+        and p_raw.shape[-2] > 1
+        and next_p_raw.stride() == p_raw.stride()
+        and next_p_raw.data_ptr() == p_raw[..., 1, :].data_ptr()
+        and p_raw.dtype == torch.float32
+    )
     if not shifted:
         return lookahead_features(next_p_raw, next_p_logits)
     known = position[..., 1:, [FEATURE_NAMES.index("p_max"), FEATURE_NAMES.index("p_entropy")]]  # (..., T-1, 2)
@@ -156,34 +184,32 @@ def _lookahead(p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Te
 
 
 def recorded_candidate_features(cand) -> torch.Tensor:
-    """Candidate features (N, K, 5) of recorded top-k candidates (a `router.tradeoff.Candidates`,
+    """Candidate features (N, K, 5) of recorded top-k candidates (a `router.offline.tradeoff.Candidates`,
     column 0 = the drafter's argmax): the records-side twin of `candidates_of`."""
     is_q = torch.zeros(cand.q.shape, dtype=torch.bool)
     is_q[:, 0] = True
-    return candidate_features(torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(),
-                              torch.from_numpy(cand.is_p_argmax), is_q)
+    return candidate_features(
+        torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(), torch.from_numpy(cand.is_p_argmax), is_q
+    )
 
 
-def pair_of(manifest: dict) -> dict:
-    """The model pair a record folder was made with: drafter, verifier and tokenizer hashes."""
-    models = manifest.get("models", {})
-    return {"drafter": models.get("drafter", {}).get("hash"), "verifier": models.get("verifier", {}).get("hash"),
-            "tokenizer": manifest.get("tokenizer_hash")}
-
-
-def check_router_pair(cfg: RouterConfig, manifest: dict, who: str) -> None:
+def check_router_pair(cfg: RouterConfig, manifest: Manifest, who: str) -> None:
     """Refuse to apply a router to records (or models) of another pair than it was trained on."""
-    here = pair_of(manifest)
+    here = manifest.pair
     if cfg.pair and cfg.pair != here:
-        raise RouterError(f"router {who} was trained on the pair {cfg.pair}, these records come from {here}: "
-                          f"train a router on records of this pair (`specroute gen` then `specroute train`)")
+        raise RouterError(
+            f"router {who} was trained on the pair {cfg.pair}, these records come from {here}: "
+            f"train a router on records of this pair (`specroute gen` then `specroute train`)"
+        )
 
 
 def check_feature_names(names, who: str) -> None:
     """Refuse a router whose features are not the ones `router/features.py` computes."""
     if list(names) != list(FEATURE_NAMES):
-        raise RouterError(f"router {who} was trained on features {list(names)}, this specroute computes "
-                          f"{list(FEATURE_NAMES)}: retrain it on records from this version")
+        raise RouterError(
+            f"router {who} was trained on features {list(names)}, this specroute computes "
+            f"{list(FEATURE_NAMES)}: retrain it on records from this version"
+        )
 
 
 class LearnedRouter:
@@ -194,7 +220,9 @@ class LearnedRouter:
         self.cfg = net.cfg
         self.name = name
         self.hidden_inputs = tuple(self.cfg.hidden_inputs)  # generate() supplies these hidden states
-        self.form = self.cfg.head  # "cascade", "token" or "judge": the form of pi it gives (router.rules.DeferralPolicy)
+        self.form = (
+            self.cfg.head
+        )  # "cascade", "token" or "judge": the form of pi it gives (router.rules.DeferralPolicy)
         # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
         self.bonus_needs_drafter = self.cfg.head != "judge"
         # generate() passes the logits q_raw and p_raw are the softmax of: the features then skip two
@@ -209,8 +237,14 @@ class LearnedRouter:
             raise ValueError(f"router {self.name}: alpha must be a finite number, got {alpha}")
         return alpha
 
-    def position_inputs(self, q_raw: torch.Tensor, p_raw: torch.Tensor, hidden: dict | None,
-                        q_logits: torch.Tensor | None = None, p_logits: torch.Tensor | None = None) -> torch.Tensor:
+    def position_inputs(
+        self,
+        q_raw: torch.Tensor,
+        p_raw: torch.Tensor,
+        hidden: dict | None,
+        q_logits: torch.Tensor | None = None,
+        p_logits: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Per-position router input (..., D): token_features, then the requested hidden states."""
         return self._inputs(position_stats(q_raw, p_raw, q_logits, p_logits)[0], hidden)
 
@@ -230,10 +264,20 @@ class LearnedRouter:
             flat = feats.reshape(-1, feats.shape[-1])
         return self.net(flat).reshape(feats.shape[:-1])
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden: dict | None = None,
-               drafts: torch.Tensor | None = None, next_p_raw: torch.Tensor | None = None,
-               q_logits: torch.Tensor | None = None, p_logits: torch.Tensor | None = None,
-               next_p_logits: torch.Tensor | None = None) -> torch.Tensor:
+    def target(
+        self,
+        q,
+        p,
+        alpha,
+        q_raw=None,
+        p_raw=None,
+        hidden: dict | None = None,
+        drafts: torch.Tensor | None = None,
+        next_p_raw: torch.Tensor | None = None,
+        q_logits: torch.Tensor | None = None,
+        p_logits: torch.Tensor | None = None,
+        next_p_logits: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
         hidden maps 'drafter'/'verifier'/'after' to last hidden states (..., H) when the router reads
         them. A judge also needs the drafted tokens (...) and the verifier's raw next-token
@@ -244,8 +288,9 @@ class LearnedRouter:
         if isinstance(alpha, float) and math.isnan(alpha):
             raise ValueError(f"router {self.name}: alpha is NaN")
         if self.cfg.head == "judge":
-            keep = self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden,
-                                     q_logits, p_logits, next_p_logits) <= alpha  # (...)
+            keep = (
+                self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden, q_logits, p_logits, next_p_logits) <= alpha
+            )  # (...)
             pi = p * (~keep)[..., None]  # rows that keep the draft: zero, then one-hot on it
             return pi.scatter_add_(-1, drafts.long()[..., None], keep[..., None].to(p.dtype))
         stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)
@@ -260,17 +305,26 @@ class LearnedRouter:
         return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha, q_arg, p_arg))
 
     @torch.no_grad()
-    def judge_scores(self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None, q_logits=None, p_logits=None,
-                     next_p_logits=None) -> torch.Tensor:
+    def judge_scores(
+        self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None, q_logits=None, p_logits=None, next_p_logits=None
+    ) -> torch.Tensor:
         """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice."""
         if drafts is None or next_p_raw is None:
-            raise RouterError(f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
-                              f"next_p_raw (router.decoding.generate passes them)")
+            raise RouterError(
+                f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
+                f"next_p_raw (router.decoding.generate passes them)"
+            )
         d = drafts.long()[..., None]
         position, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (..., F), (...), (...)
-        x = judge_features(position, q_raw.gather(-1, d)[..., 0], p_raw.gather(-1, d)[..., 0], drafts == p_arg,
-                           drafts == q_arg, _lookahead(p_raw, next_p_raw, position, next_p_logits),
-                           class_bits(self.net.token_classes, drafts))
+        x = judge_features(
+            position,
+            q_raw.gather(-1, d)[..., 0],
+            p_raw.gather(-1, d)[..., 0],
+            drafts == p_arg,
+            drafts == q_arg,
+            _lookahead(p_raw, next_p_raw, position, next_p_logits),
+            class_bits(self.net.token_classes, drafts),
+        )
         x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
 
@@ -279,14 +333,20 @@ class LearnedRouter:
         for role in self.hidden_inputs:
             h = (hidden or {}).get(role)
             if h is None:
-                raise RouterError(f"router {self.name} reads the {role}'s hidden state: pass hidden={{'{role}': "
-                                  f"tensor (..., {self.cfg.hidden_sizes[role]})}} (generate() does this itself)")
+                raise RouterError(
+                    f"router {self.name} reads the {role}'s hidden state: pass hidden={{'{role}': "
+                    f"tensor (..., {self.cfg.hidden_sizes[role]})}} (generate() does this itself)"
+                )
             if h.shape[-1] != self.cfg.hidden_sizes[role]:
-                raise RouterError(f"router {self.name} expects {role} hidden size {self.cfg.hidden_sizes[role]}, "
-                                  f"got {h.shape[-1]}: it was trained for another model pair")
+                raise RouterError(
+                    f"router {self.name} expects {role} hidden size {self.cfg.hidden_sizes[role]}, "
+                    f"got {h.shape[-1]}: it was trained for another model pair"
+                )
             if tuple(h.shape[:-1]) != tuple(lead):
-                raise RouterError(f"router {self.name}: the {role} hidden state has shape {tuple(h.shape)}, "
-                                  f"expected {(*lead, h.shape[-1])} (one state per scored position)")
+                raise RouterError(
+                    f"router {self.name}: the {role} hidden state has shape {tuple(h.shape)}, "
+                    f"expected {(*lead, h.shape[-1])} (one state per scored position)"
+                )
             parts.append(h.float())
         return parts
 
@@ -295,8 +355,10 @@ class LearnedRouter:
         """Boolean keep set A (..., V): candidates whose predicted gap is at most alpha."""
         k = min(self.cfg.token_candidates, q.shape[-1])
         cand = fast_topk_ids(q, k)  # (..., K) the drafter tokens that can be drafted
-        x = torch.cat([feats[..., None, :].expand(*cand.shape, feats.shape[-1]),
-                       candidates_of(q_raw, p_raw, cand, q_arg, p_arg)], -1)  # (..., K, D)
+        x = torch.cat(
+            [feats[..., None, :].expand(*cand.shape, feats.shape[-1]), candidates_of(q_raw, p_raw, cand, q_arg, p_arg)],
+            -1,
+        )  # (..., K, D)
         gap = self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
         keep = torch.zeros_like(q, dtype=torch.bool)
         return keep.scatter(-1, cand, gap <= alpha)
@@ -317,16 +379,22 @@ def load_router(folder: str | Path) -> LearnedRouter:
     folder = Path(folder)
     cfg_path, weights = folder / "config.json", folder / "model.safetensors"
     if not cfg_path.exists() or not weights.exists():
-        raise RouterError(f"{folder} is not a router folder (needs config.json and model.safetensors): "
-                          f"train one with `specroute train`")
+        raise RouterError(
+            f"{folder} is not a router folder (needs config.json and model.safetensors): "
+            f"train one with `specroute train`"
+        )
     try:
         raw = json.loads(cfg_path.read_text())
     except ValueError as err:
-        raise RouterError(f"{cfg_path} is not valid JSON ({err}): re-export the router with `specroute train`") from None
+        raise RouterError(
+            f"{cfg_path} is not valid JSON ({err}): re-export the router with `specroute train`"
+        ) from None
     if raw.get("format") != ROUTER_FORMAT or raw.get("schema_version") != SCHEMA_VERSION:
-        raise RouterError(f"{folder} holds a router of format {raw.get('format')} / record schema "
-                          f"{raw.get('schema_version')}; this specroute reads format {ROUTER_FORMAT} / schema "
-                          f"{SCHEMA_VERSION}: retrain it")
+        raise RouterError(
+            f"{folder} holds a router of format {raw.get('format')} / record schema "
+            f"{raw.get('schema_version')}; this specroute reads format {ROUTER_FORMAT} / schema "
+            f"{SCHEMA_VERSION}: retrain it"
+        )
     try:
         cfg = RouterConfig(**raw)
     except TypeError as err:
@@ -336,7 +404,9 @@ def load_router(folder: str | Path) -> LearnedRouter:
     try:
         net.load_state_dict(load_file(str(weights)))
     except Exception as err:  # safetensors and torch raise several types for bad files and shapes
-        raise RouterError(f"{weights} does not hold the weights {cfg_path.name} describes ({type(err).__name__}: "
-                          f"{str(err).splitlines()[0][:200]}): the folder is damaged or was edited; retrain or "
-                          f"restore it") from None
+        raise RouterError(
+            f"{weights} does not hold the weights {cfg_path.name} describes ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:200]}): the folder is damaged or was edited; retrain or "
+            f"restore it"
+        ) from None
     return LearnedRouter(net, name=folder.name)

@@ -17,11 +17,12 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
-from router.files import file_sha256
-from router.hardware import announce, resolve_dtype
+from router.infra.files import file_sha256
+from router.machine.hardware import announce, resolve_dtype
 
 READY = "specroute_ok.json"  # written last into a converted model folder: the folder is complete
 DEFAULT_DRAFTER = "embedded:drafter"
@@ -180,8 +181,12 @@ def _save_float32_copy(source: Path, out_dir: Path) -> None:
     upcasting the bf16 files takes 8-12 s per model on every load."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _save_complete(AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32),
-                   AutoTokenizer.from_pretrained(source), out_dir, str(source))
+    _save_complete(
+        AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32),
+        AutoTokenizer.from_pretrained(source),
+        out_dir,
+        str(source),
+    )
 
 
 def embedded_path(role: str, dtype: torch.dtype = torch.bfloat16) -> Path:
@@ -193,19 +198,27 @@ def embedded_path(role: str, dtype: torch.dtype = torch.bfloat16) -> Path:
     if role not in EMBEDDED:
         raise KeyError(f"unknown embedded role {role!r}; use 'drafter' or 'verifier'")
     model = EMBEDDED[role]
-    base = _build_once(cache_root() / "hf" / model.name, lambda out: _convert_embedded(model, out),
-                       f"first use of the embedded {role}: assembling and converting {model.name} (once, ~1 min)")
+    base = _build_once(
+        cache_root() / "hf" / model.name,
+        lambda out: _convert_embedded(model, out),
+        f"first use of the embedded {role}: assembling and converting {model.name} (once, ~1 min)",
+    )
     if dtype != torch.float32:
         return base
     f32 = cache_root() / "hf" / f"{model.name}-float32"
     need = 2 * sum(f.stat().st_size for f in base.glob("*.safetensors"))
     if not (f32 / READY).exists() and shutil.disk_usage(base.parent).free < need + (4 << 30):
-        print(f"[specroute] not caching a float32 copy of {model.name} (needs {need / 1e9:.1f} GB, the disk is "
-              f"short): loading upcasts the bf16 copy instead (slower)", flush=True)
+        print(
+            f"[specroute] not caching a float32 copy of {model.name} (needs {need / 1e9:.1f} GB, the disk is "
+            f"short): loading upcasts the bf16 copy instead (slower)",
+            flush=True,
+        )
         return base
-    return _build_once(f32, lambda out: _save_float32_copy(base, out),
-                       f"caching a float32 copy of the embedded {role} for fast loading "
-                       f"(once, ~30 s, {need / 1e9:.1f} GB)")
+    return _build_once(
+        f32,
+        lambda out: _save_float32_copy(base, out),
+        f"caching a float32 copy of the embedded {role} for fast loading (once, ~30 s, {need / 1e9:.1f} GB)",
+    )
 
 
 def resolve_model_path(spec: str, dtype: torch.dtype = torch.bfloat16) -> tuple[str, dict]:
@@ -230,8 +243,10 @@ def check_device(device: str) -> None:
     except RuntimeError:
         raise ValueError(f"device {device!r} is not a device name: use cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for but this machine has no CUDA device (torch "
-                         f"{torch.__version__}): use device=cpu")
+        raise ValueError(
+            f"device {device!r} was asked for but this machine has no CUDA device (torch "
+            f"{torch.__version__}): use device=cpu"
+        )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
@@ -239,7 +254,7 @@ def check_device(device: str) -> None:
 def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu", device_map: str | None = None):
     """Load one causal LM and its tokenizer from any spec `resolve_model_path` accepts.
 
-    dtype: `auto` (bf16 where the hardware has it natively, float32 elsewhere; see router.hardware),
+    dtype: `auto` (bf16 where the hardware has it natively, float32 elsewhere; see router.machine.hardware),
     a name (float32, bfloat16, float16) or a torch.dtype. device_map (e.g. "auto", through
     accelerate) spreads a model that does not fit on one device over the visible GPUs (and the
     CPU); inputs then go to the device of its first parameters, as everywhere in specroute.
@@ -310,30 +325,46 @@ def check_same_tokenizer(drafter_tok, verifier_tok) -> None:
         )
 
 
-def load_pair(drafter: str = DEFAULT_DRAFTER, verifier: str = DEFAULT_VERIFIER,
-              dtype: str | torch.dtype = "auto", device: str = "cpu", verifier_device_map: str | None = None):
-    """Load (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
+class Pair(NamedTuple):
+    """A drafter and a verifier sharing one tokenizer (`drafter, verifier, tok = load_pair()` works)."""
+
+    drafter: Any
+    verifier: Any
+    tokenizer: Any
+
+
+def load_pair(
+    drafter: str = DEFAULT_DRAFTER,
+    verifier: str = DEFAULT_VERIFIER,
+    dtype: str | torch.dtype = "auto",
+    device: str = "cpu",
+    verifier_device_map: str | None = None,
+) -> Pair:
+    """Load the Pair (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
 
     verifier_device_map (e.g. "auto") loads the verifier with that accelerate device map, for a
     verifier too large for one device; the drafter goes to `device`.
     dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
-    `tiny:verifier` give the tiny random pair of `router.tiny` (tests, CI).
+    `tiny:verifier` give the tiny random pair of `router.engine.tiny` (tests, CI).
     """
     if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
         if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
-            raise ValueError("the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models")
-        from router.tiny import tiny_pair
+            raise ValueError(
+                "the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models"
+            )
+        from router.engine.tiny import tiny_pair
 
         if verifier_device_map is not None:
-            raise ValueError("verifier_device_map needs a saved model (a hub id or a folder): the tiny pair is built "
-                             "in memory")
+            raise ValueError(
+                "verifier_device_map needs a saved model (a hub id or a folder): the tiny pair is built in memory"
+            )
         check_device(device)
         choice = resolve_dtype(dtype, device)
         d_model, v_model, tok = tiny_pair()
-        return d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok
+        return Pair(d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok)
     d_model, d_tok = load_model(drafter, dtype, device)
     v_model, v_tok = load_model(verifier, dtype, device, device_map=verifier_device_map)
     check_same_tokenizer(d_tok, v_tok)
     if v_tok.pad_token_id is None:
         v_tok.pad_token = v_tok.eos_token
-    return d_model, v_model, v_tok
+    return Pair(d_model, v_model, v_tok)

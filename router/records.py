@@ -8,16 +8,18 @@ shard is never taken for a finished one. Read a folder back with `load_records`.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from router.files import atomic_write_bytes, file_sha256
+from router.infra.files import atomic_write_bytes, file_sha256
 
-SCHEMA_VERSION = 2  # 2: p_at_q_topk_logprobs (the verifier on the drafter's candidates, for token routers)
+SCHEMA_VERSION = 3  # 3: the typed Manifest (every field written); 2: p_at_q_topk_logprobs
 MANIFEST = "manifest.json"
 TOKEN_CLASSES = "token_classes.npy"  # class bits per token id (router.features.token_class_table)
 EXAMPLES = "examples.jsonl"  # the recorded examples (id, split, prompt, reference, metric fields), for eval
@@ -27,25 +29,40 @@ SPLITS = ("train", "validation", "test")
 
 # scalar columns and their Arrow types; list columns are built from (N, k) arrays
 SCALAR_COLUMNS: dict[str, pa.DataType] = {
-    "example_id": pa.string(), "task": pa.string(), "split": pa.string(), "mode": pa.string(),
-    "position": pa.int32(), "token": pa.int32(), "draft_token": pa.int32(),
-    "q_tail": pa.float32(), "p_tail": pa.float32(),
-    "q_max": pa.float32(), "p_max": pa.float32(), "q_entropy": pa.float32(), "p_entropy": pa.float32(),
-    "tv": pa.float32(), "kl": pa.float32(), "q_token": pa.float32(), "p_token": pa.float32(),
-    "q_argmax": pa.int32(), "p_argmax": pa.int32(),
+    "example_id": pa.string(),
+    "task": pa.string(),
+    "split": pa.string(),
+    "mode": pa.string(),
+    "position": pa.int32(),
+    "token": pa.int32(),
+    "draft_token": pa.int32(),
+    "q_tail": pa.float32(),
+    "p_tail": pa.float32(),
+    "q_max": pa.float32(),
+    "p_max": pa.float32(),
+    "q_entropy": pa.float32(),
+    "p_entropy": pa.float32(),
+    "tv": pa.float32(),
+    "kl": pa.float32(),
+    "q_token": pa.float32(),
+    "p_token": pa.float32(),
+    "q_argmax": pa.int32(),
+    "p_argmax": pa.int32(),
 }
 LIST_COLUMNS: dict[str, pa.DataType] = {
-    "q_topk_ids": pa.int32(), "q_topk_logprobs": pa.float32(),
-    "p_topk_ids": pa.int32(), "p_topk_logprobs": pa.float32(),
+    "q_topk_ids": pa.int32(),
+    "q_topk_logprobs": pa.float32(),
+    "p_topk_ids": pa.int32(),
+    "p_topk_logprobs": pa.float32(),
     "p_at_q_topk_logprobs": pa.float32(),  # log p of each q_topk_ids token: token-form rules and routers
     "features": pa.float32(),
 }
 # Consequence labels (data_gen/consequence.py): what keeping the drafter's argmax at a position does
 # to the answer's correctness, found by letting the verifier finish the answer from there.
-AGREE = -1      # the drafter's argmax is the trajectory's token: nothing to decide
-HARMLESS = 0    # a mismatch whose substitution leaves the answer's correctness unchanged
-IMPORTANT = 1   # a mismatch whose substitution changes it
-UNTESTED = -2   # a mismatch past the search's budget, or a row not made by the search
+AGREE = -1  # the drafter's argmax is the trajectory's token: nothing to decide
+HARMLESS = 0  # a mismatch whose substitution leaves the answer's correctness unchanged
+IMPORTANT = 1  # a mismatch whose substitution changes it
+UNTESTED = -2  # a mismatch past the search's budget, or a row not made by the search
 CONSEQUENCE_LABELS = {"agree": AGREE, "harmless": HARMLESS, "important": IMPORTANT, "untested": UNTESTED}
 
 # q and p of the recorded sample `draft_token` (Monte Carlo of sampled drafts); absent in older folders;
@@ -53,8 +70,15 @@ CONSEQUENCE_LABELS = {"agree": AGREE, "harmless": HARMLESS, "important": IMPORTA
 # verifier's own answer's correctness (per example) and the branch's answer (the final number, the
 # test status, ...; "" where no branch)
 OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {
-    "q_draft": pa.float32(), "p_draft": pa.float32(),
-    "consequence": pa.int8(), "branch_correct": pa.int8(), "answer_correct": pa.int8(), "branch_answer": pa.string()}
+    "q_draft": pa.float32(),
+    "p_draft": pa.float32(),
+    "consequence": pa.int8(),
+    "branch_correct": pa.int8(),
+    "answer_correct": pa.int8(),
+    "branch_answer": pa.string(),
+}
+
+
 def judge_column(drafted: str, kind: str) -> str:
     """Record column of the judge inputs (data_gen/judge.py) for a drafted token, "argmax" or "sample",
     and kind "hidden" or "lookahead": after_hidden, sample_after_lookahead, ..."""
@@ -64,10 +88,13 @@ def judge_column(drafted: str, kind: str) -> str:
 
 
 OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {
-    "drafter_hidden": pa.float16(), "verifier_hidden": pa.float16(),
+    "drafter_hidden": pa.float16(),
+    "verifier_hidden": pa.float16(),
     # judge inputs (data_gen/judge.py): the verifier after reading the drafter's argmax / its sample
-    "after_hidden": pa.float16(), "after_lookahead": pa.float32(),
-    "sample_after_hidden": pa.float16(), "sample_after_lookahead": pa.float32(),
+    "after_hidden": pa.float16(),
+    "after_lookahead": pa.float32(),
+    "sample_after_hidden": pa.float16(),
+    "sample_after_lookahead": pa.float32(),
 }
 REQUIRED_COLUMNS = tuple(SCALAR_COLUMNS) + tuple(LIST_COLUMNS)
 
@@ -139,62 +166,134 @@ def intact_shard(folder: Path, name: str, examples: list[str] | None = None) -> 
     return {k: v for k, v in receipt.items() if k != "examples"}
 
 
-def write_manifest(folder: Path, manifest: dict) -> None:
-    manifest = {"schema_version": SCHEMA_VERSION, **manifest}
-    data = json.dumps(manifest, indent=2, sort_keys=True, default=str).encode()
+@dataclass(frozen=True)
+class Manifest:
+    """What a record folder holds and how it was made: `manifest.json`, written last by data_gen and
+    read by train, eval, the demo and the router pair checks."""
+
+    task: str
+    shards: list  # [{file, split, rows, examples, bytes, sha256}] in write order
+    feature_names: list  # router.features.FEATURE_NAMES when recorded
+    schema_version: int = SCHEMA_VERSION
+    modes: list = field(default_factory=list)  # gold / rollout / consequence
+    config: dict = field(default_factory=dict)  # the resolved gen config
+    models: dict = field(default_factory=dict)  # {drafter|verifier: {spec, name, hash, ...}}
+    tokenizer_hash: str | None = None
+    vocab: int | None = None
+    dtype: dict = field(default_factory=dict)  # router.machine.hardware.DtypeChoice.as_dict()
+    top_k: int | None = None
+    hidden_states: str = "none"  # none / drafter / verifier / both
+    judge: bool = False  # the verifier's view of the drafted tokens was recorded
+    token_classes: dict | None = None  # {sha256} of token_classes.npy
+    splits: dict = field(default_factory=dict)  # {split: {examples, rows}}
+    tokens: int = 0
+    bytes: int = 0
+    bytes_per_token: float = 0.0
+    counts: dict = field(default_factory=dict)  # examples recorded / skipped / truncated
+    seconds: float = 0.0
+    consequence: dict | None = None  # consequence-label counts (modes with consequence)
+    drafter_verifier_top1_agreement: float = 0.0
+    gold_top1_accuracy: dict = field(default_factory=dict)  # {drafter, verifier}
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict, where: str = "manifest") -> "Manifest":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise RecordsError(
+                f"{where} has fields this specroute does not know ({unknown}): it was written by "
+                f"another version; re-record it (`specroute gen ... overwrite=true`)"
+            )
+        try:
+            return cls(**values)
+        except TypeError as err:
+            raise RecordsError(
+                f"{where} is incomplete ({err}): re-record it (`specroute gen ... overwrite=true`)"
+            ) from None
+
+    @property
+    def id(self) -> str:
+        """A short content id of the record folder, for tracing outputs to their data."""
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @property
+    def pair(self) -> dict:
+        """The model pair the folder was made with: drafter, verifier and tokenizer hashes."""
+        return {
+            "drafter": self.models.get("drafter", {}).get("hash"),
+            "verifier": self.models.get("verifier", {}).get("hash"),
+            "tokenizer": self.tokenizer_hash,
+        }
+
+    def spec(self, role: str) -> str:
+        """The model spec (hub id, folder, embedded:..., tiny:...) the folder recorded `role` with."""
+        return self.models[role]["spec"]
+
+
+def write_manifest(folder: Path, manifest: Manifest) -> None:
+    data = json.dumps(manifest.as_dict(), indent=2, sort_keys=True, default=str).encode()
     atomic_write_bytes(Path(folder) / MANIFEST, lambda f: f.write(data))
 
 
-def read_manifest(folder: str | Path) -> dict:
+def read_manifest(folder: str | Path) -> Manifest:
     """The manifest of a complete record folder, or a RecordsError saying why it is unusable."""
     folder = Path(folder)
     if not folder.is_dir():
         raise RecordsError(f"record folder {folder} does not exist: run `specroute gen` first")
     path = folder / MANIFEST
     if not path.exists():
-        raise RecordsError(f"{folder} has no {MANIFEST}: the recording is incomplete or was interrupted; "
-                           f"rerun `specroute gen` with the same config to resume it")
+        raise RecordsError(
+            f"{folder} has no {MANIFEST}: the recording is incomplete or was interrupted; "
+            f"rerun `specroute gen` with the same config to resume it"
+        )
     try:
-        manifest = json.loads(path.read_text())
+        values = json.loads(path.read_text())
     except ValueError as err:
-        raise RecordsError(f"{path} is not valid JSON ({err}): the folder is damaged; re-record it "
-                           f"(`specroute gen ... --overwrite`)") from None
-    version = manifest.get("schema_version")
+        raise RecordsError(
+            f"{path} is not valid JSON ({err}): the folder is damaged; re-record it (`specroute gen ... --overwrite`)"
+        ) from None
+    version = values.get("schema_version") if isinstance(values, dict) else None
     if version != SCHEMA_VERSION:
-        raise RecordsError(f"{folder} holds records of schema version {version}, this specroute reads version "
-                           f"{SCHEMA_VERSION}: re-record them with this version (`specroute gen --overwrite`)")
-    return manifest
+        raise RecordsError(
+            f"{folder} holds records of schema version {version}, this specroute reads version "
+            f"{SCHEMA_VERSION}: re-record them with this version (`specroute gen --overwrite`)"
+        )
+    return Manifest.from_dict(values, str(path))
 
 
-def require_hidden_states(folder: str | Path, manifest: dict, role: str) -> None:
+def require_hidden_states(folder: str | Path, manifest: Manifest, role: str) -> None:
     """Refuse a folder recorded without the hidden states a router reads: the drafter's/verifier's,
     or "after", the verifier's after reading the drafted token (judge inputs)."""
     if role == "after":
         return require_judge(folder, manifest)
-    if manifest.get("hidden_states") not in (role, "both"):
-        raise RecordsError(f"{folder} has no {role} hidden states (recorded with hidden_states="
-                           f"{manifest.get('hidden_states')}): re-record with hidden_states={role} or both")
+    if manifest.hidden_states not in (role, "both"):
+        raise RecordsError(
+            f"{folder} has no {role} hidden states (recorded with hidden_states="
+            f"{manifest.hidden_states}): re-record with hidden_states={role} or both"
+        )
 
 
-def require_judge(folder: str | Path, manifest: dict) -> None:
+def require_judge(folder: str | Path, manifest: Manifest) -> None:
     """Refuse a folder recorded without the judge inputs (the verifier's view of the drafted tokens)."""
-    if not manifest.get("judge"):
-        raise RecordsError(f"{folder} has no judge inputs (the verifier's state after the drafted token): "
-                           f"re-record it with judge=true (`specroute gen ... judge=true`)")
+    if not manifest.judge:
+        raise RecordsError(
+            f"{folder} has no judge inputs (the verifier's state after the drafted token): "
+            f"re-record it with judge=true (`specroute gen ... judge=true`)"
+        )
 
 
-def read_token_classes(folder: str | Path, manifest: dict) -> np.ndarray:
+def read_token_classes(folder: str | Path, manifest: Manifest) -> np.ndarray:
     """The token class table (V,) uint8 a folder was recorded with, checked against the manifest."""
-    info, path = manifest.get("token_classes") or {}, Path(folder) / TOKEN_CLASSES
+    info, path = manifest.token_classes or {}, Path(folder) / TOKEN_CLASSES
     if not info or not path.exists() or file_sha256(path) != info.get("sha256"):
-        raise RecordsError(f"{path} is missing or differs from {folder}'s manifest: rerun the same "
-                           f"`specroute gen` command with overwrite=true to re-record the folder")
+        raise RecordsError(
+            f"{path} is missing or differs from {folder}'s manifest: rerun the same "
+            f"`specroute gen` command with overwrite=true to re-record the folder"
+        )
     return np.load(path)
-
-
-def manifest_id(manifest: dict) -> str:
-    """A short content id of a record folder (its manifest), for tracing outputs to their data."""
-    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def load_records(folder: str | Path, split: str | None = None, mode: str | None = None):
@@ -204,7 +303,7 @@ def load_records(folder: str | Path, split: str | None = None, mode: str | None 
     manifest = read_manifest(folder)
     if split is not None and split not in SPLITS:
         raise RecordsError(f"unknown split {split!r}; use one of {SPLITS}")
-    shards = [s for s in manifest["shards"] if split is None or s["split"] == split]
+    shards = [s for s in manifest.shards if split is None or s["split"] == split]
     if not shards:
         raise RecordsError(f"{folder} has no shards for split={split!r}")
     parts = [_checked_shard(Path(folder), s) for s in shards]
@@ -224,8 +323,10 @@ def _checked_shard(folder: Path, shard: dict):
     import datasets
 
     path = folder / shard["file"]
-    damaged = (f"{path} is damaged ({{}}): its records cannot be trusted; re-record the folder "
-               f"(`specroute gen ... --overwrite`)")
+    damaged = (
+        f"{path} is damaged ({{}}): its records cannot be trusted; re-record the folder "
+        f"(`specroute gen ... --overwrite`)"
+    )
     if not path.exists():
         raise RecordsError(damaged.format("missing"))
     stat = path.stat()
@@ -250,8 +351,10 @@ def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:
     """The examples a record folder was made from (`examples.jsonl`), optionally one split."""
     path = Path(folder) / EXAMPLES
     if not path.exists():
-        raise RecordsError(f"{folder} has no {EXAMPLES} (recorded by an older specroute): rerun the same "
-                           f"`specroute gen` command; it writes the file without re-recording")
+        raise RecordsError(
+            f"{folder} has no {EXAMPLES}: the folder is damaged; re-record it (the same "
+            f"`specroute gen` command with overwrite=true)"
+        )
     rows = _jsonl(path)
     return [r for r in rows if split is None or r["split"] == split]
 
@@ -262,8 +365,10 @@ def read_heldout(folder: str | Path) -> list[dict]:
     examples are, so online evaluation can run more prompts than were recorded."""
     path = Path(folder) / HELDOUT
     if not path.exists():
-        raise RecordsError(f"{folder} has no {HELDOUT} (recorded by an older specroute): rerun the same "
-                           f"`specroute gen` command; it writes the file without re-recording")
+        raise RecordsError(
+            f"{folder} has no {HELDOUT}: the folder is damaged; re-record it (the same "
+            f"`specroute gen` command with overwrite=true)"
+        )
     return _jsonl(path)
 
 

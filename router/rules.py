@@ -30,8 +30,10 @@ TV_FLOOR = 1e-12  # positions where p == q cost nothing to defer; their ratio sc
 def _check_dist(name: str, x: torch.Tensor) -> None:
     """Raise a ValueError that names the problem when `x` is not a stack of distributions."""
     if not torch.is_tensor(x) or not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor of probabilities, got {type(x).__name__}"
-                         f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}")
+        raise ValueError(
+            f"{name} must be a floating-point tensor of probabilities, got {type(x).__name__}"
+            f"{'' if not torch.is_tensor(x) else ' of ' + str(x.dtype)}"
+        )
     if x.dim() == 0 or x.shape[-1] < 2:
         raise ValueError(f"{name} must have shape (..., V) with V >= 2, got {tuple(x.shape)}")
     if torch.isnan(x).any():
@@ -41,8 +43,10 @@ def _check_dist(name: str, x: torch.Tensor) -> None:
     sums = x.sum(-1, dtype=torch.float64)
     worst = (sums - 1).abs().max().item()
     if worst > SUM_TOLERANCE:
-        raise ValueError(f"{name} rows must sum to 1 (worst row is off by {worst:.3g}): "
-                         f"pass normalised probabilities, e.g. logits.softmax(-1)")
+        raise ValueError(
+            f"{name} rows must sum to 1 (worst row is off by {worst:.3g}): "
+            f"pass normalised probabilities, e.g. logits.softmax(-1)"
+        )
 
 
 _TRUSTED = contextvars.ContextVar("specroute_trusted_inputs", default=False)
@@ -71,9 +75,11 @@ def validate_inputs(q, p, q_raw, p_raw) -> tuple[torch.Tensor, torch.Tensor]:
             _check_dist(name, x)
     shapes = {tuple(x.shape) for x in (q, p, q_raw, p_raw)}
     if len(shapes) != 1:
-        raise ValueError(f"q, p, q_raw, p_raw must share one shape (..., V); got "
-                         f"q {tuple(q.shape)}, p {tuple(p.shape)}, q_raw {tuple(q_raw.shape)}, "
-                         f"p_raw {tuple(p_raw.shape)}")
+        raise ValueError(
+            f"q, p, q_raw, p_raw must share one shape (..., V); got "
+            f"q {tuple(q.shape)}, p {tuple(p.shape)}, q_raw {tuple(q_raw.shape)}, "
+            f"p_raw {tuple(p_raw.shape)}"
+        )
     return q_raw, p_raw
 
 
@@ -99,14 +105,11 @@ def _check_alpha(rule: "Rule", alpha: float) -> float:
     if isinstance(alpha, torch.Tensor):
         alpha = alpha.item()
     if math.isnan(alpha) or not lo <= alpha <= hi:
-        raise ValueError(f"alpha={alpha} is outside {rule.name}'s range [{lo}, {hi}] "
-                         f"(lossless end {rule.alpha_range[0]}, drafter end {rule.alpha_range[1]})")
+        raise ValueError(
+            f"alpha={alpha} is outside {rule.name}'s range [{lo}, {hi}] "
+            f"(lossless end {rule.alpha_range[0]}, drafter end {rule.alpha_range[1]})"
+        )
     return float(alpha)
-
-
-# where a whole accepted block's bonus token comes from (generate's bonus_from): the policy's pi there
-# ("target", exact: needs q, one more drafter forward, where bonus_needs_drafter) or the verifier's p
-BONUS_FROM = ("target", "verifier")
 
 
 @runtime_checkable
@@ -116,14 +119,22 @@ class DeferralPolicy(Protocol):
     method is wrapped into one by `resolve_rule`."""
 
     name: str
-    form: str                  # "cascade", "token", "lossy", "fixed" (or "custom")
-    hidden_inputs: tuple       # models whose last hidden state target() reads: "drafter", "verifier"
+    form: str  # "cascade", "token", "lossy", "fixed", "judge" (pi depends on the drafted
+    #   token: target() also gets drafts and next_p_raw) or "custom"
+    hidden_inputs: tuple  # models whose last hidden state target() reads: "drafter", "verifier", "after"
     bonus_needs_drafter: bool  # False: pi at a whole block's bonus position ignores q (no drafter forward)
-    # optional, read with getattr (default False): True makes the loop pass the logits behind q_raw and
-    # p_raw (q_logits, p_logits, and next_p_logits for a judge) to target(), as learned routers want
+    reads_logits: bool  # True: the loop also passes the logits behind q_raw and p_raw (q_logits,
+    #   p_logits, and next_p_logits for a judge), as learned routers want
 
-    def target(self, q: torch.Tensor, p: torch.Tensor, alpha: float, q_raw: torch.Tensor | None = None,
-               p_raw: torch.Tensor | None = None, **kwargs) -> torch.Tensor: ...
+    def target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        alpha: float,
+        q_raw: torch.Tensor | None = None,
+        p_raw: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor: ...
 
     def check_alpha(self, alpha: float) -> float: ...
 
@@ -136,7 +147,7 @@ class Rule:
     `(q, p, alpha, q_raw, p_raw) -> pi (..., V)`. offline_score: the numpy score that offline curves
     sweep, `(cols, cand) -> scores` (cascade form: (N,) defer where score > alpha; token form:
     (N, K) over the recorded candidates, keep where score <= alpha; cols holds q_max, p_max, tv, cand
-    a `router.tradeoff.Candidates`); None where offline curves cannot be computed from records.
+    a `router.offline.tradeoff.Candidates`); None where offline curves cannot be computed from records.
     online: part of eval's default online grid. bonus_needs_drafter: see `DeferralPolicy`.
     """
 
@@ -149,19 +160,27 @@ class Rule:
     online: bool = True
     bonus_needs_drafter: bool = True
     hidden_inputs: tuple = ()
+    reads_logits: bool = False
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
         return _check_alpha(self, alpha)
 
-    def target(self, q: torch.Tensor, p: torch.Tensor, alpha: float,
-               q_raw: torch.Tensor | None = None, p_raw: torch.Tensor | None = None) -> torch.Tensor:
+    def target(
+        self,
+        q: torch.Tensor,
+        p: torch.Tensor,
+        alpha: float,
+        q_raw: torch.Tensor | None = None,
+        p_raw: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw)
 
 
 # ---- cascade form: one decision r per position, pi = (1 - r) q + r p -----------------------
+
 
 def cascade_mix(q: torch.Tensor, p: torch.Tensor, defer: torch.Tensor) -> torch.Tensor:
     """pi = (1 - r) q + r p for a boolean decision r of shape (...)."""
@@ -189,6 +208,7 @@ def _opt(q, p, alpha, q_raw, p_raw):
 
 
 # ---- token-specific form: pi(v) = q(v) 1[v in A] + p(v) * sum_{u not in A} q(u) ------------
+
 
 def token_mix(q: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Token-specific target for a boolean keep set A (..., V)."""
@@ -242,6 +262,7 @@ def _entropy_gate(q, p, alpha, q_raw, p_raw):
 
 # ---- lossy speculative decoding and the two fixed targets ------------------------------------
 
+
 def _lossy(q, p, alpha, q_raw, p_raw):
     # in float32 at least: the 1e-10 floor of the acceptance denominator underflows in float16 (NaN)
     q32, p32 = q.float(), p.float()
@@ -262,7 +283,8 @@ def _drafter(q, p, alpha, q_raw, p_raw):
     return q.clone()
 
 
-# ---- offline scores (numpy, from recorded scalars and candidates; see router/tradeoff.py) --------
+# ---- offline scores (numpy, from recorded scalars and candidates; see router/offline/tradeoff.py) --------
+
 
 def ratio_score(numerator: np.ndarray, tv: np.ndarray) -> np.ndarray:
     """numerator / TV, with TV = 0 mapped to +-inf by the numerator's sign (defer for free or never)."""
@@ -314,10 +336,22 @@ _BUILT_IN = (
     Rule("token_v1", "token", (-1.0, 1.0), "keep v iff q_raw(v) >= max p_raw - alpha", _token_v1, _token_v1_score),
     Rule("token_v2", "token", (-1.0, 1.0), "keep v iff p_raw(v) >= max p_raw - alpha", _token_v2, _token_v2_score),
     Rule("token_v3", "token", (0.0, 1.0), "keep v iff p_raw(v) >= (1 - alpha) max p_raw", _token_v3, _token_v3_score),
-    Rule("kl_gate", "cascade", (0.0, 1e6), "defer iff KL(p_raw || q_raw) > alpha or max p_raw > 0.9 "
-         "(Sun et al. 2026)", _kl_gate, _kl_gate_score),
-    Rule("entropy_gate", "cascade", (0.0, 1.0), "defer iff exp(-H(p_raw)) > alpha: verify where the verifier "
-         "is nearly certain (FLy's entropy gate)", _entropy_gate, _entropy_gate_score),
+    Rule(
+        "kl_gate",
+        "cascade",
+        (0.0, 1e6),
+        "defer iff KL(p_raw || q_raw) > alpha or max p_raw > 0.9 (Sun et al. 2026)",
+        _kl_gate,
+        _kl_gate_score,
+    ),
+    Rule(
+        "entropy_gate",
+        "cascade",
+        (0.0, 1.0),
+        "defer iff exp(-H(p_raw)) > alpha: verify where the verifier is nearly certain (FLy's entropy gate)",
+        _entropy_gate,
+        _entropy_gate_score,
+    ),
     Rule("lossy", "lossy", (0.0, 1.0), "lossy speculative decoding, accept min(1, p / ((1-alpha) q))", _lossy),
     # pi = p everywhere, so the bonus position needs no q: the drafter forward there is skipped
     Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)", _lossless, bonus_needs_drafter=False),
@@ -337,8 +371,10 @@ def register_rule(rule: Rule) -> Rule:
     if rule.form not in ("cascade", "token", "lossy", "fixed"):
         raise ValueError(f"rule {rule.name!r} has form {rule.form!r}; use cascade, token, lossy or fixed")
     if rule.form in ("cascade", "token") and rule.offline_score is None:
-        raise ValueError(f"a {rule.form}-form rule needs an offline_score (see Rule) so offline curves, "
-                         f"train validation and the demo can compare it")
+        raise ValueError(
+            f"a {rule.form}-form rule needs an offline_score (see Rule) so offline curves, "
+            f"train validation and the demo can compare it"
+        )
     _REGISTRY[rule.name] = rule
     RULES = tuple(_REGISTRY)
     return rule
@@ -394,6 +430,7 @@ class _CustomPolicy:
     form: str = "custom"
     hidden_inputs: tuple = ()
     bonus_needs_drafter: bool = True
+    reads_logits: bool = False
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
         return self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)
@@ -407,8 +444,10 @@ def resolve_rule(rule) -> DeferralPolicy:
     if isinstance(rule, str):
         return get_rule(rule)
     if not callable(getattr(rule, "target", None)):
-        raise TypeError(f"rule must be a name ({', '.join(_REGISTRY)}) or an object with a "
-                        f"target(q, p, alpha, q_raw, p_raw) method, got {type(rule).__name__}")
+        raise TypeError(
+            f"rule must be a name ({', '.join(_REGISTRY)}) or an object with a "
+            f"target(q, p, alpha, q_raw, p_raw) method, got {type(rule).__name__}"
+        )
     if isinstance(rule, DeferralPolicy):
         return rule
     return _CustomPolicy(rule, getattr(rule, "name", type(rule).__name__))

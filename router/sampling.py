@@ -14,8 +14,9 @@ from router.reduce import fast_argmax, fast_max
 from router.rules import DENOM_FLOOR, safe_normalize
 
 
-def speculative_block(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
-                      generator: torch.Generator | None) -> tuple[int, int]:
+def speculative_block(
+    draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor, generator: torch.Generator | None
+) -> tuple[int, int]:
     """One block for one sequence: (n_accepted in 0..gamma, next token).
 
     draft_tokens (gamma,), q and pi (gamma+1, V). `next_token` is the resampled token at the
@@ -23,15 +24,18 @@ def speculative_block(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Ten
     """
     gamma = draft_tokens.shape[0]
     if q.shape != pi.shape or q.dim() != 2 or q.shape[0] != gamma + 1:
-        raise ValueError(f"speculative_block needs draft_tokens (gamma,), q and pi (gamma+1, V); "
-                         f"got draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, "
-                         f"pi {tuple(pi.shape)}")
+        raise ValueError(
+            f"speculative_block needs draft_tokens (gamma,), q and pi (gamma+1, V); "
+            f"got draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, "
+            f"pi {tuple(pi.shape)}"
+        )
     n, nxt = speculative_block_batched(draft_tokens[None], q[None], pi[None], generator)
     return int(n[0]), int(nxt[0])
 
 
-def speculative_block_batched(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
-                              generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+def speculative_block_batched(
+    draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched block: draft_tokens (B, gamma), q and pi (B, gamma+1, V) -> n_accepted (B,), next (B,)."""
     batch, gamma = draft_tokens.shape
     n_accepted = accept_drafts(draft_tokens, q[:, :gamma], pi[:, :gamma], generator)
@@ -40,8 +44,9 @@ def speculative_block_batched(draft_tokens: torch.Tensor, q: torch.Tensor, pi: t
     return n_accepted, next_token
 
 
-def accept_drafts(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
-                  generator: torch.Generator | None) -> torch.Tensor:
+def accept_drafts(
+    draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
     """Length of the accepted prefix (B,) for drafts (B, gamma) with q, pi (B, gamma, V)."""
     batch, gamma = draft_tokens.shape
     q_x = q.gather(-1, draft_tokens[..., None]).squeeze(-1)  # (B, gamma)
@@ -52,8 +57,9 @@ def accept_drafts(draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor,
     return accepted.long().cumprod(-1).sum(-1)
 
 
-def next_after(q_n: torch.Tensor, pi_n: torch.Tensor, rejected: torch.Tensor,
-               generator: torch.Generator | None) -> torch.Tensor:
+def next_after(
+    q_n: torch.Tensor, pi_n: torch.Tensor, rejected: torch.Tensor, generator: torch.Generator | None
+) -> torch.Tensor:
     """The token that ends a block (B,): from normalize(max(0, pi - q)) where a draft was
     rejected, else the bonus token from pi. q_n, pi_n (B, V) at that position; rejected (B,)."""
     residual = safe_normalize((pi_n - q_n).clamp_min(0), pi_n)

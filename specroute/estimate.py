@@ -1,7 +1,7 @@
 """The demo's expected time, priced on this machine before the work starts.
 
 No figure here was measured on another machine: recording and decoding are priced with the pair's
-costs measured here (`router.costs.measure_pair_costs`: prefill per token, drafter step, verifier
+costs measured here (`router.machine.costs.measure_pair_costs`: prefill per token, drafter step, verifier
 passes at the demo's batch size, in the dtype the stages will use) times the exact token counts of
 the examples the demo will record and the prompts it will decode. Training and offline scoring do
 not run the language models and get small fixed allowances.
@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.costs import PairCosts
+from router.machine.costs import PairCosts
 
 TRAIN_START_SECONDS = 5.0  # per router: Lightning set-up, loading records, final metrics, export
 # per training row and epoch (features MLP/GRU, per-epoch validation areas); measured: 3 routers on
 # 15,698 + 3,990 rows for 15-20 epochs took 21.6 s on 2 AMD EPYC cores
 TRAIN_ROW_EPOCH_SECONDS = 3e-5
-OFFLINE_SECONDS = 5.0      # per task: every method's offline curve on the held-out records
-RECORD_OVERHEAD = 1.1      # statistics, features and writes on top of the two forwards (benchmarks/gen.py)
+OFFLINE_SECONDS = 5.0  # per task: every method's offline curve on the held-out records
+RECORD_OVERHEAD = 1.1  # statistics, features and writes on top of the two forwards (benchmarks/gen.py)
 # judge inputs: substituted tokens per continuation token in the extra verifier pass (the argmax and
 # the sample where each differs from the gold token; counts["judge_tree_tokens"] / tokens of a recording)
 JUDGE_TREE_SHARE = 0.57  # measured: benchmarks/gen.py --judge, 8 GSM8K examples of the embedded pair
-TOKENS_PER_BLOCK = 4.0     # greedy, gamma 5: the 0.5B/1.5B pair keeps about 4 tokens per block
-BONUS_SHARE = 0.5          # share of blocks accepted whole, which pay one more drafter forward
+TOKENS_PER_BLOCK = 4.0  # greedy, gamma 5: the 0.5B/1.5B pair keeps about 4 tokens per block
+BONUS_SHARE = 0.5  # share of blocks accepted whole, which pay one more drafter forward
 
 
 @dataclass
@@ -41,13 +41,21 @@ class Estimate:
         return sum(self.stages.values())
 
     def as_dict(self) -> dict:
-        return {"stages": self.stages, "total": self.total, "costs": self.costs.as_dict(), "machine": self.machine,
-                "dtype": self.dtype, "load_seconds": self.load_seconds}
+        return {
+            "stages": self.stages,
+            "total": self.total,
+            "costs": self.costs.as_dict(),
+            "machine": self.machine,
+            "dtype": self.dtype,
+            "load_seconds": self.load_seconds,
+        }
 
     def line(self) -> str:
         parts = ", ".join(f"{name} {seconds / 60:.0f}" for name, seconds in self.stages.items())
-        return (f"about {self.total / 60:.0f} min ({parts} min), priced on this machine ({self.machine}; models in "
-                f"{self.dtype}; measured in {self.costs.probe_seconds + self.load_seconds:.0f} s)")
+        return (
+            f"about {self.total / 60:.0f} min ({parts} min), priced on this machine ({self.machine}; models in "
+            f"{self.dtype}; measured in {self.costs.probe_seconds + self.load_seconds:.0f} s)"
+        )
 
 
 def train_seconds(rows: int, epochs: int) -> float:
@@ -55,8 +63,9 @@ def train_seconds(rows: int, epochs: int) -> float:
     return TRAIN_START_SECONDS + rows * epochs * TRAIN_ROW_EPOCH_SECONDS
 
 
-def record_seconds(batches: list[tuple[str, str, list[tuple[int, int]]]], costs: PairCosts,
-                   rollout_tokens: int, judge: bool = False) -> float:
+def record_seconds(
+    batches: list[tuple[str, str, list[tuple[int, int]]]], costs: PairCosts, rollout_tokens: int, judge: bool = False
+) -> float:
     """One teacher-forced forward of each model per left-padded batch (+ the drafter's sampling
     steps in rollout mode, + the judge inputs' verifier pass), as `specroute gen` runs them."""
     seconds = 0.0
@@ -77,8 +86,14 @@ def speculative_seconds_per_step(costs: PairCosts) -> float:
     return block / TOKENS_PER_BLOCK
 
 
-def online_seconds(prompt_lengths: list[int], batch: int, new_tokens: int, costs: PairCosts,
-                   speculative_methods: int, output_lengths: list[int] | None = None) -> float:
+def online_seconds(
+    prompt_lengths: list[int],
+    batch: int,
+    new_tokens: int,
+    costs: PairCosts,
+    speculative_methods: int,
+    output_lengths: list[int] | None = None,
+) -> float:
     """Verifier-only, drafter-only and the speculative methods on the same prompts, `batch` per
     call, plus the verifier's log-probability pass over the drafter's outputs. A batch runs as long as its
     longest row: `output_lengths` (expected tokens per prompt, e.g. its gold answer's length when
@@ -88,8 +103,8 @@ def online_seconds(prompt_lengths: list[int], batch: int, new_tokens: int, costs
     outputs = [min(n, new_tokens) for n in output_lengths] if output_lengths else [new_tokens] * len(prompt_lengths)
     seconds = 0.0
     for i in range(0, len(prompt_lengths), batch):
-        rows, steps = prompt_lengths[i: i + batch], max(outputs[i: i + batch])
+        rows, steps = prompt_lengths[i : i + batch], max(outputs[i : i + batch])
         seconds += len(rows) * max(rows) * prefill_per_token + steps * per_step
         # the log-probability pass over the drafter-only outputs (the other loops keep the verifier's own)
-        seconds += sum(r + o for r, o in zip(rows, outputs[i: i + batch])) * costs.verifier_prefill
+        seconds += sum(r + o for r, o in zip(rows, outputs[i : i + batch])) * costs.verifier_prefill
     return seconds

@@ -2,7 +2,7 @@
 
 Trains router variants on gold records with judge inputs (`specroute gen ... judge=true`), then
 scores every variant and every plug-in rule on the test split in the greedy and temperature-1
-views (router/views.py): the share of the gap between the best rule and the oracle each closes,
+views (router/offline/views.py): the share of the gap between the best rule and the oracle each closes,
 with 95% bootstrap intervals over test examples. The best rule of each view is chosen on the
 validation split, as is the variant reported as "best router". A learning curve retrains the
 chosen judge on growing shares of the training examples.
@@ -19,7 +19,6 @@ recording that grew (or changed) retrains them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,20 +27,20 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval.offline import compare_views  # noqa: E402
-from router.files import write_csv, write_json  # noqa: E402
-from router.hardware import cpu_kind  # noqa: E402
+from router.infra.files import write_csv, write_json  # noqa: E402
+from router.machine.hardware import cpu_kind  # noqa: E402
 from router.model import load_router  # noqa: E402
-from router.records import manifest_id, read_manifest  # noqa: E402
-from router.record_view import RecordView  # noqa: E402
-from router.views import VIEW_TITLES  # noqa: E402
+from router.records import read_manifest  # noqa: E402
+from router.offline.inputs import RecordView  # noqa: E402
+from router.offline.views import VIEW_TITLES  # noqa: E402
 from train.run import TrainConfig, run_train  # noqa: E402
 
 JUDGE = dict(head="judge", target="greedy_01_gap")
 VARIANTS = {  # name -> TrainConfig overrides
     "cascade": dict(arch="mlp"),
     "token": dict(arch="mlp", head="token", target="token_label"),
-    "judge-qp": dict(**JUDGE),                                        # q/p, the draft's own q/p, lookahead, class
-    "judge-after": dict(**JUDGE, hidden_inputs=["after"]),            # + the verifier's state after the draft
+    "judge-qp": dict(**JUDGE),  # q/p, the draft's own q/p, lookahead, class
+    "judge-after": dict(**JUDGE, hidden_inputs=["after"]),  # + the verifier's state after the draft
     "judge-after-cs": dict(**JUDGE, hidden_inputs=["after"], loss="cost_sensitive"),
     "judge-after-pre": dict(**JUDGE, hidden_inputs=["after", "verifier"]),  # + its state before the draft
     "judge-all": dict(**JUDGE, hidden_inputs=["after", "verifier", "drafter"]),
@@ -49,16 +48,29 @@ VARIANTS = {  # name -> TrainConfig overrides
 }
 
 
-def train_variant(name: str, overrides: dict, records: list[str], out: Path, epochs: int,
-                  max_train_rows: int | None = None) -> tuple[Path, float]:
+def train_variant(
+    name: str, overrides: dict, records: list[str], out: Path, epochs: int, max_train_rows: int | None = None
+) -> tuple[Path, float]:
     folder = out / "routers" / name
-    current = ",".join(manifest_id(read_manifest(r)) for r in records)
-    if (folder / "model.safetensors").exists() and (folder / "metrics.json").exists() and \
-            load_router(folder).cfg.records_id == current:
+    current = ",".join(read_manifest(r).id for r in records)
+    if (
+        (folder / "model.safetensors").exists()
+        and (folder / "metrics.json").exists()
+        and load_router(folder).cfg.records_id == current
+    ):
         return folder, float("nan")  # trained on exactly these records: reuse it
     started = time.perf_counter()
-    run_train(TrainConfig(records=records, max_epochs=epochs, patience=4, baselines=name == "judge-qp",
-                          max_train_rows=max_train_rows, output=str(folder), **overrides))
+    run_train(
+        TrainConfig(
+            records=records,
+            max_epochs=epochs,
+            patience=4,
+            baselines=name == "judge-qp",
+            max_train_rows=max_train_rows,
+            output=str(folder),
+            **overrides,
+        )
+    )
     return folder, time.perf_counter() - started
 
 
@@ -74,8 +86,12 @@ def table(rows: list[dict], view: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", required=True, nargs="+", help="gold record folders with judge inputs")
-    parser.add_argument("--test-records", nargs="+", default=None,
-                        help="score on these folders' validation/test splits (default: --records)")
+    parser.add_argument(
+        "--test-records",
+        nargs="+",
+        default=None,
+        help="score on these folders' validation/test splits (default: --records)",
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--epochs", type=int, default=20)
@@ -96,19 +112,39 @@ def main() -> None:
     views = compare_views(scored, test, routers, args.bootstrap)
     train_rows = len(RecordView(args.records, "train"))
     curve = learning_curve(args, out, views, test, train_rows)
-    rows = [{"view": view, "method": m, "gap_closed": r["gap_closed"], "gap_lo": r["gap_closed_ci"][0],
-             "gap_hi": r["gap_closed_ci"][1], "normalised_area": r["normalised_area"],
-             "area_lo": r["normalised_area_ci"][0], "area_hi": r["normalised_area_ci"][1],
-             "validation_area": v["validation_areas"].get(m, float("nan"))}
-            for view, v in views.items() for m, r in v["methods"].items()]
-    result = {"records": args.records, "scored_on": scored, "cpu": cpu_kind(), "test_examples": views["greedy"]["examples"],
-              "train_rows": train_rows, "train_seconds": seconds, "views": views, "learning_curve": curve}
+    rows = [
+        {
+            "view": view,
+            "method": m,
+            "gap_closed": r["gap_closed"],
+            "gap_lo": r["gap_closed_ci"][0],
+            "gap_hi": r["gap_closed_ci"][1],
+            "normalised_area": r["normalised_area"],
+            "area_lo": r["normalised_area_ci"][0],
+            "area_hi": r["normalised_area_ci"][1],
+            "validation_area": v["validation_areas"].get(m, float("nan")),
+        }
+        for view, v in views.items()
+        for m, r in v["methods"].items()
+    ]
+    result = {
+        "records": args.records,
+        "scored_on": scored,
+        "cpu": cpu_kind(),
+        "test_examples": views["greedy"]["examples"],
+        "train_rows": train_rows,
+        "train_seconds": seconds,
+        "views": views,
+        "learning_curve": curve,
+    }
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "study.json", result)
     write_csv(out / "study.csv", list(rows[0]), rows)
     for view, v in views.items():
-        print(f"\n{VIEW_TITLES[view]}: best rule {v['best_rule']}, best router {v['best_router']} (validation); "
-              f"test, {v['examples']} examples, 95% bootstrap intervals\n{table(rows, view)}")
+        print(
+            f"\n{VIEW_TITLES[view]}: best rule {v['best_rule']}, best router {v['best_router']} (validation); "
+            f"test, {v['examples']} examples, 95% bootstrap intervals\n{table(rows, view)}"
+        )
     for share, r in curve.items():
         print(f"learning curve: {share} of the training rows -> greedy gap closed {r[0]:.3f} [{r[1]:.3f}, {r[2]:.3f}]")
     print(f"\nresults: {out / 'study.json'}, {out / 'study.csv'}")
@@ -125,8 +161,9 @@ def learning_curve(args, out: Path, views: dict, test: RecordView, rows: int) ->
     for share in (float(x) for x in args.curve.split(",")):
         name = f"{best}@{share:g}"
         train_variant(name, VARIANTS[best], args.records, out, args.epochs, max(1, int(rows * share)))
-        got = compare_views(args.test_records or args.records, test, {name: load_router(out / "routers" / name)},
-                            args.bootstrap)
+        got = compare_views(
+            args.test_records or args.records, test, {name: load_router(out / "routers" / name)}, args.bootstrap
+        )
         r = got["greedy"]["methods"][name]
         curve[f"{share:g}"] = [r["gap_closed"], *r["gap_closed_ci"]]
     r = views["greedy"]["methods"][best]

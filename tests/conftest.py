@@ -6,14 +6,16 @@ import os
 
 import torch
 
-from router import sandbox as executor
-from router.layout import left_pad
-from router.tiny import tiny_model
+from router.tasks import sandbox as executor
+from router.engine.layout import left_pad
+from router.engine.tiny import tiny_model
 
 VOCAB = 96
 EOS = 2
 
-if not (executor.bwrap_works() or executor.unshare_works()):  # code-task tests still run (the escape tests skip, saying why)
+if not (
+    executor.bwrap_works() or executor.unshare_works()
+):  # code-task tests still run (the escape tests skip, saying why)
     os.environ.setdefault("SPECROUTE_SANDBOX", "python")
 
 

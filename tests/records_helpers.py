@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from router.features import FEATURE_NAMES, token_features
-from router.records import rows_to_table, write_manifest, write_shard
+from router.records import Manifest, rows_to_table, write_manifest, write_shard
 
 
 def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0, manifest_extra=None, keep=None):
@@ -24,20 +24,46 @@ def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0
         if keep is not None:
             keep[split] = (q, p, y)  # the full distributions, for exact expectations in tests
         rows = torch.arange(n)
-        cols = {"example_id": [f"ex{lo + i // positions}" for i in range(n)], "task": ["syn"] * n,
-                "split": [split] * n, "mode": ["gold"] * n, "position": np.tile(np.arange(positions), hi - lo),
-                "token": y.numpy().astype(np.int32), "draft_token": ids[:, 0].numpy().astype(np.int32),
-                "q_tail": np.zeros(n), "p_tail": np.zeros(n), "q_max": q.amax(-1).numpy(), "p_max": p.amax(-1).numpy(),
-                "q_entropy": np.ones(n), "p_entropy": np.ones(n), "tv": (p - q).clamp_min(0).sum(-1).numpy(),
-                "kl": np.ones(n), "q_token": q[rows, y].numpy(), "p_token": p[rows, y].numpy(),
-                "q_argmax": q.argmax(-1).numpy().astype(np.int32), "p_argmax": p.argmax(-1).numpy().astype(np.int32),
-                "q_topk_ids": ids.numpy().astype(np.int32), "q_topk_logprobs": q.gather(-1, ids).log().numpy(),
-                "p_topk_ids": ids.numpy().astype(np.int32), "p_topk_logprobs": p.gather(-1, ids).log().numpy(),
-                "p_at_q_topk_logprobs": p.gather(-1, ids).log().numpy(),
-                "features": token_features(q.float(), p.float()).numpy()}
+        cols = {
+            "example_id": [f"ex{lo + i // positions}" for i in range(n)],
+            "task": ["syn"] * n,
+            "split": [split] * n,
+            "mode": ["gold"] * n,
+            "position": np.tile(np.arange(positions), hi - lo),
+            "token": y.numpy().astype(np.int32),
+            "draft_token": ids[:, 0].numpy().astype(np.int32),
+            "q_tail": np.zeros(n),
+            "p_tail": np.zeros(n),
+            "q_max": q.amax(-1).numpy(),
+            "p_max": p.amax(-1).numpy(),
+            "q_entropy": np.ones(n),
+            "p_entropy": np.ones(n),
+            "tv": (p - q).clamp_min(0).sum(-1).numpy(),
+            "kl": np.ones(n),
+            "q_token": q[rows, y].numpy(),
+            "p_token": p[rows, y].numpy(),
+            "q_argmax": q.argmax(-1).numpy().astype(np.int32),
+            "p_argmax": p.argmax(-1).numpy().astype(np.int32),
+            "q_topk_ids": ids.numpy().astype(np.int32),
+            "q_topk_logprobs": q.gather(-1, ids).log().numpy(),
+            "p_topk_ids": ids.numpy().astype(np.int32),
+            "p_topk_logprobs": p.gather(-1, ids).log().numpy(),
+            "p_at_q_topk_logprobs": p.gather(-1, ids).log().numpy(),
+            "features": token_features(q.float(), p.float()).numpy(),
+        }
         name = f"{split}-00000.arrow"
         write_shard(folder, name, rows_to_table(cols))
         shards.append({"file": name, "split": split, "rows": n})
-    write_manifest(folder, {"shards": shards, "feature_names": list(FEATURE_NAMES), "hidden_states": "none",
-                            "task": "syn", **(manifest_extra or {})})
+    write_manifest(
+        folder,
+        Manifest(
+            **{
+                "shards": shards,
+                "feature_names": list(FEATURE_NAMES),
+                "hidden_states": "none",
+                "task": "syn",
+                **(manifest_extra or {}),
+            }
+        ),
+    )
     return folder

@@ -1,6 +1,7 @@
 """benchmarks/decode.py runs end to end on the tiny pair (every option), and its exact methods
 reproduce the verifier's greedy output."""
 
+import pytest
 import json
 import subprocess
 import sys
@@ -9,17 +10,50 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.e2e
 def test_decode_benchmark_side_by_side_on_tiny_models(tmp_path):
     out = tmp_path / "bench"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "2",
-                           "--max-new-tokens", "5", "--batch", "1", "2", "--few-shot", "--draft-stop", "0.5",
-                           "--hf-constant", "--opt-alphas", "0.3", "--token-alphas", "0.3", "--skip-drafter-only",
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "decode.py"),
+            "--tiny",
+            "--prompts",
+            "2",
+            "--max-new-tokens",
+            "5",
+            "--batch",
+            "1",
+            "2",
+            "--few-shot",
+            "--draft-stop",
+            "0.5",
+            "--hf-constant",
+            "--opt-alphas",
+            "0.3",
+            "--token-alphas",
+            "0.3",
+            "--skip-drafter-only",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(out.with_suffix(".json").read_text())["results"]
     by = {(r["batch"], r["method"]): r for r in results}
-    assert {m for b, m in by if b == 1} >= {"verifier-only", "hf-assisted", "hf-assisted constant", "lossless",
-                                             "lossless stop=0.5", "opt a=0.3", "token_v3 a=0.3 stop=0.5"}
+    assert {m for b, m in by if b == 1} >= {
+        "verifier-only",
+        "hf-assisted",
+        "hf-assisted constant",
+        "lossless",
+        "lossless stop=0.5",
+        "opt a=0.3",
+        "token_v3 a=0.3 stop=0.5",
+    }
     assert not any(m.startswith("hf-") for b, m in by if b == 2)  # assisted generation runs at batch 1 only
     for batch in (1, 2):  # exact methods: the verifier's greedy output, prompt for prompt
         assert by[(batch, "lossless")]["identical_to_verifier"] == 2
@@ -31,15 +65,38 @@ def test_decode_benchmark_side_by_side_on_tiny_models(tmp_path):
     assert "batch 2" in done.stdout and (out.with_suffix(".csv")).stat().st_size > 0
 
 
+@pytest.mark.e2e
 def test_router_cost_benchmark_on_tiny_models(tmp_path):
     """benchmarks/router_cost.py: every policy timed against the verifier forward, blocked and not."""
     from router.model import LearnedRouter, RouterConfig, RouterNet, save_router
 
     router = save_router(LearnedRouter(RouterNet(RouterConfig())), tmp_path / "mlp")
     out = tmp_path / "cost.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "router_cost.py"), "--tiny", "--batch", "1", "2",
-                           "--gamma", "3", "--repeats", "3", "--rules", "opt", "token_v2", "--routers", str(router),
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "router_cost.py"),
+            "--tiny",
+            "--batch",
+            "1",
+            "2",
+            "--gamma",
+            "3",
+            "--repeats",
+            "3",
+            "--rules",
+            "opt",
+            "token_v2",
+            "--routers",
+            str(router),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(out.read_text())["results"]
     assert {(r["batch"], r["policy"]) for r in results} == {(b, p) for b in (1, 2) for p in ("opt", "token_v2", "mlp")}
@@ -49,20 +106,48 @@ def test_router_cost_benchmark_on_tiny_models(tmp_path):
     assert "% verifier fwd" in done.stdout
 
 
+@pytest.mark.e2e
 def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_path):
     """--methods at the alpha matched on the records' validation split; --gamma auto per batch size."""
     from data_gen.recorder import run_gen
-    from router.config import load_config
+    from router.infra.config import load_config
     from data_gen.recorder import GenConfig
 
     rec = tmp_path / "rec"
     run_gen(load_config(GenConfig, ROOT / "configs/gen/tiny.yaml", [f"output={rec}", "max_examples=12"]))
     out = tmp_path / "bench"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "2",
-                           "--max-new-tokens", "5", "--batch", "1", "2", "--gamma", "auto", "--records", str(rec),
-                           "--methods", "token_v2", "opt", "--opt-alphas", "0.3", "--token-alphas", "0.3",
-                           "--skip-drafter-only", "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "decode.py"),
+            "--tiny",
+            "--prompts",
+            "2",
+            "--max-new-tokens",
+            "5",
+            "--batch",
+            "1",
+            "2",
+            "--gamma",
+            "auto",
+            "--records",
+            str(rec),
+            "--methods",
+            "token_v2",
+            "opt",
+            "--opt-alphas",
+            "0.3",
+            "--token-alphas",
+            "0.3",
+            "--skip-drafter-only",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.with_suffix(".json").read_text())
     for batch in ("1", "2"):
@@ -79,8 +164,13 @@ def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_p
             assert not data["meta"]["gamma"][str(r["batch"])]["pays"]
             assert r["identical_to_verifier"] == 2 and r["gamma_chosen"] and all(int(g) >= 0 for g in r["gamma_chosen"])
     assert {r["identical_to_verifier"] for r in data["results"] if r["method"] == "lossless"} == {2}
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--methods", "opt"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--methods", "opt"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert bad.returncode != 0 and "--methods needs --records" in bad.stderr
 
 
@@ -99,16 +189,29 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
     verifier's own output; at a batch size where it pays, no such rows."""
     import argparse
 
-    from router import calibrate
-    from router.layout import left_pad
-    from router.tiny import tiny_pair
+    from router.machine import calibrate
+    from router.engine.layout import left_pad
+    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
     drafter, verifier, _ = tiny_pair()
-    args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
-                              matched=[], bonus_verifier=False, draft_stop=None, gamma="auto", block=3,
-                              max_new_tokens=6, gammas={1: {"gamma": 3, "pays": False}, 2: {"gamma": 3, "pays": True}},
-                              stops=[], tokenizer=None)
+    args = argparse.Namespace(
+        skip_drafter_only=True,
+        hf_constant=False,
+        opt_alphas=[0.3],
+        token_alphas=[],
+        matched=[],
+        bonus_verifier=False,
+        draft_stop=None,
+        gamma="auto",
+        block=3,
+        max_new_tokens=6,
+        gammas={1: {"gamma": 3, "pays": False}, 2: {"gamma": 3, "pays": True}},
+        stops=[],
+        tokenizer=None,
+        bonus_from="target",
+        draft_stop_methods=None,
+    )
     names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 1)]
     assert names == ["verifier-only", "hf-assisted", "lossless", "opt a=0.3", "lossless gamma=auto"]
     assert not any("gamma=auto" in name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2))
@@ -121,12 +224,29 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
     assert rows == alone and chosen == {"0": 6} and calls == 6
 
 
+@pytest.mark.e2e
 def test_decode_benchmark_resumes_from_its_journal(tmp_path):
     """An interrupted run (journal cut after a few cells, a torn last line) reruns only the missing
     cells, with the same outputs; other settings set the old journal aside and start over."""
     out = tmp_path / "bench"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "3", "--max-new-tokens", "5",
-           "--batch", "1", "2", "--opt-alphas", "0.3", "--token-alphas", "--skip-drafter-only", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "decode.py"),
+        "--tiny",
+        "--prompts",
+        "3",
+        "--max-new-tokens",
+        "5",
+        "--batch",
+        "1",
+        "2",
+        "--opt-alphas",
+        "0.3",
+        "--token-alphas",
+        "--skip-drafter-only",
+        "--out",
+        str(out),
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert first.returncode == 0, first.stderr[-2000:]
     journal = out.parent / "bench.partial.jsonl"
@@ -142,8 +262,9 @@ def test_decode_benchmark_resumes_from_its_journal(tmp_path):
     assert after.keys() == before.keys()
     assert all(after[k]["rows"] == before[k]["rows"] for k in before)  # greedy: the same tokens
     assert [after[k]["seconds"] for k in list(before)[:3]] == [before[k]["seconds"] for k in list(before)[:3]]
-    changed = subprocess.run(cmd[:-2] + ["--max-new-tokens", "4", "--out", str(out)], capture_output=True, text=True,
-                             timeout=600, cwd=ROOT)
+    changed = subprocess.run(
+        cmd[:-2] + ["--max-new-tokens", "4", "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
     assert changed.returncode == 0 and "set aside" in changed.stdout and "resuming" not in changed.stdout
     assert (out.parent / "bench.partial.stale.jsonl").exists()
 
@@ -157,11 +278,31 @@ def test_batch_fill_counts_the_slots_a_batch_pays_for():
     assert batch_fill([[1, 2], [1, 2], [1]], 2) == 1.0  # a last, smaller batch pays only for its own rows
 
 
+@pytest.mark.e2e
 def test_consequence_benchmark_compares_lookup_side_by_side(tmp_path):
     out = tmp_path / "cons.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "consequence.py"), "--tiny", "--examples", "3",
-                           "--lookup", "0", "3", "--mismatches", "2", "--budget", "12", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "consequence.py"),
+            "--tiny",
+            "--examples",
+            "3",
+            "--lookup",
+            "0",
+            "3",
+            "--mismatches",
+            "2",
+            "--budget",
+            "12",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
     assert data["meta"]["same_results"] is True and [r["lookup"] for r in data["results"]] == [0, 3]
@@ -177,14 +318,28 @@ def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_th
     import argparse
 
     from router.model import LearnedRouter, RouterConfig, RouterNet
-    from router.tiny import tiny_pair
+    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
     drafter, verifier, _ = tiny_pair()
-    judge = LearnedRouter(RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge")
-    args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
-                              matched=[(judge, 0.2)], bonus_verifier=True, draft_stop=None, gamma=3, block=3,
-                              max_new_tokens=6, gammas={})
+    judge = LearnedRouter(
+        RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge"
+    )
+    args = argparse.Namespace(
+        skip_drafter_only=True,
+        hf_constant=False,
+        opt_alphas=[0.3],
+        token_alphas=[],
+        matched=[(judge, 0.2)],
+        bonus_verifier=True,
+        draft_stop=None,
+        gamma=3,
+        block=3,
+        max_new_tokens=6,
+        gammas={},
+        bonus_from="target",
+        draft_stop_methods=None,
+    )
     names = [name for name, _ in bench.build_methods(drafter, verifier, args, {}, 2)]
     assert names == ["verifier-only", "lossless", "opt a=0.3", "opt a=0.3 bonus=p", "judge a=0.2"]
 
@@ -198,17 +353,37 @@ def test_decode_benchmark_plain_rows_take_the_p_bonus_and_stop_rows_only_for_cho
     import torch
 
     from router.model import LearnedRouter, RouterConfig, RouterNet
-    from router.tiny import tiny_pair
+    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
     drafter, verifier, _ = tiny_pair()
-    judge = LearnedRouter(RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge")
-    args = argparse.Namespace(skip_drafter_only=True, hf_constant=False, opt_alphas=[0.3], token_alphas=[],
-                              matched=[(judge, 0.2)], bonus_verifier=True, draft_stop=0.4, gamma=3, block=3,
-                              max_new_tokens=6, gammas={}, bonus_from="verifier", draft_stop_methods=["lossless", "judge"])
+    judge = LearnedRouter(
+        RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge"
+    )
+    args = argparse.Namespace(
+        skip_drafter_only=True,
+        hf_constant=False,
+        opt_alphas=[0.3],
+        token_alphas=[],
+        matched=[(judge, 0.2)],
+        bonus_verifier=True,
+        draft_stop=0.4,
+        gamma=3,
+        block=3,
+        max_new_tokens=6,
+        gammas={},
+        bonus_from="verifier",
+        draft_stop_methods=["lossless", "judge"],
+    )
     methods = dict(bench.build_methods(drafter, verifier, args, {}, 2))
-    assert list(methods) == ["verifier-only", "lossless", "lossless stop=0.4", "opt a=0.3 bonus=p", "judge a=0.2",
-                             "judge a=0.2 stop=0.4"]
+    assert list(methods) == [
+        "verifier-only",
+        "lossless",
+        "lossless stop=0.4",
+        "opt a=0.3 bonus=p",
+        "judge a=0.2",
+        "judge a=0.2 stop=0.4",
+    ]
     calls = []
     real = bench.generate
     bench.generate = lambda *a, **kw: calls.append(kw) or real(*a, **kw)
@@ -227,7 +402,7 @@ def test_hf_rows_stop_where_a_stop_string_appears_anywhere_in_the_new_text():
     them (not only at the end), and the row is cut after the token completing it, as ours are."""
     import torch
 
-    from router.prompts import StopStrings
+    from router.tasks.prompts import StopStrings
 
     bench = _decode_benchmark_module()
     stop = StopStrings(("\n\n",), ("a", "\n", "b", "\n\n"), 20)
@@ -247,8 +422,8 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
 
     import torch
 
-    from router.prefix import SharedPrefix
-    from router.tiny import tiny_pair
+    from router.engine.prefix import SharedPrefix
+    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
     drafter, verifier, _ = tiny_pair()
@@ -266,7 +441,34 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
             full, _, _ = bench._hf(verifier, drafter, args, constant=constant)(ids, torch.ones_like(ids))
             assert fed["verifier"][0] >= len(ids[0]) - 1 and fed["drafter"][0] >= len(ids[0]) - 1
             fed["verifier"].clear(), fed["drafter"].clear()
-            cached, _, _ = bench._hf(verifier, drafter, args, constant=constant, prefix=prefix)(ids, torch.ones_like(ids))
+            cached, _, _ = bench._hf(verifier, drafter, args, constant=constant, prefix=prefix)(
+                ids, torch.ones_like(ids)
+            )
             assert max(fed["verifier"]) < len(prefix.ids) and max(fed["drafter"]) < len(prefix.ids)  # prefix never fed
             fed["verifier"].clear(), fed["drafter"].clear()
             assert cached == full and len(full[0]) == 12
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "script,args",
+    [
+        ("gen.py", ["--tiny", "--examples", "2", "--batch-size", "2"]),
+        ("train.py", ["--tiny", "--rows", "4096"]),
+        ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
+    ],
+)
+def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
+    """A --tiny smoke run of the benchmark scripts no other test runs: each finishes and writes its JSON."""
+    out = tmp_path / "result"
+    flag = ["--out", str(out.with_suffix(".json") if script != "gen.py" else out)]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args, *flag],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result and "Traceback" not in done.stderr

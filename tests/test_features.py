@@ -14,7 +14,7 @@ def _logits(seed: int, shape: tuple, scale: float = 4.0) -> torch.Tensor:
 def test_features_from_logits_equal_features_from_probabilities(shape):
     zq, zp = _logits(0, shape), _logits(1, shape) + 3.0  # shifted logits: lse is not 0
     zq[..., :3] = -float("inf")  # tokens one model rules out: log q clamps at log EPS either way
-    zp[..., :3] = 60.0            # a very peaked p: q at p's argmax far below EPS matters for KL
+    zp[..., :3] = 60.0  # a very peaked p: q at p's argmax far below EPS matters for KL
     q, p = zq.softmax(-1), zp.softmax(-1)
     plain, q_arg, p_arg = position_stats(q, p)
     fast, q_arg2, p_arg2 = position_stats(q, p, zq, zp)

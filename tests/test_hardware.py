@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from router import hardware
+from router.machine import hardware
 from router.pair import load_pair, model_fingerprint
 
 
@@ -51,8 +51,15 @@ def test_auto_trusts_the_probe_over_the_flags(monkeypatch):
 
 
 @pytest.mark.parametrize("units", ["", "AMX"])
-@pytest.mark.parametrize("spec,expected", [("float32", torch.float32), ("bfloat16", torch.bfloat16),
-                                           ("float16", torch.float16), (torch.bfloat16, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "spec,expected",
+    [
+        ("float32", torch.float32),
+        ("bfloat16", torch.bfloat16),
+        ("float16", torch.float16),
+        (torch.bfloat16, torch.bfloat16),
+    ],
+)
 def test_explicit_dtype_wins(monkeypatch, units, spec, expected):
     _cpu(monkeypatch, units, None)  # an explicit dtype never probes
     choice = hardware.resolve_dtype(spec, "cpu")
@@ -118,11 +125,18 @@ def test_records_in_two_dtypes_are_one_pair(tmp_path):
 
     manifests = {}
     for dtype in ("float32", "bfloat16"):
-        cfg = GenConfig(drafter="tiny:drafter", verifier="tiny:verifier", dtype=dtype, max_examples=3,
-                        max_prompt_tokens=64, max_continuation_tokens=8, output=str(tmp_path / dtype))
+        cfg = GenConfig(
+            drafter="tiny:drafter",
+            verifier="tiny:verifier",
+            dtype=dtype,
+            max_examples=3,
+            max_prompt_tokens=64,
+            max_continuation_tokens=8,
+            output=str(tmp_path / dtype),
+        )
         manifests[dtype] = run_gen(cfg)
         assert json.loads((tmp_path / dtype / "manifest.json").read_text())["dtype"]["dtype"] == dtype
-    assert manifests["float32"]["models"] == manifests["bfloat16"]["models"]
+    assert manifests["float32"].models == manifests["bfloat16"].models
     note = dtype_note(EvalConfig(records=[str(tmp_path / "bfloat16")], dtype="float32"), [manifests["bfloat16"]])
     assert note["dtype"] == "float32" and note["records_dtype"] == ["bfloat16"] and "same pair" in note["mixed"]
     assert "mixed" not in dtype_note(EvalConfig(dtype="float32"), [manifests["float32"]])
@@ -131,7 +145,7 @@ def test_records_in_two_dtypes_are_one_pair(tmp_path):
 def test_bad_dtype_in_configs_is_refused():
     from data_gen.recorder import GenConfig
     from eval.run import EvalConfig
-    from router.config import ConfigError
+    from router.infra.config import ConfigError
 
     with pytest.raises(ValueError, match="dtype must be one of"):
         GenConfig(dtype="bf16")
@@ -151,7 +165,7 @@ def test_shipped_configs_let_the_machine_choose():
 
 
 def test_choose_gamma_from_measured_costs():
-    from router.costs import block_latency, choose_gamma
+    from router.machine.costs import block_latency, choose_gamma
 
     flat = [1.0] * 9  # a GPU: verifying 8 tokens costs what verifying 1 does
     best, latency = choose_gamma(0.8, 0.05, flat)

@@ -6,13 +6,12 @@ import torch
 
 from data_gen.judge import judge_inputs
 from data_gen.recorder import GenConfig, Recorder, run_gen
-from data_gen.scoring import score_batch
-from router.layout import cache_argument
-from router.teacher import forward_tail
-from router.features import TOKEN_CLASS_NAMES, class_bits, lookahead_features, token_class_table
-from router.layout import Layout, left_pad
-from router.records import RecordsError, load_records, read_manifest, read_token_classes, require_judge
-from router.tiny import ByteTokenizer, tiny_pair
+from router.engine.layout import cache_argument
+from router.engine.teacher import forward_tail
+from router.features import TOKEN_CLASS_NAMES, class_bits, lookahead_features
+from router.engine.layout import Layout, left_pad
+from router.records import Manifest, RecordsError, load_records, read_manifest, read_token_classes, require_judge
+from router.engine.tiny import ByteTokenizer, tiny_pair
 
 PAIR = tiny_pair()
 
@@ -34,15 +33,18 @@ def test_tree_pass_matches_one_forward_per_position(monkeypatch, max_tree):
     prompts = [tok.encode("Q: 2+3?\nA:"), tok.encode("Hi")]
     conts = [tok.encode(" 5 because"), tok.encode(" there, you")]
     rng = np.random.default_rng(0)
-    drafted = {"argmax": [np.where(rng.random(len(c)) < 0.5, rng.integers(3, vocab, len(c)), c) for c in conts],
-               "sample": [rng.integers(3, vocab, len(c)) for c in conts]}
+    drafted = {
+        "argmax": [np.where(rng.random(len(c)) < 0.5, rng.integers(3, vocab, len(c)), c) for c in conts],
+        "sample": [rng.integers(3, vocab, len(c)) for c in conts],
+    }
     ids, mask = left_pad([p + c for p, c in zip(prompts, conts)], 0)
     layout = Layout(ids, mask)
     keep = max(len(c) for c in conts) + 1
     with torch.inference_mode():
         p_logits, p_hidden, cache = forward_tail(verifier, layout, keep, vocab, True, cache=True)
-        rows = judge_inputs(verifier, cache, cache_argument(verifier), layout, p_logits, p_hidden, conts, drafted,
-                            vocab)
+        rows = judge_inputs(
+            verifier, cache, cache_argument(verifier), layout, p_logits, p_hidden, conts, drafted, vocab
+        )
         for b, (prompt, cont) in enumerate(zip(prompts, conts)):
             for name, prefix_col in (("argmax", "after_"), ("sample", "sample_after_")):
                 for t in range(len(cont)):
@@ -53,10 +55,22 @@ def test_tree_pass_matches_one_forward_per_position(monkeypatch, max_tree):
 
 def test_recorded_judge_columns_and_token_classes(tmp_path):
     out = tmp_path / "r"
-    cfg = GenConfig(task="custom", data_path=str(_qa(tmp_path)), prompt_field="question", reference_field="answer",
-                    id_field="id", drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", batch_size=3,
-                    examples_per_shard=4, output=str(out), modes=["gold", "rollout"], rollout_max_new_tokens=8,
-                    judge=True)
+    cfg = GenConfig(
+        task="custom",
+        data_path=str(_qa(tmp_path)),
+        prompt_field="question",
+        reference_field="answer",
+        id_field="id",
+        drafter="tiny:drafter",
+        verifier="tiny:verifier",
+        dtype="float32",
+        batch_size=3,
+        examples_per_shard=4,
+        output=str(out),
+        modes=["gold", "rollout"],
+        rollout_max_new_tokens=8,
+        judge=True,
+    )
     run_gen(cfg, Recorder(cfg, *PAIR))
     manifest = read_manifest(out)
     require_judge(out, manifest)
@@ -70,7 +84,7 @@ def test_recorded_judge_columns_and_token_classes(tmp_path):
     same = np.asarray(ds["q_argmax"]) == np.asarray(ds["token"])
     assert same.any() and (~same).any()
     table = read_token_classes(out, manifest)
-    assert table.shape == (manifest["vocab"],)
+    assert table.shape == (manifest.vocab,)
     bits = class_bits(torch.from_numpy(table), torch.tensor(ByteTokenizer().encode(" 7,\n")))
     names = [[TOKEN_CLASS_NAMES[i] for i in np.nonzero(row)[0]] for row in bits.numpy()]
     assert names == [["punctuation", "leading_space"], ["digit"], ["punctuation"], ["newline"]]
@@ -78,13 +92,20 @@ def test_recorded_judge_columns_and_token_classes(tmp_path):
 
 def test_folder_without_judge_inputs_is_refused(tmp_path):
     with pytest.raises(RecordsError, match="judge=true"):
-        require_judge(tmp_path, {"judge": False})
+        require_judge(tmp_path, Manifest(task="t", shards=[], feature_names=[], judge=False))
 
 
 def _qa(tmp_path):
     import json
 
     path = tmp_path / "qa.jsonl"
-    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?\nA:",
-                                        "answer": f" {2 * i}, since {i}+{i}={2 * i}."}) + "\n" for i in range(10)))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"q{i}", "question": f"What is {i} + {i}?\nA:", "answer": f" {2 * i}, since {i}+{i}={2 * i}."}
+            )
+            + "\n"
+            for i in range(10)
+        )
+    )
     return path

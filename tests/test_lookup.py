@@ -1,16 +1,16 @@
-"""Drafts looked up in a reference answer (router/lookup.py): the verifier's greedy output exactly,
+"""Drafts looked up in a reference answer (router/engine/lookup.py): the verifier's greedy output exactly,
 in fewer verifier passes when the output repeats the reference."""
 
 import numpy as np
 import pytest
 import torch
 
-from router.baselines import generate_autoregressive
+from router.engine.baselines import generate_autoregressive
 from router.decoding import generate
-from router.layout import left_pad
-from router.lookup import LookupDrafter
-from router.prefix import SharedPrefix
-from router.tiny import tiny_pair
+from router.engine.layout import left_pad
+from router.engine.lookup import LookupDrafter
+from router.engine.prefix import SharedPrefix
+from router.engine.tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +21,24 @@ def verifier():
 def _greedy(verifier, prompts, n, prefix=None):
     ids, mask = left_pad(prompts, 0)
     out = generate_autoregressive(verifier, ids, max_new_tokens=n, attention_mask=mask, role="verifier", prefix=prefix)
-    return [out.sequences[b, ids.shape[1]:][out.sources[b] >= 0].tolist() for b in range(len(prompts))], out
+    return [out.sequences[b, ids.shape[1] :][out.sources[b] >= 0].tolist() for b in range(len(prompts))], out
 
 
 def _lookup(verifier, prompts, refs, n, gamma=4, prefix=None):
     ids, mask = left_pad(prompts, 0)
-    out = generate(LookupDrafter(refs, [len(p) for p in prompts]), verifier, ids, rule="lossless", gamma=gamma,
-                   temperature=0.0, attention_mask=mask, max_new_tokens=n, draft_stop=0.5, prefix=prefix)
-    return [out.sequences[b, ids.shape[1]:][out.sources[b] >= 0].tolist() for b in range(len(prompts))], out
+    out = generate(
+        LookupDrafter(refs, [len(p) for p in prompts]),
+        verifier,
+        ids,
+        rule="lossless",
+        gamma=gamma,
+        temperature=0.0,
+        attention_mask=mask,
+        max_new_tokens=n,
+        draft_stop=0.5,
+        prefix=prefix,
+    )
+    return [out.sequences[b, ids.shape[1] :][out.sources[b] >= 0].tolist() for b in range(len(prompts))], out
 
 
 def test_lookup_drafts_give_the_verifiers_greedy_output_in_fewer_passes(verifier):
@@ -42,9 +52,11 @@ def test_lookup_drafts_give_the_verifiers_greedy_output_in_fewer_passes(verifier
         assert got == want[: len(rows)]
         assert out.stats["verifier_forwards"] * 3 < plain.stats["verifier_forwards"]  # ~5 tokens per pass
     rng = np.random.default_rng(0)
-    for refs in ([rng.integers(3, 259, 30).tolist() for _ in prompts],  # nothing to find: one token per pass
-                 [w[:5] + [1, 2] + w[5:] for w in want],               # the answer with two tokens inserted
-                 [[] for _ in prompts]):
+    for refs in (
+        [rng.integers(3, 259, 30).tolist() for _ in prompts],  # nothing to find: one token per pass
+        [w[:5] + [1, 2] + w[5:] for w in want],  # the answer with two tokens inserted
+        [[] for _ in prompts],
+    ):
         got, _ = _lookup(verifier, prompts, refs, 24)
         assert got == want
 

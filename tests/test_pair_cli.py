@@ -17,17 +17,20 @@ def tiny_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on a tiny corpus (Qwen2's tokenizer class can load it)."""
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator([corpus] * 20, vocab_size=TOK_VOCAB, special_tokens=["<pad>", "<s>", "</s>"])
-    return PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, pad_token="<pad>", bos_token="<s>",
-                                   eos_token="</s>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>"
+    )
 
 
 @pytest.fixture(scope="module")
 def saved_pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("pair")
     text, other = "the cat sat on the mat with the hat", "a dog ran in a fog to a log"
-    for name, model, tok in (("drafter", tiny_qwen(1, 1, 32, vocab=TOK_VOCAB), tiny_tokenizer(text)),
-                             ("verifier", tiny_qwen(2, vocab=TOK_VOCAB), tiny_tokenizer(text)),
-                             ("other", tiny_qwen(3, vocab=TOK_VOCAB), tiny_tokenizer(other))):
+    for name, model, tok in (
+        ("drafter", tiny_qwen(1, 1, 32, vocab=TOK_VOCAB), tiny_tokenizer(text)),
+        ("verifier", tiny_qwen(2, vocab=TOK_VOCAB), tiny_tokenizer(text)),
+        ("other", tiny_qwen(3, vocab=TOK_VOCAB), tiny_tokenizer(other)),
+    ):
         model.save_pretrained(root / name)
         tok.save_pretrained(root / name)
     return root
@@ -59,9 +62,28 @@ def test_missing_gguf_file_is_clear(tmp_path):
 
 def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys):
     out = tmp_path / "gen.json"
-    rc = cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
-                   "--verifier", str(saved_pair / "verifier"), "--rule", "token_v3", "--alpha", "0.5",
-                   "--max-new-tokens", "12", "--dtype", "float32", "--compare", "--output", str(out)])
+    rc = cli.main(
+        [
+            "generate",
+            "--prompt",
+            "the cat sat on",
+            "--drafter",
+            str(saved_pair / "drafter"),
+            "--verifier",
+            str(saved_pair / "verifier"),
+            "--rule",
+            "token_v3",
+            "--alpha",
+            "0.5",
+            "--max-new-tokens",
+            "12",
+            "--dtype",
+            "float32",
+            "--compare",
+            "--output",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     result = json.loads(out.read_text())
@@ -72,19 +94,66 @@ def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys
         assert "[[" in printed  # verifier-step tokens are marked when not on a terminal
     # a stop text (typed with a shell escape) ends the output where it first appears
     stop = result["text"][3:5]
-    assert stop and cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
-                              "--verifier", str(saved_pair / "verifier"), "--rule", "token_v3", "--alpha", "0.5",
-                              "--max-new-tokens", "12", "--dtype", "float32", "--stop",
-                              stop.encode("unicode_escape").decode(), "--output", str(out)]) == 0
+    assert (
+        stop
+        and cli.main(
+            [
+                "generate",
+                "--prompt",
+                "the cat sat on",
+                "--drafter",
+                str(saved_pair / "drafter"),
+                "--verifier",
+                str(saved_pair / "verifier"),
+                "--rule",
+                "token_v3",
+                "--alpha",
+                "0.5",
+                "--max-new-tokens",
+                "12",
+                "--dtype",
+                "float32",
+                "--stop",
+                stop.encode("unicode_escape").decode(),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     stopped = json.loads(out.read_text())
     assert stopped["text"] == result["text"].split(stop, 1)[0] and len(stopped["tokens"]) < len(result["tokens"])
     with pytest.raises(SystemExit, match="non-empty"):
         cli.main(["generate", "--prompt", "the", "--stop", ""])
     # gamma chosen from measured costs, and blocks that end where the drafter is unsure
-    assert cli.main(["generate", "--prompt", "the cat sat on", "--drafter", str(saved_pair / "drafter"),
-                     "--verifier", str(saved_pair / "verifier"), "--rule", "lossless", "--gamma", "auto",
-                     "--draft-stop", "0.5", "--max-new-tokens", "12", "--dtype", "float32", "--bonus-from", "verifier",
-                     "--output", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "generate",
+                "--prompt",
+                "the cat sat on",
+                "--drafter",
+                str(saved_pair / "drafter"),
+                "--verifier",
+                str(saved_pair / "verifier"),
+                "--rule",
+                "lossless",
+                "--gamma",
+                "auto",
+                "--draft-stop",
+                "0.5",
+                "--max-new-tokens",
+                "12",
+                "--dtype",
+                "float32",
+                "--bonus-from",
+                "verifier",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     auto = json.loads(out.read_text())
     stats = auto["stats"]  # a tiny pair's drafter costs what its verifier does: steps by the verifier alone count too
     assert stats["gamma"] == "auto" and sum(stats["gamma_chosen"].values()) == stats["blocks"] + stats["verifier_steps"]
@@ -96,8 +165,19 @@ def test_cli_generate_marks_sources_and_writes_json(saved_pair, tmp_path, capsys
 
 
 def test_cli_errors_are_messages_not_tracebacks(saved_pair, capsys):
-    rc = cli.main(["generate", "--prompt", "the", "--drafter", str(saved_pair / "drafter"),
-                   "--verifier", str(saved_pair / "other"), "--dtype", "float32"])
+    rc = cli.main(
+        [
+            "generate",
+            "--prompt",
+            "the",
+            "--drafter",
+            str(saved_pair / "drafter"),
+            "--verifier",
+            str(saved_pair / "other"),
+            "--dtype",
+            "float32",
+        ]
+    )
     assert rc == 2 and "tokenizers differ" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="outside chow's range"):
         cli.main(["generate", "--prompt", "the", "--rule", "chow", "--alpha", "2"])
@@ -137,10 +217,14 @@ def test_a_verifier_loads_with_an_accelerate_device_map(saved_pair, monkeypatch)
     from transformers import AutoModelForCausalLM
 
     calls, original = [], AutoModelForCausalLM.from_pretrained
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **kw: calls.append(kw.get("device_map")) or original(*a, **kw))
-    drafter, verifier, _ = rmodels.load_pair(str(saved_pair / "drafter"), str(saved_pair / "verifier"),
-                                             dtype="float32", verifier_device_map="auto")
+    monkeypatch.setattr(
+        AutoModelForCausalLM,
+        "from_pretrained",
+        lambda *a, **kw: calls.append(kw.get("device_map")) or original(*a, **kw),
+    )
+    drafter, verifier, _ = rmodels.load_pair(
+        str(saved_pair / "drafter"), str(saved_pair / "verifier"), dtype="float32", verifier_device_map="auto"
+    )
     assert calls == [None, "auto"] and next(verifier.parameters()).device.type == "cpu"
     plain = rmodels.load_pair(str(saved_pair / "drafter"), str(saved_pair / "verifier"), dtype="float32")[1]
     ids = torch.tensor([[3, 5, 7, 9]])

@@ -7,13 +7,13 @@ import torch
 
 from conftest import left_padded
 from data_gen.scoring import score_batch
-from router.metrics import mbpp_metric
-from router.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.tasks.metrics import mbpp_metric
+from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
-from router.loop import PADDING
-from router.prefix import SharedPrefix
-from router.prompts import StopStrings, cut_at_stop, default_stops
-from router.tiny import ByteTokenizer, tiny_pair
+from router.engine.loop import PADDING
+from router.engine.prefix import SharedPrefix
+from router.tasks.prompts import StopStrings, cut_at_stop, default_stops
+from router.engine.tiny import ByteTokenizer, tiny_pair
 
 HEAD = [(7 * i) % 90 + 3 for i in range(40)]  # a 40-token "few-shot context" every prompt starts with
 PROMPTS = [HEAD + [5, 17, 33], HEAD + [9], HEAD + [11, 12, 13, 14, 15]]
@@ -40,8 +40,9 @@ def test_common_prefix_leaves_each_prompt_a_token_and_needs_a_minimum():
         SharedPrefix([])
 
 
-@pytest.mark.parametrize("method", ["lossless", "opt", "token_v2", "verifier", "drafter", "token_cascade",
-                                    "sequence_cascade"])
+@pytest.mark.parametrize(
+    "method", ["lossless", "opt", "token_v2", "verifier", "drafter", "token_cascade", "sequence_cascade"]
+)
 def test_every_loop_decodes_the_same_from_a_shared_prefix(pair, method):
     drafter, verifier = pair
     ids, mask = left_padded(PROMPTS)
@@ -135,11 +136,16 @@ def test_stop_strings_and_the_prompt_formats_stops():
     assert StopStrings.build(tok, []) is None
     with pytest.raises(ValueError, match="non-empty strings"):
         StopStrings.build(tok, [""])
-    assert cut_at_stop(" 4 + 5 = 9. So the answer is 9.\n\nQuestion: next", ["\n\n", "\nQuestion:"]) == \
-        " 4 + 5 = 9. So the answer is 9."
+    assert (
+        cut_at_stop(" 4 + 5 = 9. So the answer is 9.\n\nQuestion: next", ["\n\n", "\nQuestion:"])
+        == " 4 + 5 = 9. So the answer is 9."
+    )
     assert cut_at_stop("9.\nQuestion: next", ["\n\n", "\nQuestion:"]) == "9."
     assert default_stops("gsm8k", chat=False) == ["\n\n", "\nQuestion:"] and default_stops("gsm8k", chat=True) == []
     assert default_stops("mbpp", chat=False) == [] and default_stops("mbpp", chat=True) == ["\n```\n"]
     # a code answer ends at its closing fence; the metric still reads the code block
     answer = "```python\ndef add(a, b):\n    return a + b\n```\n\nThis function adds."
-    assert mbpp_metric(cut_at_stop(answer, default_stops("mbpp", True)), {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1
+    assert (
+        mbpp_metric(cut_at_stop(answer, default_stops("mbpp", True)), {"tests": ["assert add(1, 2) == 3"]})["quality"]
+        == 1
+    )

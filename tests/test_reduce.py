@@ -13,7 +13,7 @@ def _cases():
         yield x
         yield torch.softmax(x * 4, -1)
     ties = torch.zeros(2, 1024)
-    ties[0, [5, 700]] = 3.0   # the max twice: first index, and the second largest equals the max
+    ties[0, [5, 700]] = 3.0  # the max twice: first index, and the second largest equals the max
     ties[1, [900, 130]] = 2.0
     yield ties
     yield torch.zeros(4, 256)  # all equal

@@ -9,8 +9,19 @@ import pytest
 import torch
 
 from router.model import RouterConfig, RouterError, RouterNet, LearnedRouter, save_router
-from router.rules import (DeferralPolicy, Rule, cascade_mix, get_rule, offline_rules, online_rules, register_rule,
-                          resolve_rule, rule_names, rules_of_form, unregister_rule)
+from router.rules import (
+    DeferralPolicy,
+    Rule,
+    cascade_mix,
+    get_rule,
+    offline_rules,
+    online_rules,
+    register_rule,
+    resolve_rule,
+    rule_names,
+    rules_of_form,
+    unregister_rule,
+)
 from specroute import cli
 
 
@@ -45,6 +56,7 @@ def test_registered_rule_is_everywhere(peek_rule):
         unregister_rule("opt")
 
 
+@pytest.mark.e2e
 def test_registered_rule_runs_through_the_tiny_pipeline(peek_rule, tmp_path, capsys):
     assert cli.main(["rules"]) == 0
     assert "peek" in capsys.readouterr().out

@@ -4,7 +4,7 @@ they depend on changes."""
 import pytest
 
 from eval.online import complete_elsewhere, point_fingerprint, same_fingerprint
-from router.files import OutputBusy, output_lock
+from router.infra.files import OutputBusy, output_lock
 from specroute import cli
 
 
@@ -14,9 +14,11 @@ def test_a_second_writer_of_an_output_folder_is_refused(tmp_path, capsys):
         with pytest.raises(OutputBusy, match=r"being written by another `specroute gen` \(pid"):
             with output_lock(out, "gen"):
                 pass
-        for argv in (["gen", "--config", "configs/gen/tiny.yaml", f"output={out}", "max_examples=2"],
-                     ["train", "--config", "configs/train/tiny.yaml", f"records=[{tmp_path}]", f"output={out}"],
-                     ["eval", "--config", "configs/eval/tiny.yaml", f"records=[{tmp_path}]", f"output={out}"]):
+        for argv in (
+            ["gen", "--config", "configs/gen/tiny.yaml", f"output={out}", "max_examples=2"],
+            ["train", "--config", "configs/train/tiny.yaml", f"records=[{tmp_path}]", f"output={out}"],
+            ["eval", "--config", "configs/eval/tiny.yaml", f"records=[{tmp_path}]", f"output={out}"],
+        ):
             assert cli.main(argv) == 2
             assert "being written by another" in capsys.readouterr().err
         assert not (out / "manifest.json").exists()
@@ -26,13 +28,25 @@ def test_a_second_writer_of_an_output_folder_is_refused(tmp_path, capsys):
 
 def test_online_points_are_redone_when_device_or_models_change():
     now = {"models": {"d": 1}, "dtype": "float32", "drafter": None, "verifier": None, "device": "cpu", "gamma": 5}
-    older = {k: v for k, v in now.items() if k not in ("drafter", "verifier", "device")}  # written before them
-    assert same_fingerprint(older, now)
-    assert not same_fingerprint(older, {**now, "device": "cuda"})
-    assert not same_fingerprint(older, {**now, "drafter": "./other-drafter"})
+    assert same_fingerprint(dict(now), now)
+    assert not same_fingerprint(now, {**now, "device": "cuda"})
+    assert not same_fingerprint(now, {**now, "drafter": "./other-drafter"})
     assert not same_fingerprint({**now, "dtype": "bfloat16"}, now)
+    assert not same_fingerprint({k: v for k, v in now.items() if k != "device"}, now)  # a key missing: redone
     assert not same_fingerprint(None, now)
 
+
+def test_point_files_of_another_format_are_refused_with_the_fix(tmp_path):
+    import json
+
+    from eval.online import POINT_FORMAT, read_points
+
+    good, old = tmp_path / "opt@0.5.json", tmp_path / "opt@0.7.json"
+    good.write_text(json.dumps({"format": POINT_FORMAT, "fingerprint": {}}))
+    old.write_text(json.dumps({"fingerprint": {}}))  # written before point files carried a format
+    assert read_points([good, tmp_path / "missing.json"])[1] is None
+    with pytest.raises(ValueError, match=r"another format .* output=<new folder>"):
+        read_points([good, old])
 
 
 def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
@@ -51,35 +65,38 @@ def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
 
 
 def test_a_point_depends_on_its_own_router_only():
-    """Adding or retraining a router redoes that router's points only; point files written when the
-    fingerprint listed every router of the run stay valid while their own router is unchanged."""
+    """Adding or retraining a router redoes that router's points only."""
     run = {"models": {"d": 1}, "gamma": 5, "routers": {"mlp": "aa", "judge": "bb"}}
     rule, mlp = point_fingerprint(run, "token_v2"), point_fingerprint(run, "mlp")
     assert rule["routers"] == {} and mlp["routers"] == {"mlp": "aa"}
     assert same_fingerprint(rule, point_fingerprint({**run, "routers": {"mlp": "zz", "new": "cc"}}, "token_v2"))
     assert not same_fingerprint(mlp, point_fingerprint({**run, "routers": {"mlp": "zz"}}, "mlp"))
-    older = {**run, "routers": {"mlp": "aa", "judge": "old"}}  # every router, one of them since retrained
-    assert same_fingerprint(older, mlp) and same_fingerprint(older, rule)
-    assert not same_fingerprint(older, point_fingerprint(run, "judge"))
+    judge = point_fingerprint(run, "judge")
+    assert same_fingerprint(judge, point_fingerprint({**run, "routers": {"mlp": "zz", "judge": "bb"}}, "judge"))
+    assert not same_fingerprint(judge, point_fingerprint({**run, "routers": {"judge": "retrained"}}, "judge"))
 
-@pytest.mark.parametrize("cls,overrides,message", [
-    ("gen", ["max_prompt_tokens=-5"], "max_prompt_tokens must be >= 1"),
-    ("gen", ["max_prompt_tokens=0"], "max_prompt_tokens must be >= 1"),
-    ("gen", ["max_continuation_tokens=0"], "max_continuation_tokens must be >= 1"),
-    ("gen", ["max_examples=abc"], "max_examples must be int or None"),
-    ("gen", ["dtype=float33"], "dtype must be one of"),
-    ("train", ["width=0"], "width must be >= 1"),
-    ("train", ["depth=-1"], "depth must be >= 1"),
-    ("train", ["max_epochs=0"], "max_epochs must be >= 1"),
-    ("train", ["arch=transformer"], "arch must be one of"),
-    ("eval", ["cost_ratio=-1"], "cost_ratio"),
-    ("eval", ["alphas=[0.5]"], "alphas must be dict"),
-    ("eval", ["temperature=.nan"], "temperature must be >= 0"),
-])
+
+@pytest.mark.parametrize(
+    "cls,overrides,message",
+    [
+        ("gen", ["max_prompt_tokens=-5"], "max_prompt_tokens must be >= 1"),
+        ("gen", ["max_prompt_tokens=0"], "max_prompt_tokens must be >= 1"),
+        ("gen", ["max_continuation_tokens=0"], "max_continuation_tokens must be >= 1"),
+        ("gen", ["max_examples=abc"], "max_examples must be int or None"),
+        ("gen", ["dtype=float33"], "dtype must be one of"),
+        ("train", ["width=0"], "width must be >= 1"),
+        ("train", ["depth=-1"], "depth must be >= 1"),
+        ("train", ["max_epochs=0"], "max_epochs must be >= 1"),
+        ("train", ["arch=transformer"], "arch must be one of"),
+        ("eval", ["cost_ratio=-1"], "cost_ratio"),
+        ("eval", ["alphas=[0.5]"], "alphas must be dict"),
+        ("eval", ["temperature=.nan"], "temperature must be >= 0"),
+    ],
+)
 def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, message):
     from data_gen.recorder import GenConfig
     from eval.run import EvalConfig
-    from router.config import ConfigError, load_config
+    from router.infra.config import ConfigError, load_config
     from train.run import TrainConfig
 
     config_cls = {"gen": GenConfig, "train": TrainConfig, "eval": EvalConfig}[cls]
@@ -89,7 +106,7 @@ def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, mess
 
 def test_alphas_for_methods_not_run_are_refused():
     from eval.run import EvalConfig, _online_grid
-    from router.config import ConfigError
+    from router.infra.config import ConfigError
 
     cfg = EvalConfig(online_methods=["lossless"], alphas={"opt": [0.5]})
     with pytest.raises(ConfigError, match=r"alphas are set for \['opt'\]"):
@@ -105,7 +122,7 @@ def test_cli_reports_bad_settings_in_one_line(capsys):
 def test_lossy_is_exact_at_the_drafter_end_and_finite_in_float16():
     import torch
 
-    from router.loop import Sampling
+    from router.engine.options import DecodeOptions
     from router.rules import get_rule
 
     q = torch.tensor([[0.5, 0.3, 0.2]])
@@ -115,12 +132,12 @@ def test_lossy_is_exact_at_the_drafter_end_and_finite_in_float16():
     assert half.dtype == torch.float16 and torch.isfinite(half).all()
     assert torch.allclose(half.float(), get_rule("lossy").target(q, p, 0.5), atol=1e-3)
     with pytest.raises(ValueError, match="temperature must be >= 0"):
-        Sampling(temperature=float("nan"))
+        DecodeOptions(temperature=float("nan"))
 
 
 def test_online_prompts_are_cut_as_recording_cuts_them():
     from eval.online import prepare_prompts
-    from router.prompts import fit_prompt, prompt_limit
+    from router.tasks.prompts import fit_prompt, prompt_limit
 
     assert fit_prompt([1, 2, 3, 4], 2) == ([3, 4], True) and fit_prompt([1, 2], 5) == ([1, 2], False)
     assert prompt_limit(32768, 128) == 32639 and prompt_limit(32768, 128, max_prompt_tokens=256) == 256
@@ -137,8 +154,9 @@ def test_online_prompts_are_cut_as_recording_cuts_them():
 
 def test_generate_refuses_a_folder_as_output_before_loading_models(tmp_path):
     with pytest.raises(SystemExit, match="is a folder"):
-        cli.main(["generate", "--prompt", "hi", "--drafter", "no/such", "--verifier", "no/such",
-                  "--output", str(tmp_path)])
+        cli.main(
+            ["generate", "--prompt", "hi", "--drafter", "no/such", "--verifier", "no/such", "--output", str(tmp_path)]
+        )
     with pytest.raises(SystemExit, match="temperature must be >= 0"):
         cli.main(["generate", "--prompt", "hi", "--temperature", "nan", "--output", str(tmp_path / "r.json")])
 
@@ -168,8 +186,12 @@ def test_cuda_without_cuda_is_a_message(tmp_path, capsys):
 
     with pytest.raises(ValueError, match="no CUDA device"):
         load_pair("tiny:drafter", "tiny:verifier", device="cuda")
-    assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", "device=cuda", "max_examples=2",
-                     f"output={tmp_path / 'r'}"]) == 2
+    assert (
+        cli.main(
+            ["gen", "--config", "configs/gen/tiny.yaml", "device=cuda", "max_examples=2", f"output={tmp_path / 'r'}"]
+        )
+        == 2
+    )
     assert "no CUDA device" in capsys.readouterr().err
 
 
@@ -185,7 +207,7 @@ def test_bad_custom_data_files_are_named(tmp_path, content, message):
 
 def test_a_broken_gen_config_in_an_unfinished_folder_is_named(tmp_path):
     from data_gen.recorder import GenConfig, run_gen
-    from router.config import ConfigError
+    from router.infra.config import ConfigError
 
     out = tmp_path / "r"
     out.mkdir()

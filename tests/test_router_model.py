@@ -6,9 +6,18 @@ import pytest
 import torch
 
 from router.decoding import generate
-from router.model import (ARCHS, HEADS, LearnedRouter, RouterConfig, RouterError, RouterNet, load_router,
-                          save_router, windows)
-from router.tiny import tiny_pair
+from router.model import (
+    ARCHS,
+    HEADS,
+    LearnedRouter,
+    RouterConfig,
+    RouterError,
+    RouterNet,
+    load_router,
+    save_router,
+    windows,
+)
+from router.engine.tiny import tiny_pair
 
 
 def constant_router(head: str, value: float, arch: str = "linear") -> LearnedRouter:
@@ -106,8 +115,9 @@ def test_loaded_router_drives_generate(tmp_path):
     ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
     out = generate(drafter, verifier, ids, rule=router, alpha=0.5, gamma=4, temperature=1.0, max_new_tokens=16)
     assert out.stats["rule"] == "gru" and out.stats["new_tokens"] > 0
-    never = generate(drafter, verifier, ids, rule=constant_router("cascade", -1.0), alpha=0.0, gamma=4,
-                     max_new_tokens=16)
+    never = generate(
+        drafter, verifier, ids, rule=constant_router("cascade", -1.0), alpha=0.0, gamma=4, max_new_tokens=16
+    )
     assert never.stats["deferrals"] == 0  # a router that never defers is the drafter
 
 
@@ -141,8 +151,9 @@ class SpyRouter(LearnedRouter):
 def test_hidden_state_routers_get_hidden_states_from_generate(tmp_path):
     drafter, verifier, _ = tiny_pair(seed=2)
     size = verifier.config.hidden_size
-    cfg = RouterConfig(arch="mlp", hidden_inputs=["drafter", "verifier"], hidden_sizes={"drafter": size,
-                                                                                      "verifier": size})
+    cfg = RouterConfig(
+        arch="mlp", hidden_inputs=["drafter", "verifier"], hidden_sizes={"drafter": size, "verifier": size}
+    )
     router = SpyRouter(load_router(save_router(RouterNet(cfg), tmp_path / "h")).net)
     ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
     out = generate(drafter, verifier, ids, rule=router, alpha=0.2, gamma=3, max_new_tokens=12)
@@ -179,8 +190,9 @@ def test_generate_hands_routers_the_logits_and_decides_the_same(head):
     hence the outputs, are those of the same router computing its features from probabilities."""
     drafter, verifier, _ = tiny_pair(seed=2)
     torch.manual_seed(3)
-    net = RouterNet(RouterConfig(arch="mlp", head=head, **({"vocab": drafter.config.vocab_size} if head == "judge"
-                                                           else {})))
+    net = RouterNet(
+        RouterConfig(arch="mlp", head=head, **({"vocab": drafter.config.vocab_size} if head == "judge" else {}))
+    )
     with torch.no_grad():
         net.mean.uniform_(-1, 1)
     fast, plain = LearnedRouter(net, "fast"), LearnedRouter(net, "plain")
@@ -196,12 +208,16 @@ def test_generate_hands_routers_the_logits_and_decides_the_same(head):
     ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
 
     def run(router, alpha):
-        return generate(drafter, verifier, ids, rule=router, alpha=alpha, gamma=4, temperature=1.0, seed=4,
-                        max_new_tokens=24)
+        return generate(
+            drafter, verifier, ids, rule=router, alpha=alpha, gamma=4, temperature=1.0, seed=4, max_new_tokens=24
+        )
 
     ends = [run(plain, a).sequences for a in (-1e3, 1e3)]  # defer everywhere / keep every candidate
-    mixed = [a for a in (0.0, 0.05, 0.02, -0.5, 0.5, -2.0, 2.0)
-             if not any(torch.equal(run(plain, a).sequences, end) for end in ends)]
+    mixed = [
+        a
+        for a in (0.0, 0.05, 0.02, -0.5, 0.5, -2.0, 2.0)
+        if not any(torch.equal(run(plain, a).sequences, end) for end in ends)
+    ]
     assert mixed, "no alpha where the router's decisions change the output: the comparison would be vacuous"
     expected = ["next_p_logits", "p_logits", "q_logits"] if head == "judge" else ["p_logits", "q_logits"]
     for alpha in mixed[:2]:

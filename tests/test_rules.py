@@ -17,27 +17,41 @@ def rand_dist(*shape, seed=0, sharp=1.0):
 
 
 def test_registry_names_and_unknown_rule():
-    assert RULES == ("chow", "diff", "opt", "token_v1", "token_v2", "token_v3", "kl_gate", "entropy_gate", "lossy",
-                     "lossless", "drafter")
+    assert RULES == (
+        "chow",
+        "diff",
+        "opt",
+        "token_v1",
+        "token_v2",
+        "token_v3",
+        "kl_gate",
+        "entropy_gate",
+        "lossy",
+        "lossless",
+        "drafter",
+    )
     with pytest.raises(KeyError, match="known rules: chow, diff"):
         get_rule("nope")
 
 
-@pytest.mark.parametrize("name,alpha,defer", [
-    ("chow", 0.4, True),    # 0.5 < 1 - 0.4 = 0.6
-    ("chow", 0.5, False),   # tie 0.5 == 0.5 keeps the drafter
-    ("chow", 0.6, False),
-    ("diff", 0.1, True),    # 0.5 < 0.7 - 0.1
-    ("diff", 0.2, False),   # tie keeps the drafter
-    ("opt", 0.4, True),     # 0.5 < 0.7 - 0.4 * 0.4 = 0.54
-    ("opt", 0.5, False),    # tie: 0.7 - 0.5 * 0.4 = 0.5
-    ("opt", -math.inf, True),
-    ("opt", math.inf, False),
-    ("kl_gate", 0.3, True),        # KL(P || Q) = 0.3405 > 0.3
-    ("kl_gate", 0.35, False),
-    ("entropy_gate", 0.4, True),   # exp(-H(P)) = exp(-0.8018) = 0.4485 > 0.4: the verifier is nearly sure
-    ("entropy_gate", 0.5, False),
-])
+@pytest.mark.parametrize(
+    "name,alpha,defer",
+    [
+        ("chow", 0.4, True),  # 0.5 < 1 - 0.4 = 0.6
+        ("chow", 0.5, False),  # tie 0.5 == 0.5 keeps the drafter
+        ("chow", 0.6, False),
+        ("diff", 0.1, True),  # 0.5 < 0.7 - 0.1
+        ("diff", 0.2, False),  # tie keeps the drafter
+        ("opt", 0.4, True),  # 0.5 < 0.7 - 0.4 * 0.4 = 0.54
+        ("opt", 0.5, False),  # tie: 0.7 - 0.5 * 0.4 = 0.5
+        ("opt", -math.inf, True),
+        ("opt", math.inf, False),
+        ("kl_gate", 0.3, True),  # KL(P || Q) = 0.3405 > 0.3
+        ("kl_gate", 0.35, False),
+        ("entropy_gate", 0.4, True),  # exp(-H(P)) = exp(-0.8018) = 0.4485 > 0.4: the verifier is nearly sure
+        ("entropy_gate", 0.5, False),
+    ],
+)
 def test_cascade_rules_hand_computed(name, alpha, defer):
     pi = get_rule(name).target(Q, P, alpha)
     assert torch.allclose(pi, P if defer else Q)
@@ -86,11 +100,18 @@ def test_targets_are_distributions_any_leading_shape(name):
         assert torch.allclose(pi.sum(-1), torch.ones(2, 3, 5), atol=1e-5)
 
 
-@pytest.mark.parametrize("name,lossless_exact,drafter_exact", [
-    ("chow", False, True), ("diff", True, True), ("opt", True, True),
-    ("token_v1", True, True), ("token_v2", True, True), ("token_v3", False, True),
-    ("lossy", True, False),
-])
+@pytest.mark.parametrize(
+    "name,lossless_exact,drafter_exact",
+    [
+        ("chow", False, True),
+        ("diff", True, True),
+        ("opt", True, True),
+        ("token_v1", True, True),
+        ("token_v2", True, True),
+        ("token_v3", False, True),
+        ("lossy", True, False),
+    ],
+)
 def test_alpha_endpoints(name, lossless_exact, drafter_exact):
     """docs/method.md: each rule's lossless end gives pi = p and its drafter end pi = q, where exact."""
     q, p = rand_dist(50, 13, seed=5, sharp=2), rand_dist(50, 13, seed=6, sharp=2)
@@ -109,7 +130,9 @@ def test_chow_and_token_v3_lossless_end_where_inexact():
     q, p = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.2, 0.7, 0.1])
     assert torch.equal(get_rule("chow").target(q, p, 0.0), q)
     q2 = torch.tensor([0.2, 0.5, 0.3])
-    assert torch.allclose(get_rule("token_v3").target(q2, p, 0.0), torch.tensor([0.2 * 0.5, 0.5 + 0.7 * 0.5, 0.1 * 0.5]))
+    assert torch.allclose(
+        get_rule("token_v3").target(q2, p, 0.0), torch.tensor([0.2 * 0.5, 0.5 + 0.7 * 0.5, 0.1 * 0.5])
+    )
 
 
 def test_cascade_rejection_rate_is_r_times_tv():
@@ -122,13 +145,16 @@ def test_cascade_rejection_rate_is_r_times_tv():
         assert torch.allclose(tv_distance(q, pi), r.float() * tv_distance(p, q), atol=1e-6)
 
 
-@pytest.mark.parametrize("bad,match", [
-    (torch.tensor([0.5, 0.6]), "sum to 1"),
-    (torch.tensor([1.5, -0.5]), "negative"),
-    (torch.tensor([float("nan"), 1.0]), "NaN"),
-    (torch.tensor([1, 0]), "floating-point"),
-    (torch.tensor(1.0), "shape"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (torch.tensor([0.5, 0.6]), "sum to 1"),
+        (torch.tensor([1.5, -0.5]), "negative"),
+        (torch.tensor([float("nan"), 1.0]), "NaN"),
+        (torch.tensor([1, 0]), "floating-point"),
+        (torch.tensor(1.0), "shape"),
+    ],
+)
 def test_bad_input_is_a_clear_value_error(bad, match):
     with pytest.raises(ValueError, match=match):
         get_rule("opt").target(bad, torch.tensor([0.5, 0.5]), 0.3)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from router import sandbox as executor
-from router.sandbox import SandboxUnavailable, run_program
+from router.tasks import sandbox as executor
+from router.tasks.sandbox import SandboxUnavailable, run_program
 
 WORKS = {"bwrap": executor.bwrap_works, "unshare": executor.unshare_works}
 
@@ -31,8 +31,9 @@ def _ran(code: str, **kw) -> str:
     return run_program(code, timeout_s=kw.pop("timeout_s", 5.0), **kw).status
 
 
-@pytest.mark.parametrize("early_exit", ["import sys\nsys.exit(0)", "raise SystemExit(0)", "import os\nos._exit(0)",
-                                        "import sys\nsys.exit()"])
+@pytest.mark.parametrize(
+    "early_exit", ["import sys\nsys.exit(0)", "raise SystemExit(0)", "import os\nos._exit(0)", "import sys\nsys.exit()"]
+)
 @pytest.mark.parametrize("sandbox", [None, "python"])
 def test_exiting_before_the_tests_is_a_failure(early_exit, sandbox):  # None: the best isolation here
     """A completion ending in `sys.exit(0)` used to pass without running a test."""
@@ -59,22 +60,30 @@ def test_files_outside_cannot_be_deleted_truncated_or_read(tmp_path, monkeypatch
     keep, folder = tmp_path / "keep.txt", tmp_path / "folder"
     keep.write_text("precious")
     folder.mkdir()
-    for code in (f"import os\nos.unlink('{keep}')", f"import os\nos.rmdir('{folder}')",
-                 f"open('{keep}', 'w')", f"import ctypes\nctypes.CDLL(None).unlink(b'{keep}')",
-                 f"import shutil\nshutil.rmtree('{tmp_path}')"):
+    for code in (
+        f"import os\nos.unlink('{keep}')",
+        f"import os\nos.rmdir('{folder}')",
+        f"open('{keep}', 'w')",
+        f"import ctypes\nctypes.CDLL(None).unlink(b'{keep}')",
+        f"import shutil\nshutil.rmtree('{tmp_path}')",
+    ):
         run_program(code + "\n", timeout_s=5, sandbox=isolation)
     assert keep.read_text() == "precious" and folder.is_dir()
     assert _ran("open('/etc/passwd').read()\n", sandbox=isolation) == "failed"
     assert _ran(f"open('{keep}').read()\n", sandbox=isolation) == "failed"
     assert _ran("open('/usr/specroute-was-here', 'w')\n", sandbox=isolation) == "failed"
-    remount = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-               "assert libc.mount(b'none', b'/usr', None, 32 | 4096, None) == 0\n")  # MS_REMOUNT | MS_BIND, rw
+    remount = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "assert libc.mount(b'none', b'/usr', None, 32 | 4096, None) == 0\n"
+    )  # MS_REMOUNT | MS_BIND, rw
     assert _ran(remount, sandbox=isolation) == "failed"
     assert not Path("/usr/specroute-was-here").exists()
     # the evaluator's environment is not visible through /proc
     monkeypatch.setenv("SPECROUTE_TEST_SECRET", "s3cr3t-value")
-    leak = ("import glob\nfor f in glob.glob('/proc/*/environ'):\n    try:\n        data = open(f, 'rb').read()\n"
-            "    except OSError:\n        continue\n    assert b's3cr3t-value' not in data, f\n")
+    leak = (
+        "import glob\nfor f in glob.glob('/proc/*/environ'):\n    try:\n        data = open(f, 'rb').read()\n"
+        "    except OSError:\n        continue\n    assert b's3cr3t-value' not in data, f\n"
+    )
     assert _ran(leak, sandbox=isolation) == "passed"
     assert _ran(f"import os\nos.stat('/proc/{os.getpid()}')\n", sandbox=isolation) == "failed"
 
@@ -97,10 +106,12 @@ def test_no_network_even_to_localhost(isolation):
     waiter.start()
     code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
     assert _ran(code, sandbox=isolation) == "failed"
-    ctypes_code = ("import ctypes, socket, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                   "fd = libc.socket(2, 1, 0)\n"
-                   f"addr = struct.pack('<HH4s8x', 2, socket.htons({port}), bytes([127, 0, 0, 1]))\n"
-                   "assert libc.connect(fd, addr, len(addr)) == 0\n")
+    ctypes_code = (
+        "import ctypes, socket, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "fd = libc.socket(2, 1, 0)\n"
+        f"addr = struct.pack('<HH4s8x', 2, socket.htons({port}), bytes([127, 0, 0, 1]))\n"
+        "assert libc.connect(fd, addr, len(addr)) == 0\n"
+    )
     assert _ran(ctypes_code, sandbox=isolation) == "failed"
     waiter.join()
     server.close()
@@ -170,7 +181,7 @@ def test_without_bubblewrap_unshare_isolates_and_without_both_programs_are_refus
 
 
 def test_code_metrics_check_the_sandbox_before_any_decoding(monkeypatch):
-    from router.metrics import get_metric
+    from router.tasks.metrics import get_metric
 
     monkeypatch.setattr(executor, "bwrap_works", lambda: False)
     monkeypatch.setattr(executor, "unshare_works", lambda: False)
@@ -179,6 +190,8 @@ def test_code_metrics_check_the_sandbox_before_any_decoding(monkeypatch):
         get_metric("mbpp")
     assert get_metric("gsm8k")  # no programs: no sandbox needed
     mbpp = get_metric("mbpp", sandbox="python")
-    assert mbpp("```python\ndef add(a, b):\n    return a + b\n```", {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1
+    assert (
+        mbpp("```python\ndef add(a, b):\n    return a + b\n```", {"tests": ["assert add(1, 2) == 3"]})["quality"] == 1
+    )
     exits = "```python\ndef add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n```"
     assert mbpp(exits, {"tests": ["assert add(1, 2) == 3"]})["quality"] == 0

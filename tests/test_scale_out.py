@@ -18,10 +18,14 @@ def specroute(args: list[str], nproc: int = 1, timeout: int = 600) -> subprocess
     """The specroute command, in one process or under torchrun with nproc CPU processes (gloo).
     One thread per process either way, so both runs compute with the same kernels."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m"] \
-        if nproc > 1 else [sys.executable, "-m"]
-    done = subprocess.run([*launcher, "specroute.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=env)
+    launcher = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m"]
+        if nproc > 1
+        else [sys.executable, "-m"]
+    )
+    done = subprocess.run(
+        [*launcher, "specroute.cli", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env
+    )
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     return done
 
@@ -35,6 +39,7 @@ def records(tmp_path_factory):
     return root
 
 
+@pytest.mark.e2e
 def test_two_process_recording_equals_one_process(records):
     one, two = (load_records(records / name).to_pandas() for name in ("one", "two"))
     assert len(one) > 0 and list(one.columns) == list(two.columns)
@@ -47,23 +52,50 @@ def test_two_process_recording_equals_one_process(records):
     shard = records / "two" / m2["shards"][1]["file"]
     shard.unlink()
     (records / "two" / "manifest.json").unlink()
-    specroute(["gen", "--config", "configs/gen/tiny.yaml", "max_examples=20", "examples_per_shard=4",
-               f"output={records / 'two'}"], nproc=2)
+    specroute(
+        [
+            "gen",
+            "--config",
+            "configs/gen/tiny.yaml",
+            "max_examples=20",
+            "examples_per_shard=4",
+            f"output={records / 'two'}",
+        ],
+        nproc=2,
+    )
     assert load_records(records / "two").to_pandas().equals(one)
 
 
 def _trained_router(records: Path) -> Path:
     router = records / "router"
     if not (router / "model.safetensors").exists():
-        specroute(["train", "--config", "configs/train/tiny.yaml", f"records=[{records / 'one'}]", f"output={router}",
-                   "max_epochs=2"])
+        specroute(
+            [
+                "train",
+                "--config",
+                "configs/train/tiny.yaml",
+                f"records=[{records / 'one'}]",
+                f"output={router}",
+                "max_epochs=2",
+            ]
+        )
     return router
 
 
+@pytest.mark.e2e
 def test_two_process_eval_equals_one_process(records):
     router = _trained_router(records)
-    args = ["eval", "--config", "configs/eval/tiny.yaml", f"records=[{records / 'one'}]", f"routers=[{router}]",
-            "max_prompts=3", "max_new_tokens=6", "online_methods=[opt,router,lossless]", "bootstrap=50"]
+    args = [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"records=[{records / 'one'}]",
+        f"routers=[{router}]",
+        "max_prompts=3",
+        "max_new_tokens=6",
+        "online_methods=[opt,router,lossless]",
+        "bootstrap=50",
+    ]
     specroute([*args, f"output={records / 'eval-one'}"])
     specroute([*args, f"output={records / 'eval-two'}"], nproc=2)
     one, two = (json.loads((records / name / "metrics.json").read_text()) for name in ("eval-one", "eval-two"))
@@ -78,16 +110,31 @@ def test_two_process_eval_equals_one_process(records):
             assert a[key] == b[key] or (a[key] != a[key] and b[key] != b[key]), key
     outputs = {}
     for name in ("eval-one", "eval-two"):
-        outputs[name] = {f.name: [e["new_ids"] for e in json.loads(f.read_text())["examples"]]
-                         for f in (records / name / "online").glob("*.json")}
+        outputs[name] = {
+            f.name: [e["new_ids"] for e in json.loads(f.read_text())["examples"]]
+            for f in (records / name / "online").glob("*.json")
+        }
     assert outputs["eval-one"] == outputs["eval-two"] and len(outputs["eval-one"]) >= 4
     assert (records / "eval-two" / "report.md").exists()
 
 
+@pytest.mark.e2e
 def test_training_under_ddp_on_two_cpu_processes(records):
     out = records / "router-ddp"
-    done = specroute(["train", "--config", "configs/train/tiny.yaml", f"records=[{records / 'one'}]", f"output={out}",
-                      "max_epochs=2", "strategy=ddp", "devices=2", "accelerator=cpu", "batch_size=64"])
+    done = specroute(
+        [
+            "train",
+            "--config",
+            "configs/train/tiny.yaml",
+            f"records=[{records / 'one'}]",
+            f"output={out}",
+            "max_epochs=2",
+            "strategy=ddp",
+            "devices=2",
+            "accelerator=cpu",
+            "batch_size=64",
+        ]
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     single = json.loads((_trained_router(records) / "metrics.json").read_text())
     assert metrics["train_rows"] == single["train_rows"] and metrics["val_rows"] == single["val_rows"]
@@ -108,5 +155,7 @@ def test_each_rank_gets_a_disjoint_equal_share_of_the_training_batches(monkeypat
     for rank in range(3):
         monkeypatch.setattr(dist, "get_rank", lambda rank=rank: rank)
         shares.append(rank_share(batches))
-    assert [len(s) for s in shares] == [3, 3, 3] and not set(shares[0]) & set(shares[1]) | set(shares[2]) & set(shares[0])
+    assert [len(s) for s in shares] == [3, 3, 3] and not set(shares[0]) & set(shares[1]) | set(shares[2]) & set(
+        shares[0]
+    )
     assert sorted(sum(shares, [])) == [0, 1, 2, 3, 4, 5, 6, 7, 8]

@@ -5,8 +5,20 @@ import pytest
 import torch
 
 from router.rules import get_rule, token_mix, tv_distance
-from router.tradeoff import (Candidates, at_threshold, curve, learned_defer_scores, normalised_area, oracle_bound,
-                             oracle_scores, quality_at, random_curve, rule_curve, token_curve, token_point)
+from router.offline.tradeoff import (
+    Candidates,
+    at_threshold,
+    curve,
+    learned_defer_scores,
+    normalised_area,
+    oracle_bound,
+    oracle_scores,
+    quality_at,
+    random_curve,
+    rule_curve,
+    token_curve,
+    token_point,
+)
 
 
 def rule_scores(name, s, cand=None):
@@ -26,13 +38,22 @@ def positions():
     p = (torch.randn(3000, 12, generator=g) * 2.5).softmax(-1)
     y = torch.multinomial(p, 1, generator=g).squeeze(-1)  # the verifier is the better model
     rows = torch.arange(3000)
-    s = dict(q=q, p=p, y=y, q_max=q.amax(-1).numpy(), p_max=p.amax(-1).numpy(),
-             tv=tv_distance(p, q).numpy(), q_gold=q[rows, y].numpy(), p_gold=p[rows, y].numpy())
+    s = dict(
+        q=q,
+        p=p,
+        y=y,
+        q_max=q.amax(-1).numpy(),
+        p_max=p.amax(-1).numpy(),
+        tv=tv_distance(p, q).numpy(),
+        q_gold=q[rows, y].numpy(),
+        p_gold=p[rows, y].numpy(),
+    )
     return s
 
 
-@pytest.mark.parametrize("name,alphas", [("chow", [0.2, 0.5, 0.8]), ("diff", [-0.2, 0.0, 0.3]),
-                                         ("opt", [-1.0, 0.0, 0.5, 2.0])])
+@pytest.mark.parametrize(
+    "name,alphas", [("chow", [0.2, 0.5, 0.8]), ("diff", [-0.2, 0.0, 0.3]), ("opt", [-1.0, 0.0, 0.5, 2.0])]
+)
 def test_threshold_points_equal_the_rules_targets(positions, name, alphas):
     s = positions
     scores = rule_scores(name, s)
@@ -81,15 +102,20 @@ def _candidates(s, k):
     """The top-k drafter candidates of the fixture's positions as a tradeoff.Candidates."""
     q, p = s["q"].double(), s["p"].double()
     ids = q.argsort(-1, descending=True)[:, :k]  # (N, k), column 0 = argmax q
-    return ids, Candidates(q=q.gather(-1, ids).numpy(), p=p.gather(-1, ids).numpy(),
-                           is_gold=(ids == s["y"][:, None]).numpy(),
-                           is_p_argmax=(ids == p.argmax(-1, keepdim=True)).numpy(),
-                           q_gold=s["q_gold"].astype(np.float64), p_gold=s["p_gold"].astype(np.float64),
-                           p_max=s["p_max"].astype(np.float64))
+    return ids, Candidates(
+        q=q.gather(-1, ids).numpy(),
+        p=p.gather(-1, ids).numpy(),
+        is_gold=(ids == s["y"][:, None]).numpy(),
+        is_p_argmax=(ids == p.argmax(-1, keepdim=True)).numpy(),
+        q_gold=s["q_gold"].astype(np.float64),
+        p_gold=s["p_gold"].astype(np.float64),
+        p_max=s["p_max"].astype(np.float64),
+    )
 
 
-@pytest.mark.parametrize("name,alphas", [("token_v1", [-0.2, 0.1, 0.5]), ("token_v2", [0.0, 0.2, 0.6]),
-                                         ("token_v3", [0.0, 0.3, 0.9])])
+@pytest.mark.parametrize(
+    "name,alphas", [("token_v1", [-0.2, 0.1, 0.5]), ("token_v2", [0.0, 0.2, 0.6]), ("token_v3", [0.0, 0.3, 0.9])]
+)
 def test_token_points_equal_the_rules_targets_when_every_token_is_a_candidate(positions, name, alphas):
     s = positions
     _, cand = _candidates(s, 12)
@@ -132,7 +158,7 @@ def test_token_curve_ends_and_oracle(positions):
 
 
 def test_area_uses_the_frontier_of_non_monotone_curves():
-    from router.tradeoff import Curve, area, frontier
+    from router.offline.tradeoff import Curve, area, frontier
 
     zigzag = Curve(np.array([0.0, 0.2, 0.1, 0.3]), np.array([0.5, 0.6, 0.7, 0.55]), np.zeros(4))
     rej, best = frontier(zigzag)

@@ -10,9 +10,9 @@ import torch
 from specroute import cli
 from router.decoding import generate
 from router.features import FEATURE_NAMES
-from router.tiny import tiny_pair
+from router.engine.tiny import tiny_pair
 from router.model import load_router
-from router.records import RecordsError, rows_to_table, write_manifest, write_shard
+from router.records import Manifest, RecordsError, rows_to_table, write_manifest, write_shard
 from train.run import TrainConfig, run_train
 from train.targets import labels
 
@@ -30,22 +30,49 @@ def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all
         helps = (feats[:, 0] > 0.5) | all_positive
         q_tok = np.where(helps, 0.2, 0.6).astype(np.float32) + g.uniform(0, 0.05, n).astype(np.float32)
         p_tok = np.where(helps, 0.7, 0.4).astype(np.float32)
-        cols = {"example_id": [f"ex{lo + i // positions}" for i in range(n)], "task": ["syn"] * n,
-                "split": [split] * n, "mode": ["gold"] * n, "position": np.tile(np.arange(positions), hi - lo),
-                "token": np.zeros(n, np.int32), "draft_token": np.zeros(n, np.int32),
-                "q_tail": np.zeros(n), "p_tail": np.zeros(n), "q_max": np.full(n, 0.6), "p_max": np.full(n, 0.7),
-                "q_entropy": np.ones(n), "p_entropy": np.ones(n), "tv": np.full(n, 0.3), "kl": np.ones(n),
-                "q_token": q_tok, "p_token": p_tok, "q_argmax": np.zeros(n, np.int32), "p_argmax": np.zeros(n, np.int32),
-                "q_topk_ids": np.tile([[0, 1]], (n, 1)).astype(np.int32), "q_topk_logprobs": np.full((n, 2), np.log(0.5)),
-                "p_topk_ids": np.zeros((n, 2), np.int32), "p_topk_logprobs": np.zeros((n, 2)),
-                "p_at_q_topk_logprobs": np.full((n, 2), np.log(0.5)), "features": feats}
+        cols = {
+            "example_id": [f"ex{lo + i // positions}" for i in range(n)],
+            "task": ["syn"] * n,
+            "split": [split] * n,
+            "mode": ["gold"] * n,
+            "position": np.tile(np.arange(positions), hi - lo),
+            "token": np.zeros(n, np.int32),
+            "draft_token": np.zeros(n, np.int32),
+            "q_tail": np.zeros(n),
+            "p_tail": np.zeros(n),
+            "q_max": np.full(n, 0.6),
+            "p_max": np.full(n, 0.7),
+            "q_entropy": np.ones(n),
+            "p_entropy": np.ones(n),
+            "tv": np.full(n, 0.3),
+            "kl": np.ones(n),
+            "q_token": q_tok,
+            "p_token": p_tok,
+            "q_argmax": np.zeros(n, np.int32),
+            "p_argmax": np.zeros(n, np.int32),
+            "q_topk_ids": np.tile([[0, 1]], (n, 1)).astype(np.int32),
+            "q_topk_logprobs": np.full((n, 2), np.log(0.5)),
+            "p_topk_ids": np.zeros((n, 2), np.int32),
+            "p_topk_logprobs": np.zeros((n, 2)),
+            "p_at_q_topk_logprobs": np.full((n, 2), np.log(0.5)),
+            "features": feats,
+        }
         if hidden:
             cols["verifier_hidden"] = g.normal(size=(n, hidden)).astype(np.float16)
         name = f"{split}-00000.arrow"
         write_shard(folder, name, rows_to_table(cols))
         shards.append({"file": name, "split": split, "rows": n})
-    write_manifest(folder, {"shards": shards, "feature_names": list(FEATURE_NAMES),
-                            "hidden_states": "verifier" if hidden else "none"})
+    write_manifest(
+        folder,
+        Manifest(
+            **{
+                "shards": shards,
+                "feature_names": list(FEATURE_NAMES),
+                "task": "syn",
+                "hidden_states": "verifier" if hidden else "none",
+            }
+        ),
+    )
     return folder
 
 
@@ -61,8 +88,15 @@ def test_labels_match_paper_definitions():
 @pytest.mark.parametrize("arch", ["linear", "mlp", "gru"])
 def test_router_recovers_a_separable_rule(tmp_path, arch):
     rec = synthetic_records(tmp_path / "rec")
-    cfg = TrainConfig(records=[str(rec)], arch=arch, max_epochs=8, batch_size=128, lr=3e-3, baselines=arch == "mlp",
-                      output=str(tmp_path / arch))
+    cfg = TrainConfig(
+        records=[str(rec)],
+        arch=arch,
+        max_epochs=8,
+        batch_size=128,
+        lr=3e-3,
+        baselines=arch == "mlp",
+        output=str(tmp_path / arch),
+    )
     metrics = run_train(cfg)
     assert metrics["router"]["auc"] > 0.95
     assert metrics["router"]["area"] > 0.9  # near the oracle on this rule
@@ -78,8 +112,15 @@ def test_router_recovers_a_separable_rule(tmp_path, arch):
 
 def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path):
     rec = synthetic_token_records(tmp_path / "rec")
-    cfg = TrainConfig(records=[str(rec)], head="token", target="token_label", max_epochs=10, batch_size=64,
-                      lr=3e-3, output=str(tmp_path / "tok"))
+    cfg = TrainConfig(
+        records=[str(rec)],
+        head="token",
+        target="token_label",
+        max_epochs=10,
+        batch_size=64,
+        lr=3e-3,
+        output=str(tmp_path / "tok"),
+    )
     metrics = run_train(cfg)
     assert metrics["router"]["auc"] > 0.85  # keep iff the candidate is the verifier's argmax (10% label noise)
     token_v2 = metrics["plugins"]["token_v2"]
@@ -93,8 +134,17 @@ def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path):
     assert torch.allclose(pi.sum(-1), torch.ones(1), atol=1e-6)
     assert pi[0, 1] >= q[0, 1] and pi[0, 0] < q[0, 0]  # keeps the verifier's favourite, defers the other
     drafter, verifier, _ = tiny_pair()
-    out = generate(drafter, verifier, torch.tensor([[5, 6, 7, 8]]), rule=router, alpha=0.0, gamma=3,
-                   temperature=1.0, max_new_tokens=12, seed=0)
+    out = generate(
+        drafter,
+        verifier,
+        torch.tensor([[5, 6, 7, 8]]),
+        rule=router,
+        alpha=0.0,
+        gamma=3,
+        temperature=1.0,
+        max_new_tokens=12,
+        seed=0,
+    )
     assert out.sequences.shape[1] > 4 and out.stats["blocks"] > 0
     with pytest.raises(ValueError, match="token head"):
         run_train(TrainConfig(records=[str(rec)], head="token", output=str(tmp_path / "x")))
@@ -114,8 +164,14 @@ def test_hidden_state_router_and_wandb_offline(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     rec = synthetic_records(tmp_path / "rec", hidden=8)
-    cfg = TrainConfig(records=[str(rec)], hidden_inputs=["verifier"], max_epochs=2, batch_size=256,
-                      logger="wandb", output=str(tmp_path / "h"))
+    cfg = TrainConfig(
+        records=[str(rec)],
+        hidden_inputs=["verifier"],
+        max_epochs=2,
+        batch_size=256,
+        logger="wandb",
+        output=str(tmp_path / "h"),
+    )
     run_train(cfg)
     router = load_router(tmp_path / "h")
     assert router.cfg.hidden_sizes == {"verifier": 8}
@@ -174,7 +230,7 @@ def test_datamodule_batches(tmp_path):
 
 @pytest.mark.parametrize("name", ["tiny", "mlp", "mlp-hidden", "gru", "gru-hidden", "token", "token-hidden"])
 def test_shipped_train_configs_load(name):
-    from router.config import load_config
+    from router.infra.config import load_config
 
     cfg = load_config(TrainConfig, f"configs/train/{name}.yaml", [])
     assert (cfg.head == "token") == (cfg.target == "token_label")

@@ -2,7 +2,7 @@
 W&B logs) and export them for decoding.
 
 run.py (`specroute train`, TrainConfig, run_train) -> data.py (labels and batches over the core's
-router.record_view) -> module.py (the LightningModule) -> validation.py (AUC, calibration and the
+router.offline.inputs) -> module.py (the LightningModule) -> validation.py (AUC, calibration and the
 trade-off area against every registered rule) -> baselines.py (scikit-learn on the same inputs).
 The router is saved with router.model.save_router. Method: docs/method.md.
 """

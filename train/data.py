@@ -1,6 +1,6 @@
 """Router training data over record folders: the core's record view plus labels and weights.
 
-Inputs come from `router.record_view.RecordView` (the same code eval scores routers with): the
+Inputs come from `router.offline.inputs.RecordView` (the same code eval scores routers with): the
 feature vector per row, plus hidden states read batch by batch from the memory-mapped shards;
 the GRU arch gets each row with its window-1 predecessors of the same trajectory. For the token
 head a row is a position with its K recorded drafter candidates: inputs (K, D + 5), labels (K,),
@@ -13,7 +13,7 @@ import lightning as L
 import numpy as np
 import torch
 
-from router.record_view import RecordView
+from router.offline.inputs import RecordView
 from router.records import load_records, read_manifest, require_hidden_states
 from train.targets import CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
 
@@ -21,18 +21,33 @@ from train.targets import CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels
 class RecordSplit(RecordView):
     """One split of record folders with the router's labels y and weights w."""
 
-    def __init__(self, folders: list[str], split: str, mode: str, target: str, hidden_inputs: list[str],
-                 window: int = 1, max_rows: int | None = None, head: str = "cascade"):
+    def __init__(
+        self,
+        folders: list[str],
+        split: str,
+        mode: str,
+        target: str,
+        hidden_inputs: list[str],
+        window: int = 1,
+        max_rows: int | None = None,
+        head: str = "cascade",
+    ):
         if (head == "token") != (target == TOKEN_TARGET):
-            raise ValueError(f"target {target!r} with head {head!r}: the token head learns target {TOKEN_TARGET} "
-                             f"and that target needs head: token")
+            raise ValueError(
+                f"target {target!r} with head {head!r}: the token head learns target {TOKEN_TARGET} "
+                f"and that target needs head: token"
+            )
         if head == "judge" and target not in (JUDGE_TARGET, CONSEQUENCE_TARGET):
-            raise ValueError(f"target {target!r} with head judge: a judge decides the drafter's argmax d and learns "
-                             f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d) or "
-                             f"{CONSEQUENCE_TARGET} (whether keeping d changes the answer)")
+            raise ValueError(
+                f"target {target!r} with head judge: a judge decides the drafter's argmax d and learns "
+                f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d) or "
+                f"{CONSEQUENCE_TARGET} (whether keeping d changes the answer)"
+            )
         if (target == CONSEQUENCE_TARGET) != (mode == "consequence"):
-            raise ValueError(f"target {target!r} with mode {mode!r}: consequence labels exist on consequence-mode "
-                             f"rows only: use target {CONSEQUENCE_TARGET} with mode consequence")
+            raise ValueError(
+                f"target {target!r} with mode {mode!r}: consequence labels exist on consequence-mode "
+                f"rows only: use target {CONSEQUENCE_TARGET} with mode consequence"
+            )
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows)
         self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
@@ -88,20 +103,35 @@ class BatchIterable(torch.utils.data.IterableDataset):
         if self.shuffle:  # training under DDP: each rank its share of the epoch's batches
             starts = rank_share(starts)
         for start in starts:
-            idx = order[start: start + self.batch_size]
-            yield (torch.from_numpy(np.ascontiguousarray(self.data.batch_inputs(idx))),
-                   torch.from_numpy(self.data.y[idx]), torch.from_numpy(self.data.w[idx]), torch.from_numpy(idx))
+            idx = order[start : start + self.batch_size]
+            yield (
+                torch.from_numpy(np.ascontiguousarray(self.data.batch_inputs(idx))),
+                torch.from_numpy(self.data.y[idx]),
+                torch.from_numpy(self.data.w[idx]),
+                torch.from_numpy(idx),
+            )
 
 
 class RecordDataModule(L.LightningDataModule):
     """Train/validation splits of record folders as Lightning dataloaders (batches built from the
     memory-mapped shards, shuffled per epoch with the seed)."""
 
-    def __init__(self, folders: list[str], mode: str, target: str, hidden_inputs: list[str], batch_size: int,
-                 seed: int, window: int = 1, head: str = "cascade", max_train_rows: int | None = None):
+    def __init__(
+        self,
+        folders: list[str],
+        mode: str,
+        target: str,
+        hidden_inputs: list[str],
+        batch_size: int,
+        seed: int,
+        window: int = 1,
+        head: str = "cascade",
+        max_train_rows: int | None = None,
+    ):
         super().__init__()
-        self.args = dict(folders=folders, mode=mode, target=target, hidden_inputs=hidden_inputs, window=window,
-                         head=head)
+        self.args = dict(
+            folders=folders, mode=mode, target=target, hidden_inputs=hidden_inputs, window=window, head=head
+        )
         self.batch_size, self.seed, self.max_train_rows = batch_size, seed, max_train_rows
         self.train: RecordSplit | None = None
         self.val: RecordSplit | None = None
@@ -111,8 +141,10 @@ class RecordDataModule(L.LightningDataModule):
             self.train = RecordSplit(split="train", max_rows=self.max_train_rows, **self.args)
             self.val = RecordSplit(split="validation", **self.args)
             # built once: the training iterable counts epochs to reshuffle each one differently
-            self._batches = {name: BatchIterable(data, self.batch_size, name == "train", self.seed)
-                             for name, data in (("train", self.train), ("val", self.val))}
+            self._batches = {
+                name: BatchIterable(data, self.batch_size, name == "train", self.seed)
+                for name, data in (("train", self.train), ("val", self.val))
+            }
 
     def train_dataloader(self):
         return torch.utils.data.DataLoader(self._batches["train"], batch_size=None)

@@ -17,15 +17,22 @@ class RouterModule(L.LightningModule):
     """Fits RouterNet to per-token gaps: squared error on the gap, or cost-sensitive classification
     (defer iff gap > 0, each row weighted by |gap|: mistakes cost what they lose)."""
 
-    def __init__(self, router: dict, loss: str = "mse", lr: float = 1e-3, weight_decay: float = 0.0,
-                 val_view=None, val_gap: np.ndarray | None = None):
+    def __init__(
+        self,
+        router: dict,
+        loss: str = "mse",
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        val_view=None,
+        val_gap: np.ndarray | None = None,
+    ):
         super().__init__()
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; use one of {LOSSES}")
         self.save_hyperparameters(ignore=["val_view", "val_gap"])
         self.net = RouterNet(RouterConfig(**router))
         self.loss_name, self.lr, self.weight_decay = loss, lr, weight_decay
-        self.val_view, self.val_gap = val_view, val_gap  # a router.record_view.RecordView and its labels
+        self.val_view, self.val_gap = val_view, val_gap  # a router.offline.inputs.RecordView and its labels
         self._val_preds: list[torch.Tensor] = []
         self._val_idx: list[torch.Tensor] = []
 

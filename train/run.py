@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from router.config import ConfigError, check_minimum, config_to_dict
+from router.infra.config import ConfigError, check_minimum, config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
-from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, pair_of, save_router
-from router.records import RecordsError, manifest_id, read_manifest
-from router.console import summary_table, wandb_offline
-from router.files import output_lock, write_csv, write_json
-from router.record_view import router_scores
-from router.views import greedy_areas
+from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, save_router
+from router.records import RecordsError, read_manifest
+from router.infra.console import summary_table, wandb_offline
+from router.infra.files import output_lock, write_csv, write_json
+from router.offline.inputs import router_scores
+from router.offline.views import greedy_areas
 from train.data import RecordDataModule, RecordSplit, hidden_size
 from train.validation import plugin_areas, router_metrics, tradeoff_table
 from train.module import LOSSES, RouterModule
@@ -34,31 +34,31 @@ class TrainConfig:
     """What to train. Every field can be set in YAML or as a `key=value` override."""
 
     records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # record folders
-    mode: str = "gold"                 # which recorded trajectories to learn from
-    arch: str = "mlp"                  # linear | mlp | gru
-    head: str = "cascade"              # cascade | token (scores each drafter candidate; target token_label) |
-                                       # judge (decides the drafted token; target greedy_01_gap; judge records)
+    mode: str = "gold"  # which recorded trajectories to learn from
+    arch: str = "mlp"  # linear | mlp | gru
+    head: str = "cascade"  # cascade | token (scores each drafter candidate; target token_label) |
+    # judge (decides the drafted token; target greedy_01_gap; judge records)
     width: int = 64
     depth: int = 2
-    window: int = 4                    # gru context
+    window: int = 4  # gru context
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
-    target: str = "expected_01_gap"    # logloss_gap | expected_01_gap | greedy_01_gap | token_label
-    loss: str = "mse"                  # mse | cost_sensitive
+    target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label
+    loss: str = "mse"  # mse | cost_sensitive
     lr: float = 1e-3
     weight_decay: float = 0.0
     batch_size: int = 1024
     max_epochs: int = 20
-    patience: int = 4                  # early stopping on val_area
+    patience: int = 4  # early stopping on val_area
     seed: int = 0
     max_train_rows: int | None = None
-    logger: str = "csv"                # csv | wandb (CSV logs are always written)
+    logger: str = "csv"  # csv | wandb (CSV logs are always written)
     wandb_project: str = "specroute"
-    accelerator: str = "cpu"           # Lightning's: cpu | gpu | auto ...
-    devices: int = 1                   # per node; with strategy ddp each gets its share of the training batches
-    strategy: str = "auto"             # Lightning's: auto | ddp | ddp_spawn | fsdp ...
+    accelerator: str = "cpu"  # Lightning's: cpu | gpu | auto ...
+    devices: int = 1  # per node; with strategy ddp each gets its share of the training batches
+    strategy: str = "auto"  # Lightning's: auto | ddp | ddp_spawn | fsdp ...
     num_nodes: int = 1
-    precision: str = "32-true"         # Lightning's: 32-true | bf16-mixed | 16-mixed ...
-    baselines: bool = True             # sklearn logistic regression + gradient boosting
+    precision: str = "32-true"  # Lightning's: 32-true | bf16-mixed | 16-mixed ...
+    baselines: bool = True  # sklearn logistic regression + gradient boosting
     alpha_grid: list = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
     output: str = "runs/routers/mlp"
 
@@ -70,9 +70,14 @@ class TrainConfig:
         check_minimum(self, 0, "patience", "weight_decay")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
-        choices = {"mode": ("gold", "rollout", "consequence"), "arch": ARCHS, "head": HEADS, "loss": LOSSES,
-                   "target": TARGETS,
-                   "logger": ("csv", "wandb")}
+        choices = {
+            "mode": ("gold", "rollout", "consequence"),
+            "arch": ARCHS,
+            "head": HEADS,
+            "loss": LOSSES,
+            "target": TARGETS,
+            "logger": ("csv", "wandb"),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
@@ -89,8 +94,15 @@ def _loggers(cfg: TrainConfig, out: Path):
     if cfg.logger == "wandb":
         from lightning.pytorch.loggers import WandbLogger
 
-        loggers.append(WandbLogger(project=cfg.wandb_project, save_dir=str(out), offline=wandb_offline(),
-                                   config=config_to_dict(cfg), log_model=False))
+        loggers.append(
+            WandbLogger(
+                project=cfg.wandb_project,
+                save_dir=str(out),
+                offline=wandb_offline(),
+                config=config_to_dict(cfg),
+                log_model=False,
+            )
+        )
     elif cfg.logger != "csv":
         raise ValueError(f"logger must be csv or wandb, got {cfg.logger!r}")
     return loggers
@@ -111,36 +123,65 @@ def _run_train(cfg: TrainConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
     manifests = [read_manifest(f) for f in cfg.records]
-    pairs = {json.dumps(pair_of(m), sort_keys=True) for m in manifests}
+    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
     if len(pairs) > 1:
-        raise RecordsError(f"the record folders {cfg.records} come from different model pairs ({sorted(pairs)}): "
-                           f"a router learns one pair; train on folders of one pair")
+        raise RecordsError(
+            f"the record folders {cfg.records} come from different model pairs ({sorted(pairs)}): "
+            f"a router learns one pair; train on folders of one pair"
+        )
     window = cfg.window if cfg.arch == "gru" else 1
-    data = RecordDataModule(cfg.records, cfg.mode, cfg.target, cfg.hidden_inputs, cfg.batch_size, cfg.seed, window,
-                            cfg.head, cfg.max_train_rows)
+    data = RecordDataModule(
+        cfg.records,
+        cfg.mode,
+        cfg.target,
+        cfg.hidden_inputs,
+        cfg.batch_size,
+        cfg.seed,
+        window,
+        cfg.head,
+        cfg.max_train_rows,
+    )
     data.setup("fit")
     train, val = data.train, data.val
     if len(np.unique(train.y > 0)) < 2:
-        warnings.warn("every training label falls on one side of 0 (no position where deferring pays, or all do): "
-                      "the router will be trivial; record more or other data")
+        warnings.warn(
+            "every training label falls on one side of 0 (no position where deferring pays, or all do): "
+            "the router will be trivial; record more or other data"
+        )
     if cfg.head == "judge":
         train.judge_columns()  # reads the token class table the judge carries into its export
-    router_cfg = RouterConfig(arch=cfg.arch, head=cfg.head, width=cfg.width, depth=cfg.depth, window=cfg.window,
-                              token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
-                              hidden_inputs=list(cfg.hidden_inputs), hidden_sizes=_hidden_sizes(cfg),
-                              records_id=",".join(manifest_id(m) for m in manifests), pair=pair_of(manifests[0]),
-                              alpha_grid=list(cfg.alpha_grid),
-                              vocab=len(train.token_classes) if cfg.head == "judge" else 0)
+    router_cfg = RouterConfig(
+        arch=cfg.arch,
+        head=cfg.head,
+        width=cfg.width,
+        depth=cfg.depth,
+        window=cfg.window,
+        token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
+        hidden_inputs=list(cfg.hidden_inputs),
+        hidden_sizes=_hidden_sizes(cfg),
+        records_id=",".join(m.id for m in manifests),
+        pair=manifests[0].pair,
+        alpha_grid=list(cfg.alpha_grid),
+        vocab=len(train.token_classes) if cfg.head == "judge" else 0,
+    )
     module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y)
     if cfg.head == "judge":
         module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
     _standardise(module, train)
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
-    trainer = L.Trainer(max_epochs=cfg.max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
-                        strategy=cfg.strategy, num_nodes=cfg.num_nodes, precision=cfg.precision,
-                        logger=_loggers(cfg, out), num_sanity_val_steps=0,
-                        callbacks=[ckpt, EarlyStopping(monitor="val_area", mode="max", patience=cfg.patience)],
-                        enable_model_summary=False, log_every_n_steps=10)
+    trainer = L.Trainer(
+        max_epochs=cfg.max_epochs,
+        accelerator=cfg.accelerator,
+        devices=cfg.devices,
+        strategy=cfg.strategy,
+        num_nodes=cfg.num_nodes,
+        precision=cfg.precision,
+        logger=_loggers(cfg, out),
+        num_sanity_val_steps=0,
+        callbacks=[ckpt, EarlyStopping(monitor="val_area", mode="max", patience=cfg.patience)],
+        enable_model_summary=False,
+        log_every_n_steps=10,
+    )
     trainer.fit(module, datamodule=data)
     if not trainer.is_global_zero:  # under DDP rank 0 exports the router and writes the metrics
         return {}
@@ -161,10 +202,17 @@ def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: Rec
     windowed = cfg.arch == "gru"
     pred = router_scores(module.net, val)  # as eval will score it: the same inputs, the same code
     greedy = greedy_areas(val, pred, cfg.head)
-    metrics = {"router": {**router_metrics(pred, val.y, val, regression=cfg.loss == "mse"),
-                          "greedy_area": greedy.pop("router")},
-               "plugins": plugin_areas(val), "plugins_greedy": greedy, "epochs": trainer.current_epoch,
-               "train_rows": len(train), "val_rows": len(val)}
+    metrics = {
+        "router": {
+            **router_metrics(pred, val.y, val, regression=cfg.loss == "mse"),
+            "greedy_area": greedy.pop("router"),
+        },
+        "plugins": plugin_areas(val),
+        "plugins_greedy": greedy,
+        "epochs": trainer.current_epoch,
+        "train_rows": len(train),
+        "val_rows": len(val),
+    }
     if cfg.baselines and not cfg.hidden_inputs and not windowed:
         from train.baselines import sklearn_baselines
 
@@ -188,10 +236,16 @@ def _log_wandb(trainer, table: list[dict], out: Path) -> None:
             import wandb
 
             run = logger.experiment
-            wb_table = wandb.Table(columns=["method", "rejection", "quality"],
-                                   data=[[r["method"], r["rejection"], r["quality"]] for r in table])
-            run.log({"tradeoff": wb_table,
-                     "tradeoff_plot": wandb.plot.scatter(wb_table, "rejection", "quality", title="quality vs rejection")})
+            wb_table = wandb.Table(
+                columns=["method", "rejection", "quality"],
+                data=[[r["method"], r["rejection"], r["quality"]] for r in table],
+            )
+            run.log(
+                {
+                    "tradeoff": wb_table,
+                    "tradeoff_plot": wandb.plot.scatter(wb_table, "rejection", "quality", title="quality vs rejection"),
+                }
+            )
             artifact = wandb.Artifact(f"router-{out.name}", type="router")
             artifact.add_file(str(out / "model.safetensors"))
             artifact.add_file(str(out / "config.json"))
@@ -203,15 +257,22 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
     hidden = f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else ""
     n_features = len(JUDGE_FEATURE_NAMES if cfg.head == "judge" else FEATURE_NAMES)
-    rows = [("router", f"{cfg.arch}, {cfg.head} head, on {n_features} features{hidden}"),
-            ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
-            ("val area (0 drafter, 1 oracle)" + (", greedy view" if cfg.head == "judge" else ""), f"{r['area']:.4f}"),
-            ("best plug-in area", f"{pl['best_plugin']:.4f} ("
-             + ", ".join(f"{name} {area:.4f}" for name, area in pl.items() if name != "best_plugin") + ")"),
-            ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),
-            ("val calibration error", f"{r['calibration']:.4f}")]
-    rows.append(("val greedy-view area", f"{r['greedy_area']:.4f} (best rule "
-                 f"{max(metrics['plugins_greedy'].values()):.4f})"))
+    rows = [
+        ("router", f"{cfg.arch}, {cfg.head} head, on {n_features} features{hidden}"),
+        ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
+        ("val area (0 drafter, 1 oracle)" + (", greedy view" if cfg.head == "judge" else ""), f"{r['area']:.4f}"),
+        (
+            "best plug-in area",
+            f"{pl['best_plugin']:.4f} ("
+            + ", ".join(f"{name} {area:.4f}" for name, area in pl.items() if name != "best_plugin")
+            + ")",
+        ),
+        ("val ROC-AUC vs oracle", f"{r['auc']:.4f}"),
+        ("val calibration error", f"{r['calibration']:.4f}"),
+    ]
+    rows.append(
+        ("val greedy-view area", f"{r['greedy_area']:.4f} (best rule {max(metrics['plugins_greedy'].values()):.4f})")
+    )
     for name, b in metrics.get("baselines", {}).items():
         rows.append((f"sklearn {name} area", f"{b['area']:.4f}"))
     print("\n" + summary_table(rows) + f"\n  router written to {cfg.output}")

@@ -35,12 +35,15 @@ def labels(cols: dict, target: str) -> np.ndarray:
         return (p_y - q_y).astype(np.float32)
     if target == "greedy_01_gap":
         y = np.asarray(cols["token"])
-        return ((np.asarray(cols["q_argmax"]) != y).astype(np.float32)
-                - (np.asarray(cols["p_argmax"]) != y).astype(np.float32))
+        return (np.asarray(cols["q_argmax"]) != y).astype(np.float32) - (np.asarray(cols["p_argmax"]) != y).astype(
+            np.float32
+        )
     if target == CONSEQUENCE_TARGET:
         if "consequence" not in cols:
-            raise ValueError("target consequence needs consequence labels: record with modes: [consequence] and train "
-                             "with mode: consequence")
+            raise ValueError(
+                "target consequence needs consequence labels: record with modes: [consequence] and train "
+                "with mode: consequence"
+            )
         return (np.asarray(cols["consequence"]) == IMPORTANT).astype(np.float32)
     if target == TOKEN_TARGET:
         raise ValueError(f"{TOKEN_TARGET} is a per-candidate label: train it with head: token")

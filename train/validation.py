@@ -4,7 +4,7 @@
   weighted by q(v), how often each is drafted;
 - calibration: mean |mean predicted gap - mean true gap| over 10 equal-count bins (regression
   losses; for the cost-sensitive loss the prediction is a logit and this is reported as NaN);
-- area: normalised area of the offline trade-off curve (router/tradeoff.py: 0 = drafter,
+- area: normalised area of the offline trade-off curve (router/offline/tradeoff.py: 0 = drafter,
   1 = the cascade oracle), next to the same area for every registered plug-in rule with an
   offline score (router.rules.offline_rules: cascade and token form), and the best of them.
   Token-form methods may exceed 1: they choose per drafted token, which the cascade oracle cannot.
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from router.record_view import RecordView
-from router.tradeoff import normalised_area, oracle_curve, router_curve, rule_curves
-from router.views import greedy_sweeps
+from router.offline.inputs import RecordView
+from router.offline.tradeoff import normalised_area, oracle_curve, router_curve, rule_curves
+from router.offline.views import greedy_sweeps
 
 
 def _curves(view: RecordView, learned: np.ndarray | None = None, judge: bool = False) -> dict:
@@ -32,7 +32,7 @@ def _curves(view: RecordView, learned: np.ndarray | None = None, judge: bool = F
 
 def _is_judge(view: RecordView) -> bool:
     """Rows labelled for a judge head (train.data.RecordSplit) are compared in the greedy view."""
-    return getattr(view, "head", None) == "judge"
+    return view.head == "judge"
 
 
 def plugin_areas(view: RecordView) -> dict:
@@ -44,14 +44,17 @@ def plugin_areas(view: RecordView) -> dict:
 
 def router_metrics(pred: np.ndarray, gap: np.ndarray, view: RecordView, regression: bool) -> dict:
     """AUC, calibration and area of predictions (N,) (cascade, judge) or (N, K) (token head); a
-    judge's area is its greedy view's (router.views)."""
+    judge's area is its greedy view's (router.offline.views)."""
     from sklearn.metrics import roc_auc_score
 
     weight = view.cand.q.reshape(-1) if np.ndim(pred) == 2 else None
     flat_pred, flat_gap = np.asarray(pred).reshape(-1), np.asarray(gap).reshape(-1)
     oracle_label = flat_gap > 0
-    auc = float(roc_auc_score(oracle_label, flat_pred, sample_weight=weight)) \
-        if 0 < oracle_label.sum() < len(flat_gap) else float("nan")
+    auc = (
+        float(roc_auc_score(oracle_label, flat_pred, sample_weight=weight))
+        if 0 < oracle_label.sum() < len(flat_gap)
+        else float("nan")
+    )
     # only the router's and the oracle's curves: this runs every validation epoch, and the plug-in
     # rules' curves (constant across epochs) were 85% of its time
     if _is_judge(view):
@@ -59,8 +62,11 @@ def router_metrics(pred: np.ndarray, gap: np.ndarray, view: RecordView, regressi
         area = normalised_area(sweeps["router"].curve(), sweeps["oracle"].curve())
     else:
         area = normalised_area(router_curve(pred, view.cols, view.cand), oracle_curve(view.cols))
-    return {"auc": auc, "calibration": calibration_error(flat_pred, flat_gap) if regression else float("nan"),
-            "area": area}
+    return {
+        "auc": auc,
+        "calibration": calibration_error(flat_pred, flat_gap) if regression else float("nan"),
+        "area": area,
+    }
 
 
 def calibration_error(pred: np.ndarray, gap: np.ndarray, bins: int = 10) -> float:
@@ -74,6 +80,8 @@ def tradeoff_table(pred: np.ndarray, view: RecordView) -> list[dict]:
     rows = []
     for name, c in _curves(view, pred, _is_judge(view)).items():
         step = max(1, len(c.rejection) // 200)
-        rows += [{"method": name, "rejection": float(r), "quality": float(q)}
-                 for r, q in zip(c.rejection[::step], c.quality[::step])]
+        rows += [
+            {"method": name, "rejection": float(r), "quality": float(q)}
+            for r, q in zip(c.rejection[::step], c.quality[::step])
+        ]
     return rows

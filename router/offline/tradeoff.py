@@ -28,15 +28,16 @@ import numpy as np
 
 from router.rules import get_rule, offline_rules, ratio_score
 
+
 @dataclass
 class Curve:
     """Points of a trade-off curve, rejection rate ascending (drafter end first)."""
 
     rejection: np.ndarray  # (P,) mean r * TV over positions
-    quality: np.ndarray    # (P,) mean quality over positions
-    deferral: np.ndarray   # (P,) fraction of positions deferred
+    quality: np.ndarray  # (P,) mean quality over positions
+    deferral: np.ndarray  # (P,) fraction of positions deferred
     threshold: np.ndarray | None = None  # (P,) the alpha / threshold giving each point (+inf: drafter)
-    top1: np.ndarray | None = None       # (P,) gold top-1 accuracy of greedy decoding from pi
+    top1: np.ndarray | None = None  # (P,) gold top-1 accuracy of greedy decoding from pi
 
 
 def oracle_scores(cols: dict) -> np.ndarray:
@@ -50,8 +51,14 @@ def learned_defer_scores(gap: np.ndarray, tv: np.ndarray) -> np.ndarray:
     return ratio_score(np.asarray(gap), np.asarray(tv))
 
 
-def curve(scores: np.ndarray, tv: np.ndarray, q_quality: np.ndarray, p_quality: np.ndarray,
-          q_top1: np.ndarray | None = None, p_top1: np.ndarray | None = None) -> Curve:
+def curve(
+    scores: np.ndarray,
+    tv: np.ndarray,
+    q_quality: np.ndarray,
+    p_quality: np.ndarray,
+    q_top1: np.ndarray | None = None,
+    p_top1: np.ndarray | None = None,
+) -> Curve:
     """The full threshold sweep of 'defer iff score > t': one point per distinct score, plus none.
 
     With q_top1/p_top1 (1 where each model's argmax is the gold token) it also gives greedy
@@ -136,13 +143,13 @@ def oracle_bound(oracle: Curve, rejection: float) -> float:
 class Candidates:
     """The drafter's top-k tokens at N positions, for token-form curves."""
 
-    q: np.ndarray        # (N, K) q of each candidate
-    p: np.ndarray        # (N, K) p of each candidate
+    q: np.ndarray  # (N, K) q of each candidate
+    p: np.ndarray  # (N, K) p of each candidate
     is_gold: np.ndarray  # (N, K) bool: the candidate is the gold token y
     is_p_argmax: np.ndarray  # (N, K) bool: the candidate is argmax p
-    q_gold: np.ndarray   # (N,) q(y)
-    p_gold: np.ndarray   # (N,) p(y)
-    p_max: np.ndarray    # (N,) max p
+    q_gold: np.ndarray  # (N,) q(y)
+    p_gold: np.ndarray  # (N,) p(y)
+    p_max: np.ndarray  # (N,) max p
 
     @property
     def labels(self) -> np.ndarray:
@@ -150,19 +157,30 @@ class Candidates:
         return (~self.is_gold).astype(np.float64) - (1.0 - self.p_gold[:, None])
 
 
-CANDIDATE_COLUMNS = ("q_topk_ids", "q_topk_logprobs", "p_at_q_topk_logprobs", "token", "p_argmax", "q_token",
-                     "p_token", "p_max")
+CANDIDATE_COLUMNS = (
+    "q_topk_ids",
+    "q_topk_logprobs",
+    "p_at_q_topk_logprobs",
+    "token",
+    "p_argmax",
+    "q_token",
+    "p_token",
+    "p_max",
+)
 
 
 def candidates_from_columns(cols: dict) -> Candidates:
     """The drafter's recorded top-k candidates at each record row (columns CANDIDATE_COLUMNS)."""
     ids = np.asarray(cols["q_topk_ids"])  # (N, K), column 0 = argmax q
-    return Candidates(q=np.exp(np.asarray(cols["q_topk_logprobs"], np.float64)),
-                      p=np.exp(np.asarray(cols["p_at_q_topk_logprobs"], np.float64)),
-                      is_gold=ids == np.asarray(cols["token"])[:, None],
-                      is_p_argmax=ids == np.asarray(cols["p_argmax"])[:, None],
-                      q_gold=np.asarray(cols["q_token"], np.float64), p_gold=np.asarray(cols["p_token"], np.float64),
-                      p_max=np.asarray(cols["p_max"], np.float64))
+    return Candidates(
+        q=np.exp(np.asarray(cols["q_topk_logprobs"], np.float64)),
+        p=np.exp(np.asarray(cols["p_at_q_topk_logprobs"], np.float64)),
+        is_gold=ids == np.asarray(cols["token"])[:, None],
+        is_p_argmax=ids == np.asarray(cols["p_argmax"])[:, None],
+        q_gold=np.asarray(cols["q_token"], np.float64),
+        p_gold=np.asarray(cols["p_token"], np.float64),
+        p_max=np.asarray(cols["p_max"], np.float64),
+    )
 
 
 def token_rows(keep: np.ndarray, cand: Candidates) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -175,8 +193,9 @@ def token_rows(keep: np.ndarray, cand: Candidates) -> tuple[np.ndarray, np.ndarr
     eta = 1.0 - (q * keep).sum(-1)  # (N,) drafter mass outside A: the chance a draft is deferred
     q_rest = np.maximum(0.0, 1.0 - q.sum(-1))
     p_rest = np.maximum(0.0, 1.0 - p.sum(-1))
-    rejected = np.where(keep, 0.0, np.maximum(0.0, q - eta[:, None] * p)).sum(-1) + \
-        np.maximum(0.0, q_rest - eta * p_rest)
+    rejected = np.where(keep, 0.0, np.maximum(0.0, q - eta[:, None] * p)).sum(-1) + np.maximum(
+        0.0, q_rest - eta * p_rest
+    )
     gold_kept = (keep & cand.is_gold).any(-1)
     quality = np.where(gold_kept, cand.q_gold, 0.0) + eta * cand.p_gold
     pi_cand = q * keep + eta[:, None] * p  # (N, K)
@@ -214,6 +233,7 @@ def token_curve(scores: np.ndarray, cand: Candidates, points: int = 128, q_top1:
 
 
 # ---- every method's curve, for train validation and offline eval alike ---------------------------
+
 
 def cascade_curve(scores: np.ndarray, cols: dict, q_top1=None, p_top1=None) -> Curve:
     """The sweep of a cascade-form score over record columns (tv, q_token, p_token)."""

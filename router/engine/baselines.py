@@ -12,35 +12,65 @@ from __future__ import annotations
 
 import torch
 
-from router import clock
-from router.layout import CachedModel
-from router.loop import (FROM_DRAFTER, FROM_VERIFIER, PADDING, GenerateOutput, Rows, Sampling, check_inputs,
-                         check_pair, eos_ids, finish, forward_stats, pad_id, first_layout, one_model_step,
-                         vocab_size)
-from router.prefix import SharedPrefix
-from router.prompts import StopStrings
+from router.infra import clock
+from router.engine.layout import CachedModel
+from router.engine.options import DecodeOptions
+from router.engine.loop import (
+    FROM_DRAFTER,
+    FROM_VERIFIER,
+    PADDING,
+    GenerateOutput,
+    Rows,
+    check_inputs,
+    check_pair,
+    eos_ids,
+    finish,
+    forward_stats,
+    pad_id,
+    first_layout,
+    one_model_step,
+    vocab_size,
+)
+from router.engine.prefix import SharedPrefix
+from router.tasks.prompts import StopStrings
 from router.rules import chow_defer
 from router.sampling import sample
 
 
-def generate_autoregressive(model, input_ids: torch.Tensor, temperature: float = 0.0, top_p: float = 1.0,
-                            max_new_tokens: int = 64, seed: int = 0, attention_mask=None,
-                            role: str = "verifier", stop: StopStrings | None = None,
-                            prefix: SharedPrefix | None = None) -> GenerateOutput:
+def generate_autoregressive(
+    model,
+    input_ids: torch.Tensor,
+    temperature: float = DecodeOptions.temperature,
+    top_p: float = DecodeOptions.top_p,
+    max_new_tokens: int = DecodeOptions.max_new_tokens,
+    seed: int = DecodeOptions.seed,
+    attention_mask=None,
+    role: str = "verifier",
+    stop: StopStrings | None = None,
+    prefix: SharedPrefix | None = None,
+) -> GenerateOutput:
     """One model alone, one token per forward, KV-cached; `role` names it in the stats; stop
     tokens and a shared prefix as in `router.decoding.generate`."""
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
-    out, _ = _autoregressive(model, input_ids, check_inputs(input_ids, attention_mask), sampling, role, prefix)
+    opts = DecodeOptions(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
+    out, _ = _autoregressive(model, input_ids, check_inputs(input_ids, attention_mask), opts, role, prefix, stop)
     return out
 
 
-def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: str, prefix: SharedPrefix | None):
+def _autoregressive(
+    model,
+    input_ids,
+    attention_mask,
+    opts: DecodeOptions,
+    role: str,
+    prefix: SharedPrefix | None,
+    stop: StopStrings | None,
+):
     """Autoregressive loop; also returns each row's mean raw probability of its chosen tokens."""
     eos = eos_ids(model)
-    gen = sampling.generator(input_ids.device)
+    gen = opts.generator(input_ids.device)
     started = clock.now()
     batch = input_ids.shape[0]
-    rows = Rows.start(batch, eos, sampling.max_new_tokens, sampling.stop)
+    rows = Rows.start(batch, eos, opts.max_new_tokens, stop)
     source = FROM_DRAFTER if role == "drafter" else FROM_VERIFIER
     confidence = [[] for _ in range(batch)]
     m = CachedModel(model, vocab_size(model))
@@ -48,7 +78,7 @@ def _autoregressive(model, input_ids, attention_mask, sampling: Sampling, role: 
     active = list(range(batch))
     with torch.inference_mode():
         while active:
-            stepped = one_model_step(m, layout, sampling, gen, rows, active, source, logps=role == "verifier")
+            stepped = one_model_step(m, layout, opts, gen, rows, active, source, logps=role == "verifier")
             for b, (kept, prob) in zip(active, stepped):
                 if kept:
                     confidence[b].append(prob)
@@ -64,19 +94,28 @@ def _check_unit_alpha(alpha: float, what: str) -> None:
         raise ValueError(f"alpha={alpha} is outside {what}'s range [0, 1]")
 
 
-def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: float = 0.3,
-                           temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64,
-                           seed: int = 0, attention_mask=None, stop: StopStrings | None = None,
-                           prefix: SharedPrefix | None = None) -> GenerateOutput:
+def generate_token_cascade(
+    drafter,
+    verifier,
+    input_ids: torch.Tensor,
+    alpha: float = 0.3,
+    temperature: float = DecodeOptions.temperature,
+    top_p: float = DecodeOptions.top_p,
+    max_new_tokens: int = DecodeOptions.max_new_tokens,
+    seed: int = DecodeOptions.seed,
+    attention_mask=None,
+    stop: StopStrings | None = None,
+    prefix: SharedPrefix | None = None,
+) -> GenerateOutput:
     """Sequential token-level cascade with Chow's rule: the drafter writes every position and the
     verifier is called only where max q_raw < 1 - alpha, catching up on the skipped tokens in that
     same forward. Deferred positions take the verifier's token."""
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
+    opts = DecodeOptions(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "chow")
     vocab = check_pair(drafter, verifier)
     eos = eos_ids(verifier)
-    gen = sampling.generator(input_ids.device)
+    gen = opts.generator(input_ids.device)
     started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
@@ -84,39 +123,61 @@ def generate_token_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: fl
     active, deferrals = list(range(input_ids.shape[0])), 0
     with torch.inference_mode():
         while active:
-            q_raw, q = sampling.probs(d.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
+            q_raw, q = opts.probs(d.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
             defer = chow_defer(q_raw, alpha)  # (B,)
             dist = q
             if defer.any():
-                _, p = sampling.probs(v.feed(layout, layout.length, keep=1)[:, -1])
+                _, p = opts.probs(v.feed(layout, layout.length, keep=1)[:, -1])
                 dist = torch.where(defer[:, None], p, q)
             x = sample(dist, gen)
             for i, b in enumerate(active):  # the verifier's distribution exists only where it deferred
                 deferrals += rows.emit(b, [int(x[i])], [int(defer[i])], None) * int(defer[i])
             layout.append(x[:, None])
             active = rows.drop_finished(active, layout, d, v)
-    stats = dict(method="token_cascade", rule="chow", alpha=alpha, deferrals=deferrals,
-                 **forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
+    stats = dict(
+        method="token_cascade",
+        rule="chow",
+        alpha=alpha,
+        deferrals=deferrals,
+        **forward_stats(d, "drafter"),
+        **forward_stats(v, "verifier"),
+    )
     return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
 
 
-def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha: float = 0.3,
-                              temperature: float = 0.0, top_p: float = 1.0, max_new_tokens: int = 64,
-                              seed: int = 0, attention_mask=None, stop: StopStrings | None = None,
-                              prefix: SharedPrefix | None = None) -> GenerateOutput:
+def generate_sequence_cascade(
+    drafter,
+    verifier,
+    input_ids: torch.Tensor,
+    alpha: float = 0.3,
+    temperature: float = DecodeOptions.temperature,
+    top_p: float = DecodeOptions.top_p,
+    max_new_tokens: int = DecodeOptions.max_new_tokens,
+    seed: int = DecodeOptions.seed,
+    attention_mask=None,
+    stop: StopStrings | None = None,
+    prefix: SharedPrefix | None = None,
+) -> GenerateOutput:
     """Sequence-level cascade: the drafter writes each whole answer; rows whose mean token
     confidence (raw drafter probability of its chosen tokens) is below 1 - alpha are rewritten
     by the verifier from scratch. alpha 0 -> (almost) always the verifier, 1 -> the drafter."""
-    sampling = Sampling(temperature, top_p, seed, max_new_tokens, stop)
+    opts = DecodeOptions(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "the sequence cascade")
     check_pair(drafter, verifier)
     started = clock.now()
-    draft, confidence = _autoregressive(drafter, input_ids, attention_mask, sampling, "drafter", prefix)
+    draft, confidence = _autoregressive(drafter, input_ids, attention_mask, opts, "drafter", prefix, stop)
     redo = [b for b, c in enumerate(confidence) if c < 1 - alpha]
-    stats = dict(method="sequence_cascade", alpha=alpha, deferrals=len(redo), deferred_rows=redo,
-                 **{k: draft.stats[k] for k in ("drafter_forwards", "drafter_row_forwards", "drafter_seconds")},
-                 verifier_forwards=0, verifier_row_forwards=0, verifier_seconds=0.0)
+    stats = dict(
+        method="sequence_cascade",
+        alpha=alpha,
+        deferrals=len(redo),
+        deferred_rows=redo,
+        **{k: draft.stats[k] for k in ("drafter_forwards", "drafter_row_forwards", "drafter_seconds")},
+        verifier_forwards=0,
+        verifier_row_forwards=0,
+        verifier_seconds=0.0,
+    )
     rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
     width = input_ids.shape[1]
     for b in range(input_ids.shape[0]):
@@ -125,8 +186,17 @@ def generate_sequence_cascade(drafter, verifier, input_ids: torch.Tensor, alpha:
     rows.logps = None  # drafter answers: the verifier never scored them
     if redo:
         idx = torch.tensor(redo, device=input_ids.device)
-        redone = generate_autoregressive(verifier, input_ids[idx], temperature, top_p, max_new_tokens, seed,
-                                         attention_mask[idx], stop=stop, prefix=prefix)
+        redone = generate_autoregressive(
+            verifier,
+            input_ids[idx],
+            temperature,
+            top_p,
+            max_new_tokens,
+            seed,
+            attention_mask[idx],
+            stop=stop,
+            prefix=prefix,
+        )
         for k in ("verifier_forwards", "verifier_row_forwards", "verifier_seconds"):
             stats[k] = redone.stats[k]
         for i, b in enumerate(redo):

@@ -4,7 +4,7 @@ are accepted.
 The best block size differs between machines by several tokens: on a GPU a verifier pass over 9
 tokens costs about as much as over 1, on a CPU in float32 it can cost 2.4x, and there a long block
 of rejected drafts is pure loss. `calibrate_gamma` measures a drafter step and verifier passes over
-1..max_gamma+1 tokens at a batch size (`router.costs`) and, with an acceptance rate (eval and the
+1..max_gamma+1 tokens at a batch size (`router.machine.costs`) and, with an acceptance rate (eval and the
 demo take it from the records: how often the verifier keeps the drafter's token), picks the gamma
 with the lowest expected latency, or says that speculation does not pay on this machine. Eval and
 the demo store the choice with their results (`gamma.json`).
@@ -20,10 +20,10 @@ from __future__ import annotations
 import weakref
 from dataclasses import asdict, dataclass
 
-from router import clock
-from router.costs import _model_costs, choose_gamma, measure_verify_curve
-from router.hardware import machine_kind
-from router.loop import check_pair
+from router.infra import clock
+from router.machine.costs import _model_costs, choose_gamma, measure_verify_curve
+from router.machine.hardware import machine_kind
+from router.engine.loop import check_pair
 
 MAX_GAMMA = 8
 # AdaptiveGamma's prior on the acceptance rate before any block is decoded: 8 of 10 drafts accepted
@@ -38,13 +38,13 @@ class GammaChoice:
 
     gamma: int
     acceptance: float
-    drafter_step: float                # seconds of one drafter forward over 1 token per row
-    verify_seconds: list               # seconds of a verifier forward over n tokens per row, n = 1..
-    latency: dict                      # gamma -> expected seconds per token / verifier step
+    drafter_step: float  # seconds of one drafter forward over 1 token per row
+    verify_seconds: list  # seconds of a verifier forward over n tokens per row, n = 1..
+    latency: dict  # gamma -> expected seconds per token / verifier step
     batch: int
     machine: str
     dtype: str
-    seconds: float = 0.0               # what the calibration took
+    seconds: float = 0.0  # what the calibration took
 
     @property
     def pays(self) -> bool:
@@ -61,11 +61,13 @@ class GammaChoice:
 
     def summary(self) -> str:
         verdict = "speculation pays" if self.pays else "speculation does NOT pay here: decode with the verifier alone"
-        return (f"gamma {self.gamma} (expected {self.latency[self.gamma]:.3f}x the verifier's time per token at "
-                f"acceptance {self.acceptance:.3f}; drafter step {self.drafter_step * 1e3:.0f} ms, verifier pass "
-                f"over 1 / {self.gamma + 1} tokens {self.verify_seconds[0] * 1e3:.0f} / "
-                f"{self.verify_seconds[self.gamma] * 1e3:.0f} ms, batch {self.batch}, {self.machine}, "
-                f"{self.dtype}): {verdict}")
+        return (
+            f"gamma {self.gamma} (expected {self.latency[self.gamma]:.3f}x the verifier's time per token at "
+            f"acceptance {self.acceptance:.3f}; drafter step {self.drafter_step * 1e3:.0f} ms, verifier pass "
+            f"over 1 / {self.gamma + 1} tokens {self.verify_seconds[0] * 1e3:.0f} / "
+            f"{self.verify_seconds[self.gamma] * 1e3:.0f} ms, batch {self.batch}, {self.machine}, "
+            f"{self.dtype}): {verdict}"
+        )
 
 
 def measure_costs(drafter, verifier, batch: int, max_gamma: int = MAX_GAMMA) -> tuple[float, list[float]]:
@@ -77,8 +79,15 @@ def measure_costs(drafter, verifier, batch: int, max_gamma: int = MAX_GAMMA) -> 
     return drafter_step, measure_verify_curve(verifier, batch, max_gamma + 1)
 
 
-def calibrate_gamma(drafter, verifier, batch: int, acceptance: float, max_gamma: int = MAX_GAMMA,
-                    bonus_drafter: bool = True, costs: tuple[float, list[float]] | None = None) -> GammaChoice:
+def calibrate_gamma(
+    drafter,
+    verifier,
+    batch: int,
+    acceptance: float,
+    max_gamma: int = MAX_GAMMA,
+    bonus_drafter: bool = True,
+    costs: tuple[float, list[float]] | None = None,
+) -> GammaChoice:
     """Measure the pair's costs at this batch size (unless `costs` are given) and choose gamma for
     this acceptance rate (i.i.d. per draft). About 30 s for the 0.5B/1.5B pair on 2 CPU cores."""
     if not 0 <= acceptance <= 1:
@@ -86,8 +95,9 @@ def calibrate_gamma(drafter, verifier, batch: int, acceptance: float, max_gamma:
     started = clock.now()
     drafter_step, verify = costs if costs is not None else _costs_once(drafter, verifier, batch, max_gamma)
     gamma, latency = choose_gamma(acceptance, drafter_step, verify, bonus_drafter)
-    return GammaChoice(gamma, acceptance, drafter_step, list(verify), latency, batch, *machine_of(verifier),
-                       clock.now() - started)
+    return GammaChoice(
+        gamma, acceptance, drafter_step, list(verify), latency, batch, *machine_of(verifier), clock.now() - started
+    )
 
 
 def machine_of(model) -> tuple[str, str]:
@@ -111,8 +121,11 @@ def _costs_once(drafter, verifier, batch: int, max_gamma: int) -> tuple[float, l
 def remember_costs(drafter, verifier, batch: int, costs: tuple[float, list[float]], max_gamma: int = MAX_GAMMA) -> None:
     """Use these measured costs (drafter step, verifier pass seconds) for this pair and batch size
     from now on in this process, e.g. a resumed run's, so that gamma="auto" decides as it did."""
-    _COSTS[(id(drafter), id(verifier), batch, max_gamma)] = (weakref.ref(drafter), weakref.ref(verifier),
-                                                            (costs[0], list(costs[1])))
+    _COSTS[(id(drafter), id(verifier), batch, max_gamma)] = (
+        weakref.ref(drafter),
+        weakref.ref(verifier),
+        (costs[0], list(costs[1])),
+    )
 
 
 class AdaptiveGamma:

@@ -55,10 +55,19 @@ def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab: int = TI
     """A random Qwen2 causal LM (by default over the byte vocabulary), float32, eval mode."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, eos_token_id=2, bos_token_id=1, pad_token_id=0,
-                         tie_word_embeddings=False)
+    config = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        eos_token_id=2,
+        bos_token_id=1,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).eval()
@@ -71,7 +80,9 @@ def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab: int = TI
 
 
 def tiny_pair(seed: int = 0, noise: float = 0.002):
-    """(drafter, verifier, tokenizer): the drafter is the verifier with N(0, noise) added."""
+    """The Pair (drafter, verifier, tokenizer): the drafter is the verifier with N(0, noise) added."""
+    from router.pair import Pair
+
     verifier = tiny_model(seed)
     drafter = copy.deepcopy(verifier)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -80,4 +91,4 @@ def tiny_pair(seed: int = 0, noise: float = 0.002):
             w.add_(torch.randn(w.shape, generator=gen) * noise)
     drafter.name_or_path = f"tiny:drafter-seed{seed}"
     verifier.name_or_path = f"tiny:verifier-seed{seed}"
-    return drafter, verifier, ByteTokenizer()
+    return Pair(drafter, verifier, ByteTokenizer())

@@ -20,21 +20,48 @@ import torch
 
 from router.features import FEATURE_NAMES, class_bits, judge_features
 from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair, recorded_candidate_features
-from router.records import (RecordsError, judge_column, load_records, read_manifest, read_token_classes,
-                            require_hidden_states, require_judge)
-from router.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
+from router.records import (
+    RecordsError,
+    judge_column,
+    load_records,
+    read_manifest,
+    read_token_classes,
+    require_hidden_states,
+    require_judge,
+)
+from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 
-JUDGE_COLUMNS = ("draft_token", "q_draft", "p_draft", judge_column("argmax", "lookahead"),
-                 judge_column("sample", "lookahead"))
-SCALAR_COLUMNS = ("q_max", "p_max", "tv", "kl", "p_entropy", "q_token", "p_token", "q_argmax", "p_argmax", "token", "position")
+JUDGE_COLUMNS = (
+    "draft_token",
+    "q_draft",
+    "p_draft",
+    judge_column("argmax", "lookahead"),
+    judge_column("sample", "lookahead"),
+)
+SCALAR_COLUMNS = (
+    "q_max",
+    "p_max",
+    "tv",
+    "kl",
+    "p_entropy",
+    "q_token",
+    "p_token",
+    "q_argmax",
+    "p_argmax",
+    "token",
+    "position",
+)
 
 
 class RecordView:
     """One split and mode of record folders, concatenated in folder order (rows of a trajectory
     stay consecutive and in position order)."""
 
-    def __init__(self, folders: list[str], split: str, mode: str = "gold", hidden_inputs: tuple = (),
-                 max_rows: int | None = None):
+    head: str | None = None  # the router head its labels are for (train.data.RecordSplit sets it)
+
+    def __init__(
+        self, folders: list[str], split: str, mode: str = "gold", hidden_inputs: tuple = (), max_rows: int | None = None
+    ):
         """hidden_inputs: hidden states the folders must hold (checked now, read later, on demand)."""
         import datasets
 
@@ -42,9 +69,11 @@ class RecordView:
         self.manifests, parts = [], []
         for folder in self.folders:
             manifest = read_manifest(folder)
-            if manifest["feature_names"] != list(FEATURE_NAMES):
-                raise RecordsError(f"{folder} was recorded with features {manifest['feature_names']}, this "
-                                   f"specroute uses {list(FEATURE_NAMES)}: re-record it")
+            if manifest.feature_names != list(FEATURE_NAMES):
+                raise RecordsError(
+                    f"{folder} was recorded with features {manifest.feature_names}, this "
+                    f"specroute uses {list(FEATURE_NAMES)}: re-record it"
+                )
             for role in hidden_inputs:
                 require_hidden_states(folder, manifest, role)
             self.manifests.append(manifest)
@@ -53,14 +82,17 @@ class RecordView:
             except RecordsError:
                 continue  # this folder has no rows of that split and mode
         if not parts or not sum(len(p) for p in parts):
-            raise RecordsError(f"no {mode}-mode rows in the {split} split of {self.folders}: record with modes "
-                               f"including {mode} and enough examples for a {split} split")
+            raise RecordsError(
+                f"no {mode}-mode rows in the {split} split of {self.folders}: record with modes "
+                f"including {mode} and enough examples for a {split} split"
+            )
         ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]
         if max_rows is not None and len(ds) > max_rows:
             ds = ds.select(range(max_rows))
         self.ds = ds.with_format("numpy")
-        small = self.ds.select_columns(sorted({*SCALAR_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id",
-                                               "mode"}))[:]
+        small = self.ds.select_columns(sorted({*SCALAR_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id", "mode"}))[
+            :
+        ]
         self.cols = {k: np.asarray(small[k]) for k in SCALAR_COLUMNS}  # (N,) each
         if "consequence" in self.ds.column_names:  # consequence labels (data_gen/consequence.py)
             self.cols["consequence"] = np.asarray(self.ds.select_columns(["consequence"])[:]["consequence"])
@@ -129,8 +161,10 @@ class RecordView:
                 require_judge(folder, manifest)
                 tables.append(read_token_classes(folder, manifest))
             if any(t.shape != tables[0].shape or (t != tables[0]).any() for t in tables):
-                raise RecordsError(f"{self.folders} were recorded with different token class tables: a judge "
-                                   f"reads one tokenizer's classes; use folders of one model pair")
+                raise RecordsError(
+                    f"{self.folders} were recorded with different token class tables: a judge "
+                    f"reads one tokenizer's classes; use folders of one model pair"
+                )
             self.token_classes = tables[0]
             got = self.ds.select_columns(list(JUDGE_COLUMNS))[:]
             self._judge_cols = {c: np.asarray(got[c]) for c in JUDGE_COLUMNS}
@@ -150,14 +184,21 @@ class RecordView:
         else:
             d_q, d_p = j["q_draft"][idx], j["p_draft"][idx]
         t = torch.from_numpy
-        x = judge_features(t(self.features[idx]), t(np.asarray(d_q, np.float32)), t(np.asarray(d_p, np.float32)),
-                           t(d == c["p_argmax"][idx]), t(d == c["q_argmax"][idx]), t(np.asarray(look)),
-                           class_bits(t(self.token_classes), t(np.asarray(d, np.int64)))).numpy()
+        x = judge_features(
+            t(self.features[idx]),
+            t(np.asarray(d_q, np.float32)),
+            t(np.asarray(d_p, np.float32)),
+            t(d == c["p_argmax"][idx]),
+            t(d == c["q_argmax"][idx]),
+            t(np.asarray(look)),
+            class_bits(t(self.token_classes), t(np.asarray(d, np.int64))),
+        ).numpy()
         h = self.hidden(idx, tuple(hidden), drafted)
         return x if h is None else np.concatenate([x, h], -1)
 
-    def inputs(self, idx: np.ndarray, head: str = "cascade", window: int = 1, hidden: tuple = (),
-               drafted: str = "argmax") -> np.ndarray:
+    def inputs(
+        self, idx: np.ndarray, head: str = "cascade", window: int = 1, hidden: tuple = (), drafted: str = "argmax"
+    ) -> np.ndarray:
         """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
         (a judge: for the drafted token `drafted`)."""
         if head == "judge":
@@ -173,8 +214,13 @@ def input_window(net: RouterNet) -> int:
 
 
 @torch.no_grad()
-def router_scores(router: LearnedRouter | RouterNet, view: RecordView, batch: int = 8192,
-                  name: str = "router", drafted: str = "argmax") -> np.ndarray:
+def router_scores(
+    router: LearnedRouter | RouterNet,
+    view: RecordView,
+    batch: int = 8192,
+    name: str = "router",
+    drafted: str = "argmax",
+) -> np.ndarray:
     """A router's predicted gaps on every row of a view: (N,) cascade head, (N, K) token head, (N,)
     judge head for the drafted token `drafted` (argmax or sample). A LearnedRouter is first checked
     against the view's model pair."""
@@ -184,8 +230,10 @@ def router_scores(router: LearnedRouter | RouterNet, view: RecordView, batch: in
         router = router.net
     k = view.cand.q.shape[1]
     if router.cfg.head == "token" and router.cfg.token_candidates != k:
-        raise RouterError(f"token router {name} scores {router.cfg.token_candidates} candidates, the records hold "
-                          f"top-{k}: record with top_k={router.cfg.token_candidates} or retrain on these records")
+        raise RouterError(
+            f"token router {name} scores {router.cfg.token_candidates} candidates, the records hold "
+            f"top-{k}: record with top_k={router.cfg.token_candidates} or retrain on these records"
+        )
     net, window, hidden = router.eval(), input_window(router), tuple(router.cfg.hidden_inputs)
     parts = []
     for start in range(0, len(view), batch):

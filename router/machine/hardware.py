@@ -95,15 +95,22 @@ def bf16_slowdown() -> float:
 def _auto_cpu() -> DtypeChoice:
     units = cpu_bf16_units()
     if not units:
-        return DtypeChoice(torch.float32, f"auto: this CPU has no native bf16 (no AMX or AVX512-BF16; torch "
-                                          f"capability {torch.backends.cpu.get_cpu_capability()}), so bf16 "
-                                          f"matmuls would be emulated and many times slower")
+        return DtypeChoice(
+            torch.float32,
+            f"auto: this CPU has no native bf16 (no AMX or AVX512-BF16; torch "
+            f"capability {torch.backends.cpu.get_cpu_capability()}), so bf16 "
+            f"matmuls would be emulated and many times slower",
+        )
     slowdown = bf16_slowdown()
     if slowdown > PROBE_TOLERANCE:
-        return DtypeChoice(torch.float32, f"auto: the CPU reports {units} but a measured bf16 matmul took "
-                                          f"{slowdown:.2f}x the float32 time")
-    return DtypeChoice(torch.bfloat16, f"auto: native bf16 on this CPU ({units}; measured bf16 matmul "
-                                       f"{slowdown:.2f}x the float32 time)")
+        return DtypeChoice(
+            torch.float32,
+            f"auto: the CPU reports {units} but a measured bf16 matmul took {slowdown:.2f}x the float32 time",
+        )
+    return DtypeChoice(
+        torch.bfloat16,
+        f"auto: native bf16 on this CPU ({units}; measured bf16 matmul {slowdown:.2f}x the float32 time)",
+    )
 
 
 def _auto_cuda(device: str) -> DtypeChoice:
@@ -120,8 +127,10 @@ def resolve_dtype(spec: str | torch.dtype = "auto", device: str = "cpu") -> Dtyp
     if isinstance(spec, torch.dtype):
         return DtypeChoice(spec, "set explicitly")
     if spec not in DTYPE_CHOICES:
-        raise ValueError(f"dtype {spec!r} is not one of {', '.join(DTYPE_CHOICES)}: use auto (bf16 where the "
-                         f"hardware has it natively, float32 elsewhere) or name one")
+        raise ValueError(
+            f"dtype {spec!r} is not one of {', '.join(DTYPE_CHOICES)}: use auto (bf16 where the "
+            f"hardware has it natively, float32 elsewhere) or name one"
+        )
     if spec != "auto":
         return DtypeChoice(DTYPES[spec], "set explicitly")
     if str(device).startswith("cuda"):

@@ -1,7 +1,7 @@
 """Real task metrics for generated outputs, keyed by task name.
 
 - gsm8k: exact match of the final number ('the answer is N', else after '####', else the last number);
-- mbpp, humaneval: pass@1, the candidate and then its tests run by `router.sandbox` in an isolated
+- mbpp, humaneval: pass@1, the candidate and then its tests run by `router.tasks.sandbox` in an isolated
   sandbox; a pass means the tests ran to their end (an early exit fails, as in the HumanEval harness);
 - triviaqa, nq, squad: exact match and token F1 against the answer aliases (SQuAD normalisation).
 Each metric takes the generated text and the example's `meta` (written by data_gen into the record
@@ -18,7 +18,7 @@ import string
 from collections import Counter
 from typing import Callable
 
-from router.sandbox import resolve_sandbox, run_program
+from router.tasks.sandbox import resolve_sandbox, run_program
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -45,8 +45,10 @@ def _number(text: str) -> float | None:
 def gsm8k_metric(output: str, meta: dict) -> dict:
     """Exact match of the final number of the output with the short answer."""
     got, want = _number(output), _number(str(meta["short_answer"]))
-    return {"quality": float(got is not None and want is not None and abs(got - want) < 1e-6),
-            "answer": "" if got is None else f"{got:g}"}
+    return {
+        "quality": float(got is not None and want is not None and abs(got - want) < 1e-6),
+        "answer": "" if got is None else f"{got:g}",
+    }
 
 
 def normalise_answer(text: str) -> str:
@@ -101,8 +103,12 @@ def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: 
 
 
 METRICS: dict[str, Callable[[str, dict], dict]] = {
-    "gsm8k": gsm8k_metric, "mbpp": mbpp_metric, "humaneval": humaneval_metric,
-    "triviaqa": qa_metric, "nq": qa_metric, "squad": qa_metric,
+    "gsm8k": gsm8k_metric,
+    "mbpp": mbpp_metric,
+    "humaneval": humaneval_metric,
+    "triviaqa": qa_metric,
+    "nq": qa_metric,
+    "squad": qa_metric,
     "exact_match": qa_metric,  # custom data: `metric: exact_match` scores against meta aliases or the reference
 }
 
@@ -115,8 +121,10 @@ def get_metric(task: str, override: str | None = None, sandbox: str | None = Non
     generated programs check the sandbox now (before any decoding) and use it."""
     name = override or task
     if name not in METRICS:
-        raise KeyError(f"no task metric for {name!r}: known metrics are {', '.join(METRICS)}; for custom data set "
-                       f"`metric:` in the eval config (e.g. exact_match with meta['aliases']) or run offline only")
+        raise KeyError(
+            f"no task metric for {name!r}: known metrics are {', '.join(METRICS)}; for custom data set "
+            f"`metric:` in the eval config (e.g. exact_match with meta['aliases']) or run offline only"
+        )
     if name in CODE_METRICS:
         return functools.partial(METRICS[name], sandbox=resolve_sandbox(sandbox))
     return METRICS[name]

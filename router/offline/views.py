@@ -9,13 +9,13 @@ predicted gap for d, the oracle its gain per rejection.
 
 Temperature-1 view. Quality: the probability that the emitted token is gold; rejection rate: the
 probability that it is not the draft. Plug-in rules, cascade and token routers and the oracle are
-exact (router.tradeoff). A judge's target depends on the draft, so it is scored by Monte Carlo
+exact (router.offline.tradeoff). A judge's target depends on the draft, so it is scored by Monte Carlo
 over the recorded sample s ~ q at each position, as the loop runs it: keep s (quality [s = y], no
 rejection) or verify s losslessly (accept with min(1, p(s)/q(s)), else draw from
 norm(max(0, p - q))). The estimate is unbiased for the loop's expected quality and rejection.
 
 Comparison. The area of a method's frontier above the drafter over the oracle's rejection range
-(router.tradeoff.area), and the share of the gap it closes,
+(router.offline.tradeoff.area), and the share of the gap it closes,
     (area_method - area_best_rule) / (area_oracle - area_best_rule),
 where the best rule is chosen on validation. Intervals: percentile bootstrap over *examples*
 (the positions of one example move together): each sweep is kept as per-example sums at a fixed
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from router.record_view import RecordView, router_scores
+from router.offline.inputs import RecordView, router_scores
 from router.rules import get_rule, offline_rules, ratio_score
-from router.tradeoff import Curve, area, learned_defer_scores, oracle_scores, quantile_grid, token_rows
+from router.offline.tradeoff import Curve, area, learned_defer_scores, oracle_scores, quantile_grid, token_rows
 
 VIEWS = ("greedy", "t1")
 VIEW_TITLES = {"greedy": "greedy view (emitted token = gold)", "t1": "temperature-1 view (expected gold probability)"}
@@ -42,8 +42,8 @@ class Sweep:
     """A method's threshold sweep as per-example sums: point g of example e."""
 
     rejection: np.ndarray  # (G, E) summed rejection (probability) over the example's positions
-    quality: np.ndarray    # (G, E) summed quality
-    rows: np.ndarray       # (E,) positions per example
+    quality: np.ndarray  # (G, E) summed quality
+    rows: np.ndarray  # (E,) positions per example
     threshold: np.ndarray  # (G,) the alpha of each point (+inf first: nothing deferred)
 
     def curves(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -95,6 +95,7 @@ def token_sweep(scores, cand, index, n_examples, points: int = 128) -> Sweep:
 
 # ---- what each view needs of the records ----------------------------------------------------------
 
+
 def greedy_columns(view: RecordView) -> dict:
     """Greedy view per row: cost of deferring (d differs from the verifier's argmax) and the
     quality of keeping d / of taking the verifier's argmax."""
@@ -119,8 +120,9 @@ def _greedy_sweeper(view: RecordView):
     return lambda score: cascade_sweep(score, g["cost"], g["q_val"], g["p_val"], index, n_ex)
 
 
-def greedy_sweeps(view: RecordView, predictions: np.ndarray | None = None, head: str = "cascade",
-                  rules: bool = True) -> dict[str, Sweep]:
+def greedy_sweeps(
+    view: RecordView, predictions: np.ndarray | None = None, head: str = "cascade", rules: bool = True
+) -> dict[str, Sweep]:
     """Greedy-view sweeps of the oracle, every rule with an offline score (unless rules=False: a
     training epoch needs only the router's and the oracle's) and, given a router's predictions on
     the view, that router ("router")."""
@@ -182,8 +184,9 @@ def _t1_router_sweep(router, view: RecordView, name: str, index, n_ex) -> Sweep:
     c = view.cols
     if router.cfg.head == "judge":
         s = sampled_columns(view)
-        return cascade_sweep(router_scores(router, view, name=name, drafted="sample"), s["cost"], s["q_val"],
-                             s["p_val"], index, n_ex)
+        return cascade_sweep(
+            router_scores(router, view, name=name, drafted="sample"), s["cost"], s["q_val"], s["p_val"], index, n_ex
+        )
     scores = router_scores(router, view, name=name)
     if scores.ndim == 2:
         return token_sweep(scores, view.cand, index, n_ex)
@@ -191,6 +194,7 @@ def _t1_router_sweep(router, view: RecordView, name: str, index, n_ex) -> Sweep:
 
 
 # ---- areas, gap closed and bootstrap intervals ------------------------------------------------------
+
 
 def _areas(sweep: Sweep, weights: np.ndarray, span: float) -> np.ndarray:
     rej, qual = sweep.curves(weights)
@@ -216,8 +220,11 @@ def compare(sweeps: dict[str, Sweep], best_rule: str, replicates: int = 1000, se
     out = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, values in a.items():
-            stats = {"area": values, "normalised_area": values / oracle,
-                     "gap_closed": (values - best) / (oracle - best)}
+            stats = {
+                "area": values,
+                "normalised_area": values / oracle,
+                "gap_closed": (values - best) / (oracle - best),
+            }
             out[name] = {k: float(v[0]) for k, v in stats.items()}
             out[name].update({f"{k}_ci": _interval(v[1:]) for k, v in stats.items()})
     return {"best_rule": best_rule, "examples": n_ex, "replicates": replicates, "span": span, "methods": out}

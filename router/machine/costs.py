@@ -3,7 +3,7 @@
 A speculative cascade pays off only where a drafter step and a verifier pass over a few tokens are
 cheap relative to a verifier step, and those ratios differ between machines by several times (bf16
 on AMX vs float32 on AVX2; compute-bound prefill vs memory-bound decoding). `measure_pair_costs`
-times, with the real models and the real decoding code (`router.layout.CachedModel`): a prefill
+times, with the real models and the real decoding code (`router.engine.layout.CachedModel`): a prefill
 (seconds per prompt token, the cost of recording and of reading prompts), one drafter step, and
 verifier passes over 1 and over gamma + 1 tokens, at a given batch size. The demo builds its time
 estimate from them. `measure_verify_curve` times verifier passes over 1..n tokens, and
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from router.layout import CachedModel, Layout
+from router.engine.layout import CachedModel, Layout
 
 PROBE_CONTEXT = 64  # prompt tokens per row of the probe (the prefill timing and the steps' context)
 
@@ -98,25 +98,29 @@ def measure_verify_curve(verifier, batch: int = 1, max_tokens: int = 9) -> list[
     return _model_costs(verifier, vocab, batch, tuple(range(1, max_tokens + 1)))[1]
 
 
-def block_latency(gamma: int, acceptance: float, drafter_step: float, verify_seconds: list[float],
-                  bonus_drafter: bool = True) -> float:
+def block_latency(
+    gamma: int, acceptance: float, drafter_step: float, verify_seconds: list[float], bonus_drafter: bool = True
+) -> float:
     """Expected seconds per emitted token of blocks of `gamma` drafts, relative to a verifier step
     (verify_seconds[0]), for i.i.d. acceptance with probability `acceptance` (Leviathan et al.):
     tokens per block (1 - a^(g+1)) / (1 - a); cost gamma drafter steps + one verifier pass over
     gamma + 1 tokens + (bonus_drafter) one more drafter step when every draft is accepted (a^g)."""
     a = min(max(acceptance, 0.0), 1 - 1e-9)
     tokens = (1 - a ** (gamma + 1)) / (1 - a)
-    cost = gamma * drafter_step + verify_seconds[gamma] + (a ** gamma * drafter_step if bonus_drafter else 0.0)
+    cost = gamma * drafter_step + verify_seconds[gamma] + (a**gamma * drafter_step if bonus_drafter else 0.0)
     return cost / tokens / verify_seconds[0]
 
 
-def choose_gamma(acceptance: float, drafter_step: float, verify_seconds: list[float],
-                 bonus_drafter: bool = True) -> tuple[int, dict[int, float]]:
+def choose_gamma(
+    acceptance: float, drafter_step: float, verify_seconds: list[float], bonus_drafter: bool = True
+) -> tuple[int, dict[int, float]]:
     """The block size with the lowest expected relative latency over gamma = 1..len(verify_seconds)-1,
     and that latency for each gamma. A best value >= 1 means speculation does not pay on this
     machine at this acceptance rate (decode with the verifier alone)."""
     if len(verify_seconds) < 2:
         raise ValueError("verify_seconds needs the verifier pass over 1 and at least 2 tokens")
-    latency = {g: block_latency(g, acceptance, drafter_step, verify_seconds, bonus_drafter)
-               for g in range(1, len(verify_seconds))}
+    latency = {
+        g: block_latency(g, acceptance, drafter_step, verify_seconds, bonus_drafter)
+        for g in range(1, len(verify_seconds))
+    }
     return min(latency, key=latency.get), latency

@@ -1,7 +1,7 @@
-"""What every decoding loop shares: sampling settings, input checks, per-row outputs and stats.
+"""What every decoding loop shares: input checks, per-row outputs and stats.
 
-The speculative cascade (`router.decoding.generate`) and the baselines (`router.baselines`) all
-decode a batch of left-padded prompts with KV-cached models (`router.layout`), emit tokens per row
+The speculative cascade (`router.decoding.generate`) and the baselines (`router.engine.baselines`) all
+decode a batch of left-padded prompts with KV-cached models (`router.engine.layout`), emit tokens per row
 until EOS or the length limit, drop finished rows from the batch and report the same statistics.
 """
 
@@ -12,42 +12,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from router import clock
-from router.layout import CachedModel, Layout, keep_rows
-from router.prefix import SharedPrefix, start_layout
-from router.prompts import StopStrings
-from router.sampling import process_logits, sample
+from router.infra import clock
+from router.engine.layout import CachedModel, Layout, keep_rows
+from router.engine.prefix import SharedPrefix, start_layout
+from router.tasks.prompts import StopStrings
+from router.engine.options import DecodeOptions
+from router.sampling import sample
 
 FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How tokens are drawn and how many: one value for every decoding entry point.
-
-    temperature 0 is greedy; temperature and top-p shape the *scaled* distributions tokens are
-    drawn from, while deferral decisions read the raw (temperature-1) ones.
-    """
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    max_new_tokens: int = 64
-    stop: StopStrings | None = None  # strings that end a row like EOS (`router.prompts.StopStrings`)
-
-    def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens ({self.max_new_tokens}) must be >= 1")
-        if not self.temperature >= 0 or not 0 < self.top_p <= 1:  # NaN fails both
-            raise ValueError(f"temperature must be >= 0 (got {self.temperature}) and top_p in (0, 1] "
-                             f"(got {self.top_p})")
-
-    def generator(self, device) -> torch.Generator:
-        return torch.Generator(device=device).manual_seed(self.seed)
-
-    def probs(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(raw, scaled) probabilities (..., V) from logits (..., V)."""
-        return process_logits(logits, self.temperature, self.top_p)
 
 
 @dataclass
@@ -78,8 +50,16 @@ class Rows:
 
     @classmethod
     def start(cls, batch: int, eos: set, max_new: int, stop: StopStrings | None = None) -> "Rows":
-        return cls(eos, max_new, [[] for _ in range(batch)], [[] for _ in range(batch)], [False] * batch, stop,
-                   [""] * batch, [[] for _ in range(batch)])
+        return cls(
+            eos,
+            max_new,
+            [[] for _ in range(batch)],
+            [[] for _ in range(batch)],
+            [False] * batch,
+            stop,
+            [""] * batch,
+            [[] for _ in range(batch)],
+        )
 
     def emit(self, row: int, tokens: list[int], sources: list[int], logps: list[float] | None = None) -> int:
         """Append tokens to a row up to EOS, a stop string or the length limit; return how many
@@ -104,7 +84,7 @@ class Rows:
     def _stops(self, row: int, tok: int) -> bool:
         if self.stop is None:
             return False
-        self.tails[row] = (self.tails[row] + self.stop.text(tok))[-self.stop.window:]
+        self.tails[row] = (self.tails[row] + self.stop.text(tok))[-self.stop.window :]
         return self.stop.found(self.tails[row])
 
     def new_tokens(self) -> int:
@@ -118,13 +98,14 @@ class Rows:
         return [active[i] for i in still]
 
 
-def one_model_step(m: CachedModel, layout: Layout, sampling: Sampling, gen, rows: Rows, active: list[int],
-                   source: int, logps: bool) -> list[tuple[bool, float]]:
+def one_model_step(
+    m: CachedModel, layout: Layout, opts: DecodeOptions, gen, rows: Rows, active: list[int], source: int, logps: bool
+) -> list[tuple[bool, float]]:
     """One token per active row from one model's next-token distribution (a forward over the columns
     its cache has not seen), emitted and appended to the layout. `logps`: the model is the verifier,
     so the tokens' log-probabilities are the verifier's own. Returns (kept, raw probability of the
     token) per active row."""
-    raw, scaled = sampling.probs(m.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
+    raw, scaled = opts.probs(m.feed(layout, layout.length, keep=1)[:, -1])  # (B, V) each
     x = sample(scaled, gen)  # (B,)
     x_prob = raw.gather(-1, x[:, None]).squeeze(-1).tolist()
     out = []
@@ -135,10 +116,11 @@ def one_model_step(m: CachedModel, layout: Layout, sampling: Sampling, gen, rows
     return out
 
 
-def first_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad: int,
-                 *models: CachedModel) -> Layout:
+def first_layout(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad: int, *models: CachedModel
+) -> Layout:
     """The first layout of a loop, its models' caches starting from the shared prefix when every
-    prompt has it (`router.prefix`), else empty."""
+    prompt has it (`router.engine.prefix`), else empty."""
     layout, used = start_layout(input_ids, attention_mask, prefix, pad)
     if used is not None:
         for m in models:
@@ -147,6 +129,7 @@ def first_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: 
 
 
 # ---- input checks ------------------------------------------------------------------------------
+
 
 def eos_ids(model) -> set:
     """The model's end-of-sequence token ids (generation config first, then model config)."""
@@ -170,12 +153,16 @@ def check_pair(drafter, verifier) -> int:
     v_d, v_v = vocab_size(drafter), vocab_size(verifier)
     e_d, e_v = eos_ids(drafter), eos_ids(verifier)
     if e_d and e_v and not e_d & e_v:
-        raise ValueError(f"drafter and verifier disagree on the end-of-sequence token ({sorted(e_d)} vs "
-                         f"{sorted(e_v)}): they do not share one tokenizer; use a pair from one family")
+        raise ValueError(
+            f"drafter and verifier disagree on the end-of-sequence token ({sorted(e_d)} vs "
+            f"{sorted(e_v)}): they do not share one tokenizer; use a pair from one family"
+        )
     shared = min(v_d, v_v)
     if abs(v_d - v_v) > 1024:  # padded embedding matrices differ by a few hundred rows at most
-        raise ValueError(f"drafter vocabulary ({v_d}) and verifier vocabulary ({v_v}) differ by more than "
-                         f"padding: they do not share one tokenizer; use a pair from one family")
+        raise ValueError(
+            f"drafter vocabulary ({v_d}) and verifier vocabulary ({v_v}) differ by more than "
+            f"padding: they do not share one tokenizer; use a pair from one family"
+        )
     return shared
 
 
@@ -183,24 +170,27 @@ def check_inputs(input_ids, attention_mask) -> torch.Tensor:
     """The attention mask (all ones when None), or a ValueError naming what is wrong with the batch."""
     if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
         shape = tuple(input_ids.shape) if torch.is_tensor(input_ids) else type(input_ids).__name__
-        raise ValueError(f"input_ids must be a LongTensor of shape (B, T), got {shape}; "
-                         f"for one prompt use ids[None] or tokenizer(..., return_tensors='pt')")
+        raise ValueError(
+            f"input_ids must be a LongTensor of shape (B, T), got {shape}; "
+            f"for one prompt use ids[None] or tokenizer(..., return_tensors='pt')"
+        )
     if input_ids.shape[1] == 0:
         raise ValueError("input_ids is empty: every prompt needs at least one token")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     if attention_mask.shape != input_ids.shape:
-        raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must match input_ids "
-                         f"{tuple(input_ids.shape)}")
+        raise ValueError(f"attention_mask {tuple(attention_mask.shape)} must match input_ids {tuple(input_ids.shape)}")
     if (attention_mask[:, -1] == 0).any():
-        raise ValueError("prompts must be left-padded (the last column is padding in some row): "
-                         "set tokenizer.padding_side = 'left'")
+        raise ValueError(
+            "prompts must be left-padded (the last column is padding in some row): set tokenizer.padding_side = 'left'"
+        )
     if (attention_mask.sum(-1) == 0).any():
         raise ValueError("a prompt is empty (its attention_mask is all zero): every prompt needs a token")
     return attention_mask
 
 
 # ---- outputs and statistics ------------------------------------------------------------------------
+
 
 def finish(input_ids, rows: Rows, pad: int, stats: dict, started: float) -> GenerateOutput:
     """The output tensors of a finished loop, with the derived statistics filled in."""
@@ -218,8 +208,11 @@ def finish(input_ids, rows: Rows, pad: int, stats: dict, started: float) -> Gene
 
 
 def forward_stats(model: CachedModel, role: str) -> dict:
-    return {f"{role}_forwards": model.forwards, f"{role}_row_forwards": model.row_forwards,
-            f"{role}_seconds": model.seconds}
+    return {
+        f"{role}_forwards": model.forwards,
+        f"{role}_row_forwards": model.row_forwards,
+        f"{role}_seconds": model.seconds,
+    }
 
 
 def _summarise(stats: dict) -> None:

@@ -8,6 +8,7 @@ next to its outputs with `config_to_dict`.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,8 +31,15 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "list": (list,), "dict": (dict,),
-          "None": (type(None),)}
+_TYPES = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+    "None": (type(None),),
+}
 
 
 def check_type(name: str, annotation: str, value: Any) -> None:
@@ -74,19 +82,35 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         raise ConfigError(f"invalid {source}: {err}") from None
 
 
+def _yaml_values(path: str | Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path} must hold a mapping of key: value")
+    return loaded
+
+
+def config_from(cls: type[T], path: str | Path | None, values: dict[str, Any]) -> T:
+    """Config from an optional YAML file with `values` (already parsed, e.g. from a program) on top."""
+    return build_config(cls, {**_yaml_values(path), **values}, str(path or "overrides"))
+
+
 def load_config(cls: type[T], path: str | Path | None, overrides: list[str] | None = None) -> T:
-    """Config from an optional YAML file, then overrides on top."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path} must hold a mapping of key: value")
-        values.update(loaded)
-    values.update(parse_overrides(overrides or []))
-    return build_config(cls, values, str(path or "overrides"))
+    """Config from an optional YAML file, then command-line `key=value` overrides on top."""
+    return config_from(cls, path, parse_overrides(overrides or []))
+
+
+def override_text(values: dict[str, Any]) -> list[str]:
+    """`key=value` overrides a shell user would type for `values` (YAML flow style, one line each)."""
+
+    def one(v) -> str:
+        return yaml.safe_dump(v, default_flow_style=True, width=1 << 20).removesuffix("...\n").strip()
+
+    return [shlex.quote(f"{k}={one(v)}") for k, v in values.items()]
 
 
 def config_to_dict(config) -> dict[str, Any]:

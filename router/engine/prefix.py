@@ -6,7 +6,7 @@ prefill is most of a prompt's cost (GSM8K's 5-shot prompts share 709 of their ~7
 token ids and, per model, the KV cache over them, computed on first use; every batch that starts
 with them then starts from a copy of that cache and feeds only the rest of its prompts, as a
 server with prompt caching does. The layout puts the prefix in the first columns and left-pads
-the remainders after it: position ids come from the mask (`router.layout.Layout`), so every token
+the remainders after it: position ids come from the mask (`router.engine.layout.Layout`), so every token
 keeps the position it has without the prefix, and the outputs equal an uncached run up to float
 rounding (the matmul shapes differ).
 """
@@ -17,8 +17,8 @@ import copy
 
 import torch
 
-from router import clock
-from router.layout import Layout, left_pad
+from router.infra import clock
+from router.engine.layout import Layout, left_pad
 
 MIN_SHARED_TOKENS = 32  # below this a shared prefix saves less than the cache copies cost
 
@@ -56,7 +56,7 @@ class SharedPrefix:
 
     def layout(self, rows: list[list[int]], pad_id: int) -> Layout:
         """Columns [prefix | left-padded remainders], (B, P + R)."""
-        rest_ids, rest_mask = left_pad([r[len(self.ids):] for r in rows], pad_id)
+        rest_ids, rest_mask = left_pad([r[len(self.ids) :] for r in rows], pad_id)
         head = torch.tensor(self.ids, dtype=torch.long)[None].expand(len(rows), -1)
         return Layout(torch.cat([head, rest_ids], 1), torch.cat([torch.ones_like(head), rest_mask], 1))
 
@@ -81,8 +81,9 @@ def rows_of(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[
     return [input_ids[b][attention_mask[b].bool()].tolist() for b in range(input_ids.shape[0])]
 
 
-def start_layout(input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None,
-                 pad_id: int) -> tuple[Layout, SharedPrefix | None]:
+def start_layout(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad_id: int
+) -> tuple[Layout, SharedPrefix | None]:
     """The loop's first layout, and the prefix it starts from (None when not every row has it)."""
     if prefix is not None:
         rows = rows_of(input_ids, attention_mask)

@@ -15,8 +15,9 @@ def prompt_text(tokenizer, prompt: str, question: str, chat: bool) -> str:
     """The text fed to the models: `prompt` as given, or (chat) the bare question in the chat template."""
     if not chat:
         return prompt
-    return tokenizer.apply_chat_template([{"role": "user", "content": question or prompt}], tokenize=False,
-                                         add_generation_prompt=True)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": question or prompt}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def context_length(*models) -> int:
@@ -32,13 +33,14 @@ def prompt_limit(context: int, new_tokens: int, max_prompt_tokens: int | None = 
 def fit_prompt(ids: list[int], limit: int) -> tuple[list[int], bool]:
     """The prompt cut from the left to `limit` tokens (its end, where the question is, survives), and
     whether it was cut."""
-    return (ids, False) if len(ids) <= limit else (ids[len(ids) - limit:], True)
+    return (ids, False) if len(ids) <= limit else (ids[len(ids) - limit :], True)
 
 
 def warn_truncated(count: int, limit: int, where: str) -> None:
     if count:
-        warnings.warn(f"{count} prompt(s) longer than {limit} tokens were truncated from the left for {where} "
-                      f"(as recording does)")
+        warnings.warn(
+            f"{count} prompt(s) longer than {limit} tokens were truncated from the left for {where} (as recording does)"
+        )
 
 
 # Few-shot contexts separate their shots by a blank line (GSM8K) or one line per answer (the QA
@@ -78,8 +80,11 @@ class StopStrings:
         key = (getattr(tokenizer, "name_or_path", None) or id(tokenizer), len(tokenizer))
         if key not in _TOKEN_TEXTS:
             ids = [[i] for i in range(len(tokenizer))]
-            _TOKEN_TEXTS[key] = tuple(tokenizer.batch_decode(ids) if hasattr(tokenizer, "batch_decode")
-                                      else [tokenizer.decode(i) for i in ids])
+            _TOKEN_TEXTS[key] = tuple(
+                tokenizer.batch_decode(ids)
+                if hasattr(tokenizer, "batch_decode")
+                else [tokenizer.decode(i) for i in ids]
+            )
         return cls(tuple(strings), _TOKEN_TEXTS[key], 2 * max(len(s) for s in strings) + 16)
 
     def text(self, token: int) -> str:

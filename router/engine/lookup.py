@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from router import clock
-from router.layout import Layout
+from router.infra import clock
+from router.engine.layout import Layout
 
 MATCH_LOGIT = 40.0  # a proposal's logit (the others 0): probability 1 to float precision
 
@@ -32,7 +32,9 @@ class LookupDrafter:
 
     def __init__(self, references: list[list[int]], offsets: list[int], ngram: int = 3):
         if len(references) != len(offsets):
-            raise ValueError(f"LookupDrafter: {len(references)} references but {len(offsets)} offsets (one each per row)")
+            raise ValueError(
+                f"LookupDrafter: {len(references)} references but {len(offsets)} offsets (one each per row)"
+            )
         if ngram < 1:
             raise ValueError(f"LookupDrafter: ngram must be >= 1, got {ngram}")
         self.references = [np.asarray(r, dtype=np.int64) for r in references]

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from router.distributed import rank_suffix
+from router.infra.distributed import rank_suffix
 
 
 def atomic_write_bytes(path: Path, write) -> None:
@@ -90,8 +90,9 @@ def output_lock(folder: str | Path, command: str):
         handle.seek(0)
         holder = handle.read().strip() or "specroute command"
         handle.close()
-        raise OutputBusy(f"{folder} is being written by another {holder}: wait for it to finish, or choose another "
-                         f"output folder") from None
+        raise OutputBusy(
+            f"{folder} is being written by another {holder}: wait for it to finish, or choose another output folder"
+        ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"`specroute {command}` (pid {os.getpid()})")

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SANDBOXES = ("auto", "bwrap", "unshare", "python")
-STDERR_CAP = 1 << 20   # bytes of stderr (and of any file the program writes) at most
+STDERR_CAP = 1 << 20  # bytes of stderr (and of any file the program writes) at most
 TMPFS_BYTES = 16 << 20  # the program's private /tmp
 
 # Runs first in the child, before the program: limits, the no-new-process seccomp filter, then the
@@ -98,7 +98,7 @@ os._exit(0)
 
 # unshare's namespace init (util-linux only): a tmpfs root with /usr and the Python prefix bound
 # read-only, its own /proc, a few devices, the program and guard copied in; then chroot and run.
-NS_INIT = r'''
+NS_INIT = r"""
 set -e
 R="$SANDBOX_DIR/root"
 mount -t tmpfs -o size=16m tmpfs "$R"
@@ -111,7 +111,7 @@ for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" 
 cp "$SANDBOX_DIR/program.py" "$SANDBOX_DIR/guard.py" "$R/tmp/"
 cd "$R/tmp"
 exec chroot "$R" "$@"
-'''
+"""
 
 
 class SandboxUnavailable(ValueError):
@@ -154,26 +154,78 @@ def _system_binds() -> list[str]:
 
 def _bwrap_argv(folder: Path) -> list[str]:
     """bubblewrap: namespaces, a read-only view of /usr and the Python installation, private /tmp."""
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session", "--hostname", "sandbox", "--clearenv",
-            "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--setenv", "HOME", "/tmp",
-            "--setenv", "PYTHONHASHSEED", "0", *_system_binds()]
+    argv = [
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "PYTHONHASHSEED",
+        "0",
+        *_system_binds(),
+    ]
     prefix = _python_prefix()
     if not prefix.startswith("/usr/"):
         argv += ["--ro-bind", prefix, prefix]
     interpreter = _interpreter()
     if not interpreter.startswith(("/usr/", prefix)):
         argv += ["--ro-bind", interpreter, interpreter]
-    return argv + ["--proc", "/proc", "--dev", "/dev", "--size", str(TMPFS_BYTES), "--tmpfs", "/tmp",
-                   "--ro-bind", str(folder / "program.py"), "/tmp/program.py", "--chdir", "/tmp"]
+    return argv + [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(TMPFS_BYTES),
+        "--tmpfs",
+        "/tmp",
+        "--ro-bind",
+        str(folder / "program.py"),
+        "/tmp/program.py",
+        "--chdir",
+        "/tmp",
+    ]
 
 
 UNSHARE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # mount and chroot live in sbin
 
 
 def _unshare_argv(folder: Path) -> list[str]:
-    return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount", "--ipc",
-            "--uts", "sh", "-c", NS_INIT, "sandbox-init"]
+    return [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--net",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount",
+        "--ipc",
+        "--uts",
+        "sh",
+        "-c",
+        NS_INIT,
+        "sandbox-init",
+    ]
 
 
 @functools.lru_cache(maxsize=None)
@@ -186,8 +238,13 @@ def unshare_works() -> bool:
             (Path(folder) / name).mkdir() if name == "root" else (Path(folder) / name).write_text("")
         env = {"PATH": UNSHARE_PATH, "SANDBOX_DIR": folder, "PYPREFIX": _python_prefix()}
         try:
-            run = subprocess.run(_unshare_argv(Path(folder)) + [_interpreter(), "-I", "-c", "pass"], env=env,
-                                 stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+            run = subprocess.run(
+                _unshare_argv(Path(folder)) + [_interpreter(), "-I", "-c", "pass"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=30,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
     return run.returncode == 0
@@ -220,16 +277,20 @@ def resolve_sandbox(sandbox: str | None = None) -> str:
     if mode != "python":
         raise SandboxUnavailable(
             f"running generated programs (MBPP/HumanEval pass@1) needs OS isolation, and "
-            f"{ {'bwrap': 'bubblewrap', 'unshare': 'unshare'}.get(mode, 'neither bubblewrap nor unshare')} "
+            f"{ {'bwrap': 'bubblewrap', 'unshare': 'unshare'}.get(mode, 'neither bubblewrap nor unshare') } "
             f"can{'not' if mode != 'auto' else ''} create namespaces here: `apt-get install bubblewrap` (scripts/setup.sh does this where it can), or "
             f"enable unprivileged user namespaces. To run them anyway with only rlimits and a seccomp filter (no "
             f"namespaces: programs can read your files), set sandbox=python in the eval config or "
-            f"SPECROUTE_SANDBOX=python")
+            f"SPECROUTE_SANDBOX=python"
+        )
     if "python" not in _WARNED:
         _WARNED.add("python")
-        print("[specroute] WARNING: sandbox=python runs generated programs without OS isolation (rlimits and a "
-              "no-new-process seccomp filter only): they can read your files. Install bubblewrap to isolate them.",
-              file=sys.stderr, flush=True)
+        print(
+            "[specroute] WARNING: sandbox=python runs generated programs without OS isolation (rlimits and a "
+            "no-new-process seccomp filter only): they can read your files. Install bubblewrap to isolate them.",
+            file=sys.stderr,
+            flush=True,
+        )
     return "python"
 
 
@@ -244,14 +305,28 @@ def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, sandb
         with open(folder / "stderr", "wb") as err, open(folder / "result", "wb") as result:
             limits = [str(memory_mb << 20), str(int(timeout_s) + 1), str(STDERR_CAP), str(result.fileno())]
             if mode == "bwrap":
-                argv = _bwrap_argv(folder) + ["--ro-bind", str(folder / "guard.py"), "/tmp/guard.py",
-                                              _interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
+                argv = _bwrap_argv(folder) + [
+                    "--ro-bind",
+                    str(folder / "guard.py"),
+                    "/tmp/guard.py",
+                    _interpreter(),
+                    "-I",
+                    "/tmp/guard.py",
+                    "/tmp/program.py",
+                    *limits,
+                ]
                 env = {"PATH": "/usr/bin:/bin"}
             elif mode == "unshare":
                 (folder / "root").mkdir()
                 argv = _unshare_argv(folder) + [_interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
-                env = {"PATH": UNSHARE_PATH, "SANDBOX_DIR": str(folder), "PYPREFIX": _python_prefix(),
-                       "HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+                env = {
+                    "PATH": UNSHARE_PATH,
+                    "SANDBOX_DIR": str(folder),
+                    "PYPREFIX": _python_prefix(),
+                    "HOME": "/tmp",
+                    "LANG": "C.UTF-8",
+                    "PYTHONHASHSEED": "0",
+                }
             else:
                 argv = [_interpreter(), "-I", str(folder / "guard.py"), str(folder / "program.py"), *limits]
                 env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
@@ -267,8 +342,16 @@ def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, sandb
 def _run(argv, env, folder: Path, token: str, err, result, timeout_s: float) -> str | int:
     """Start the program with stdout discarded, stderr and the result going to files (never pipes, so
     nothing it leaves behind can block us), the token on stdin; its exit status or "timeout"."""
-    proc = subprocess.Popen(argv, cwd=folder, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            stderr=err, pass_fds=(result.fileno(),), start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        cwd=folder,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        pass_fds=(result.fileno(),),
+        start_new_session=True,
+    )
     try:
         proc.stdin.write(token.encode() + b"\n")
         proc.stdin.close()

@@ -13,7 +13,7 @@ import inspect
 
 import torch
 
-from router import clock
+from router.infra import clock
 
 
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -23,8 +23,8 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for b, seq in enumerate(sequences):
         if seq:
-            ids[b, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[b, width - len(seq):] = 1
+            ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+            mask[b, width - len(seq) :] = 1
     return ids, mask
 
 
@@ -96,9 +96,9 @@ class CachedModel:
         """Run the columns [n_cached, upto) and return logits (B, keep, V) of the last `keep`."""
         started = clock.now()
         out = self.model(
-            input_ids=layout.tokens[:, self.n_cached:upto],
+            input_ids=layout.tokens[:, self.n_cached : upto],
             attention_mask=layout.mask[:, :upto],
-            position_ids=layout.pos[:, self.n_cached:upto],
+            position_ids=layout.pos[:, self.n_cached : upto],
             use_cache=True,
             logits_to_keep=keep,
             **{self._cache_arg: self.cache},
@@ -115,7 +115,7 @@ class CachedModel:
         return logits
 
     def start_from(self, prefix, batch: int) -> None:
-        """Begin with a copy of the model's cache over a shared prefix (`router.prefix`), which
+        """Begin with a copy of the model's cache over a shared prefix (`router.engine.prefix`), which
         fills the layout's first len(prefix) columns."""
         self.cache = prefix.cache_for(self.model, batch)
         self.n_cached = len(prefix)

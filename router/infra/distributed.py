@@ -26,7 +26,7 @@ class Ranks:
 
     def mine(self, items: list) -> list:
         """This rank's share of items (item i to rank i mod world), in order."""
-        return list(items)[self.rank::self.world]
+        return list(items)[self.rank :: self.world]
 
     def device(self, device: str) -> str:
         """The device this rank uses: `cuda` becomes its own `cuda:<local rank>` when several ranks share a node."""
