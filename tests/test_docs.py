@@ -79,3 +79,23 @@ def test_every_shipped_config_loads(path):
 
     cfg = load_config(_config_class(path.parent.name), path)
     assert cfg.output, f"{path} names no output folder"
+
+
+def test_readme_python_runs_as_written():
+    """The tour's decoding snippet and the add-a-rule snippet run as they stand in the README (the
+    router snippet needs a trained folder: test_router_model covers load_router + generate)."""
+    from router.rules import get_rule, unregister_rule
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    tour = next(b for b in blocks if "load_pair(" in b)
+    rule = next(b for b in blocks if "register_rule(" in b)
+    space: dict = {}
+    exec(tour, space)  # noqa: S102 - the README's own code
+    assert space["out"].stats["new_tokens"] > 0
+    try:
+        exec(rule, space)  # noqa: S102
+        assert get_rule("ratio").form == "cascade"
+        out = space["generate"](space["drafter"], space["verifier"], space["ids"], rule="ratio", alpha=0.5)
+        assert out.stats["new_tokens"] > 0
+    finally:
+        unregister_rule("ratio")
