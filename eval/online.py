@@ -100,15 +100,7 @@ def point_name(method: str, alpha: float) -> str:
 
 def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict, ends: Ends):
     drafter, verifier, _ = pair
-    common = dict(
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        max_new_tokens=cfg.max_new_tokens,
-        seed=cfg.seed,
-        attention_mask=mask,
-        stop=ends.stop,
-        prefix=ends.prefix,
-    )
+    common = dict(**cfg.sampling_kwargs(), attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
     if method == "verifier":
         return generate_autoregressive(verifier, ids, role="verifier", **common)
     if method == "drafter":
@@ -117,17 +109,8 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
         return generate_token_cascade(drafter, verifier, ids, alpha=alpha, **common)
     if method == "sequence_cascade":
         return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
-    return generate(
-        drafter,
-        verifier,
-        ids,
-        rule=rules.get(method, method),
-        alpha=alpha,
-        gamma=cfg.gamma,
-        draft_stop=cfg.draft_stop,
-        bonus_from=cfg.bonus_from,
-        **common,
-    )
+    speculative = {**cfg.generate_kwargs(), **common}  # the eval config is a DecodeOptions
+    return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, **speculative)
 
 
 def _pad_id(tokenizer) -> int:

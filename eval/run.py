@@ -52,7 +52,7 @@ from router.machine.calibrate import GammaChoice, calibrate_gamma, machine_of
 from router.infra.config import ConfigError, check_minimum, config_to_dict
 from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
 from router.machine.hardware import DTYPE_CHOICES, machine_kind, resolve_dtype
-from router.engine.options import DecodeOptions, check_decode_options
+from router.engine.options import DECODE_FIELDS, DecodeOptions
 from router.tasks.prompts import context_length, default_stops, prompt_limit
 from router.records import Manifest, RecordsError, read_examples, read_heldout, read_manifest
 from router.infra.console import summary_table, wandb_offline
@@ -101,7 +101,7 @@ class EvalConfig(DecodeOptions):
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
-        check_decode_options(self)
+        super().__post_init__()  # the decoding knobs' one check
         check_minimum(self, 1, "max_prompts", "batch_size", "bootstrap")
         if self.cost_ratio is not None and not self.cost_ratio > 0:
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
@@ -205,14 +205,8 @@ def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, st
         **{
             k: getattr(cfg, k)
             for k in (
-                "max_new_tokens",
-                "gamma",
-                "draft_stop",
-                "bonus_from",
+                *(f for f in DECODE_FIELDS if f != "stop"),  # the resolved stop strings are above
                 "verifier_device_map",
-                "temperature",
-                "top_p",
-                "seed",
                 "metric",
                 "batch_size",
                 "drafter",

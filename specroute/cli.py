@@ -231,9 +231,7 @@ def cmd_generate(args) -> int:
         "stats": stats,
     }
     if args.compare:
-        base = generate_autoregressive(
-            verifier, input_ids, opts.temperature, opts.top_p, opts.max_new_tokens, opts.seed, mask, stop=stop
-        )
+        base = generate_autoregressive(verifier, input_ids, attention_mask=mask, stop=stop, **opts.sampling_kwargs())
         speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
         rows += [
             ("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),

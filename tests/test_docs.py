@@ -22,7 +22,7 @@ def test_every_code_path_a_document_names_exists(doc):
     assert not missing, f"{doc.name} names paths that do not exist: {missing}"
 
 
-def test_the_path_check_sees_a_missing_path(tmp_path):
+def test_the_path_check_sees_a_missing_path():
     assert PATH.findall("see `router/estimate.py` and configs/gen/tiny.yaml") == [
         "router/estimate.py",
         "configs/gen/tiny.yaml",

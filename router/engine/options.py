@@ -76,12 +76,17 @@ class DecodeOptions:
     def generator(self, device) -> torch.Generator:
         return torch.Generator(device=device).manual_seed(self.seed)
 
+    def sampling_kwargs(self) -> dict:
+        """The keywords every loop takes, the baselines included (`router.engine.baselines`)."""
+        return {name: getattr(self, name) for name in SAMPLING_FIELDS}
+
     def generate_kwargs(self) -> dict:
         """Keywords of `router.decoding.generate` (stop strings need a tokenizer: `StopStrings.build`)."""
         return {name: getattr(self, name) for name in DECODE_FIELDS if name != "stop"}
 
 
 DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(DecodeOptions))
+SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_new_tokens")
 
 
 def check_decode_options(o) -> None:
@@ -98,11 +103,6 @@ def check_decode_options(o) -> None:
         raise ConfigError(f"bonus_from must be one of {', '.join(BONUS_FROM)}, got {o.bonus_from!r}")
     if o.stop is not None and (isinstance(o.stop, str) or any(not isinstance(s, str) or not s for s in o.stop)):
         raise ConfigError(f"stop must be a list of non-empty texts (e.g. ['\\n\\n']) or null, got {o.stop!r}")
-
-
-def options_of(o) -> DecodeOptions:
-    """The DecodeOptions of any object holding their fields (an eval config, parsed flags)."""
-    return DecodeOptions(**{name: getattr(o, name) for name in DECODE_FIELDS})
 
 
 def _gamma_arg(text: str) -> int | str:
