@@ -22,7 +22,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.consequence import ConsequenceSearch  # noqa: E402
-from data_gen.recorder import GenConfig, Recorder, _load_examples  # noqa: E402
+from data_gen.config import GenConfig  # noqa: E402
+from data_gen.recorder import Recorder  # noqa: E402
+from data_gen.plan import load_examples  # noqa: E402
 from router.infra import clock  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.pair import embedded_installed  # noqa: E402
@@ -91,7 +93,7 @@ def main() -> None:
 
         metrics.METRICS["length3"] = lambda text, meta: {"quality": float(sum(map(ord, text)) % 3 != 0), "answer": ""}
     recorder = Recorder(cfg)
-    examples = _load_examples(cfg)[: args.examples]
+    examples = load_examples(cfg)[: args.examples]
     recorder.share_prefix(examples)
     ready = [(ex, pc) for ex, pc in ((ex, recorder.prepare(ex, "consequence")) for ex in examples) if pc is not None]
     prompts, metas = [pc[0] for _, pc in ready], [ex.meta for ex, _ in ready]

@@ -54,7 +54,7 @@ from router.engine.baselines import generate_autoregressive  # noqa: E402
 from router.infra.files import Journal  # noqa: E402
 from router.engine.layout import left_pad  # noqa: E402
 from router.engine.prefix import SharedPrefix  # noqa: E402
-from router.tasks.prompts import StopStrings, default_stops  # noqa: E402
+from router.tasks.prompts import StopStrings, default_stops, prompt_text  # noqa: E402
 from router.decoding import generate  # noqa: E402
 from router.engine.options import DecodeOptions, add_decode_flags  # noqa: E402
 from router.rules import resolve_rule  # noqa: E402
@@ -113,9 +113,7 @@ def prompts_for(args, tokenizer) -> list[list[int]]:
         return [tokenizer.encode(ex.prompt, add_special_tokens=False) for ex in few_shot_examples(args.prompts)]
     out = []
     for question in gsm8k_questions(args.prompts):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
-        )
+        text = prompt_text(tokenizer, question, question, chat=True)
         out.append(tokenizer(text).input_ids)
     return out
 
@@ -191,7 +189,7 @@ def matched_methods(args) -> list[tuple]:
     if not args.records:
         raise SystemExit("--methods needs --records (the alphas are matched on their validation split)")
     from eval.offline import greedy_curves, load_held_out, load_routers
-    from eval.online import alphas_at_rejection
+    from eval.grid import alphas_at_rejection
     from router.rules import get_rule, rule_names
 
     routers = load_routers(args.routers, taken=tuple(rule_names()))
@@ -226,7 +224,7 @@ def calibrated_gamma(drafter, verifier, args, batch: int, journal: Journal):
             return e["gamma"], e["choice"]
     if not args.records:
         raise SystemExit("--gamma auto needs --records (their acceptance rate)")
-    from eval.run import records_acceptance
+    from eval.gamma import records_acceptance
 
     choice = calibrate_gamma(drafter, verifier, batch, records_acceptance(args.records, 0.0))
     print(f"batch {batch}: {choice.summary()}")

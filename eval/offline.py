@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from router.machine.costs import block_seconds, tokens_per_block
 from router.model import LearnedRouter, RouterError
 from router.records import IMPORTANT, RecordsError
 from router.offline.inputs import RecordView, router_scores
@@ -58,9 +59,8 @@ def load_held_out(folders: list[str], split: str = "test", mode: str = "gold") -
 
 def relative_latency(rejection: np.ndarray, gamma: int, cost_ratio: float) -> np.ndarray:
     """Analytic latency relative to the verifier alone (see the module docstring)."""
-    beta = np.clip(1.0 - np.asarray(rejection, dtype=np.float64), 0.0, 1.0 - 1e-12)
-    tokens = (1.0 - beta ** (gamma + 1)) / (1.0 - beta)
-    return (gamma * cost_ratio + 1.0) / tokens
+    acceptance = 1.0 - np.asarray(rejection, dtype=np.float64)
+    return block_seconds(gamma, acceptance, cost_ratio, 1.0, bonus_drafter=False) / tokens_per_block(acceptance, gamma)
 
 
 def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[str, Curve]:

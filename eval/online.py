@@ -12,7 +12,6 @@ as soon as it finishes (atomically), so an interrupted run resumes where it stop
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,15 +24,11 @@ from router.infra.distributed import Ranks, barrier, gather
 from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
 from router.engine.loop import PADDING
-from router.engine.layout import left_pad
+from router.engine.layout import left_pad, tokenizer_pad_id
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
-from router.infra.files import Journal, write_bytes
-from router.rules import rule_names
-
-BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
-# methods without an offline curve to match alphas on (verifier/drafter/lossless take no alpha)
-DEFAULT_ALPHAS = {"token_cascade": [0.1, 0.3, 0.5], "sequence_cascade": [0.1, 0.3, 0.5], "lossy": [0.3, 0.6, 0.9]}
+from router.infra.files import Journal
+from eval.points import OnlinePoint, complete_elsewhere, point_name, read_points, same_fingerprint, point_fingerprint
 
 
 @dataclass
@@ -58,7 +53,7 @@ def prepare_ends(pair, prompts: list[Prompt], stops: list[str]) -> Ends:
     """Stop strings and the shared prompt prefix, its caches made now so no point pays for them."""
     prefix = SharedPrefix.common([p.ids for p in prompts])
     if prefix is not None:
-        for model in pair[:2]:
+        for model in (pair.drafter, pair.verifier):
             prefix.cache_for(model, 1)
     return Ends(list(stops), StopStrings.build(pair.tokenizer, stops), prefix)
 
@@ -77,27 +72,6 @@ def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: in
     return out
 
 
-def alphas_at_rejection(
-    thresholds: np.ndarray, rejections: np.ndarray, targets: list[float], alpha_range: tuple | None
-) -> list[float]:
-    """Alphas whose offline points come closest to each target rejection rate (matched operating
-    points across methods), clipped into the rule's range, distinct, finite."""
-    picked = []
-    finite = np.isfinite(thresholds)
-    for target in targets:
-        i = int(np.argmin(np.where(finite, np.abs(rejections - target), np.inf)))
-        alpha = float(thresholds[i])
-        if alpha_range is not None:
-            lo, hi = sorted(alpha_range)
-            alpha = min(max(alpha, lo), hi)
-        picked.append(round(alpha, 4))
-    return sorted(set(picked))
-
-
-def point_name(method: str, alpha: float) -> str:
-    return f"{method}@{alpha:g}"
-
-
 def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict, ends: Ends):
     drafter, verifier, _ = pair
     common = dict(**cfg.sampling_kwargs(), attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
@@ -111,11 +85,6 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
         return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
     speculative = {**cfg.generate_kwargs(), **common}  # the eval config is a DecodeOptions
     return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, **speculative)
-
-
-def _pad_id(tokenizer) -> int:
-    pad = getattr(tokenizer, "pad_token_id", None)
-    return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
 
 
 # where a point's wall time goes (eval/paired.py splits it): stats keys summed over its batches
@@ -133,7 +102,7 @@ def run_point(
     bar,
     ends: Ends,
     journal: Journal | None = None,
-) -> dict:
+) -> OnlinePoint:
     """Decode and score every prompt at one (method, alpha), `cfg.batch_size` prompts per batch
     (left-padded); keep each prompt's output and outcome (paired comparisons need them) and
     aggregate the measurements. With a `journal`, each finished batch is journaled and a rerun after
@@ -165,7 +134,7 @@ def _decode_and_score(
     """One decoding call: each prompt's output and outcome, the call's time and its measurements, as
     plain JSON values (a journal entry)."""
     tokenizer = pair.tokenizer
-    ids, mask = left_pad([p.ids for p in batch], _pad_id(tokenizer))
+    ids, mask = left_pad([p.ids for p in batch], tokenizer_pad_id(tokenizer))
     out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules, ends)
     rows = []
     for b, prompt in enumerate(batch):
@@ -194,65 +163,30 @@ def _decode_and_score(
 
 def _point(
     method: str, alpha: float, prompts: list[Prompt], cfg, per_example: list[dict], batches: list[dict], totals: dict
-) -> dict:
+) -> OnlinePoint:
     """A point's record: mean scores, summed measurements and every prompt's outcome."""
     n_tok = max(totals["new_tokens"], 1)
     seconds = totals["wall_seconds"]
     score_keys = [k for k in per_example[0] if k not in ("example_id", "text", "tokens", "new_ids", "answer")]
     model_seconds = totals["drafter_seconds"] + totals["verifier_seconds"]
-    return {
-        "method": method,
-        "alpha": alpha,
-        "prompts": len(prompts),
-        "batch_size": cfg.batch_size,
-        **{k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
-        "tokens": totals["new_tokens"],
-        "seconds": seconds,
-        "model_seconds": model_seconds,
-        "time_parts": {k: totals[k] for k in TIME_PARTS},
-        "batches": batches,
-        "seconds_per_token": seconds / n_tok,
-        "verifier_calls_per_token": totals["verifier_row_forwards"] / n_tok,
-        "rejection_rate": totals["rejections"] / totals["drafts_evaluated"]
-        if totals["drafts_evaluated"]
-        else float("nan"),
-        "outside_model_fraction": max(0.0, 1 - model_seconds / seconds) if seconds else 0.0,
-        "examples": per_example,
-    }
-
-
-POINT_FORMAT = 2  # the format of online/<point>.json files; another format is refused (see read_points)
-
-
-def same_fingerprint(done: dict | None, now: dict) -> bool:
-    """A finished point is reused only if everything it depends on is unchanged. `routers` holds the
-    weights of the router the point decodes with (none for rules and baselines)."""
-    return done is not None and all(done.get(k) == v for k, v in now.items())
-
-
-def read_points(paths: list[Path]) -> list[dict | None]:
-    """The finished point files (None where a point is not finished), refusing files of another format."""
-    done = [json.loads(path.read_text()) if path.exists() else None for path in paths]
-    stale = [str(path) for path, point in zip(paths, done) if point is not None and point.get("format") != POINT_FORMAT]
-    if stale:
-        raise ValueError(
-            f"{stale[0]} (and {len(stale) - 1} more) holds an online point of another format than this "
-            f"specroute's ({POINT_FORMAT}): decode them again into a fresh folder (`specroute eval ... "
-            f"output=<new folder>`) or delete {Path(stale[0]).parent}"
-        )
-    return done
-
-
-def point_fingerprint(fingerprint: dict, method: str) -> dict:
-    """The run's fingerprint narrowed to what one point depends on: of the routers, only its own
-    (adding or retraining another router leaves the point valid)."""
-    routers = fingerprint.get("routers", {})
-    return {**fingerprint, "routers": {method: routers[method]} if method in routers else {}}
-
-
-# where a point was timed: a point from another machine is redone, unless every point of the grid was
-# finished on one machine (a complete set is reused whole, so no table mixes two machines' latencies)
-MACHINE_KEYS = ("machine", "dtype")
+    drafts = totals["drafts_evaluated"]
+    return OnlinePoint(
+        method=method,
+        alpha=alpha,
+        prompts=len(prompts),
+        batch_size=cfg.batch_size,
+        scores={k: float(np.mean([e[k] for e in per_example])) for k in score_keys},
+        tokens=totals["new_tokens"],
+        seconds=seconds,
+        model_seconds=model_seconds,
+        time_parts={k: totals[k] for k in TIME_PARTS},
+        batches=batches,
+        seconds_per_token=seconds / n_tok,
+        verifier_calls_per_token=totals["verifier_row_forwards"] / n_tok,
+        rejection_rate=totals["rejections"] / drafts if drafts else float("nan"),
+        outside_model_fraction=max(0.0, 1 - model_seconds / seconds) if seconds else 0.0,
+        examples=per_example,
+    )
 
 
 def run_grid(
@@ -266,7 +200,7 @@ def run_grid(
     fingerprint: dict,
     ends: Ends,
     ranks: Ranks = Ranks(),
-) -> list[dict] | None:
+) -> list[OnlinePoint] | None:
     """Every grid point in grid order, resuming from finished point files with the same fingerprint.
     Under torchrun the points still to do are shared out by rank (router/infra/distributed.py); after a
     barrier rank 0 reads every point back and the other ranks get None."""
@@ -284,7 +218,7 @@ def run_grid(
     todo = [
         (method, alpha, path, fp)
         for (method, alpha), path, point, fp in zip(grid, paths, done, fps)
-        if point is None or not same_fingerprint(point.get("fingerprint"), fp)
+        if point is None or not same_fingerprint(point.fingerprint, fp)
     ]
     todo = gather(todo)[0]  # rank 0's list: another rank may already have written a point when rank 0 looks
     mine = ranks.mine(todo)
@@ -295,75 +229,22 @@ def run_grid(
         if len(journal.entries):
             print(f"[specroute] {point_name(method, alpha)}: resuming after {len(journal.entries)} finished batches")
         point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends, journal)
-        point["fingerprint"], point["format"] = fp, POINT_FORMAT
-        write_bytes(path, json.dumps(point, indent=1, default=float).encode())
+        point.fingerprint = fp
+        point.write(path)
         for partial in (journal.path, journal.stale):  # the point file holds it all now
             if partial is not None:
                 partial.unlink(missing_ok=True)
     bar.close()
     barrier()  # every rank's points are on disk
-    return [json.loads(path.read_text()) for path in paths] if ranks.main else None
+    return read_points(paths) if ranks.main else None
 
 
-def complete_elsewhere(done: list[dict | None], fingerprints: list[dict]) -> dict | None:
-    """The machine and dtype every finished point was timed on, when all points are finished, agree
-    with their fingerprints but for those, and were timed on one other machine; else None."""
-    if not done or any(p is None for p in done):
-        return None
-    if not all(
-        same_fingerprint(p.get("fingerprint"), {k: v for k, v in fp.items() if k not in MACHINE_KEYS})
-        for p, fp in zip(done, fingerprints)
-    ):
-        return None
-    timed = {tuple(p["fingerprint"][k] for k in MACHINE_KEYS) for p in done}
-    here = tuple(fingerprints[0][k] for k in MACHINE_KEYS)
-    if len(timed) != 1 or here in timed:
-        return None
-    return dict(zip(MACHINE_KEYS, timed.pop()))
-
-
-def timed_on(points: list[dict]) -> dict:
-    """The machine and dtype the points were timed on (one, by run_grid's rule)."""
-    fp = points[0]["fingerprint"] if points else {}
-    return {k: fp.get(k) for k in MACHINE_KEYS}
-
-
-def add_relative_latency(points: list[dict]) -> None:
-    """Seconds per token relative to verifier-only in the same run (the 'verifier' point)."""
-    ref = next((p for p in points if p["method"] == "verifier"), None)
-    base = ref["seconds_per_token"] if ref else math.nan
-    for p in points:
-        p["relative_latency"] = p["seconds_per_token"] / base if base and base > 0 else math.nan
-
-
-def table_forms(points: list[dict]) -> dict:
-    """The paper's two table forms per method: (a) lowest relative latency with quality at least
-    the verifier's, (b) best quality at no more than the verifier's latency."""
-    ref = next((p for p in points if p["method"] == "verifier"), None)
-    if ref is None:
-        return {}
-    out = {}
-    for method in dict.fromkeys(p["method"] for p in points):
-        mine = [p for p in points if p["method"] == method]
-        matched = [p for p in mine if p["quality"] >= ref["quality"] - 1e-12]
-        fast = [p for p in mine if p["relative_latency"] <= 1.0 + 1e-9]
-        a = min(matched, key=lambda p: p["relative_latency"]) if matched else None
-        b = max(fast, key=lambda p: p["quality"]) if fast else None
-        out[method] = {
-            "a_latency_at_verifier_quality": a["relative_latency"] if a else math.nan,
-            "a_alpha": a["alpha"] if a else math.nan,
-            "b_quality_at_verifier_latency": b["quality"] if b else math.nan,
-            "b_alpha": b["alpha"] if b else math.nan,
-        }
-    return out
-
-
-def known_method(name: str, routers: dict) -> bool:
-    return name in rule_names() or name in BASELINES or name in routers
+def _output_key(example: dict) -> tuple:
+    return example["example_id"], tuple(example["new_ids"])
 
 
 def add_verifier_logprobs(
-    pair, points: list[dict], prompts: list[Prompt], ends: Ends, folder: Path, batch_size: int = 4
+    pair, points: list[OnlinePoint], prompts: list[Prompt], ends: Ends, folder: Path, batch_size: int = 4
 ) -> float:
     """The verifier's log-probability of every produced token, summed per prompt
     (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file), where the
@@ -372,45 +253,36 @@ def add_verifier_logprobs(
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
     Returns the seconds spent."""
-    from router.engine.teacher import continuation_logprobs
-    from router.engine.loop import check_pair
-
     started = clock.now()
-    drafter, verifier, tokenizer = pair
-    vocab = check_pair(drafter, verifier)
-    by_id = {p.example_id: p.ids for p in prompts}
     known = {
-        (e["example_id"], tuple(e["new_ids"])): (e["verifier_logprob"], e["verifier_logprob_tokens"])
+        _output_key(e): (e["verifier_logprob"], e["verifier_logprob_tokens"])
         for p in points
-        for e in p["examples"]
+        for e in p.examples
         if "verifier_logprob" in e
     }
-    todo = [p for p in points if any("verifier_logprob" not in e for e in p["examples"])]
-    bar = tqdm(total=len(todo), desc="verifier log-probs", unit="point") if todo else None
-    for point in todo:
-        wanted = list(
-            dict.fromkeys(
-                (e["example_id"], tuple(e["new_ids"]))
-                for e in point["examples"]
-                if (e["example_id"], tuple(e["new_ids"])) not in known
-            )
-        )
-        scored = [w for w in wanted if w[1]]
-        known.update({w: (0.0, 0) for w in wanted if not w[1]})  # an empty output has nothing to score
-        for start in range(0, len(scored), batch_size):
-            chunk = scored[start : start + batch_size]
-            outputs = [list(t) for _, t in chunk]
-            sums = continuation_logprobs(
-                verifier, [by_id[i] for i, _ in chunk], outputs, vocab, _pad_id(tokenizer), ends.prefix
-            )
-            known.update({key: (total, len(out)) for key, total, out in zip(chunk, sums, outputs)})
-        for e in point["examples"]:
-            e["verifier_logprob"], e["verifier_logprob_tokens"] = known[(e["example_id"], tuple(e["new_ids"]))]
-        write_bytes(
-            folder / f"{point_name(point['method'], point['alpha'])}.json",
-            json.dumps(point, indent=1, default=float).encode(),
-        )
-        bar.update(1)
-    if bar:
-        bar.close()
+    todo = [p for p in points if any("verifier_logprob" not in e for e in p.examples)]
+    for point in tqdm(todo, desc="verifier log-probs", unit="point", disable=not todo):
+        wanted = list(dict.fromkeys(_output_key(e) for e in point.examples if _output_key(e) not in known))
+        known.update(_score_outputs(pair, wanted, {p.example_id: p.ids for p in prompts}, ends, batch_size))
+        for e in point.examples:
+            e["verifier_logprob"], e["verifier_logprob_tokens"] = known[_output_key(e)]
+        point.write(folder / f"{point.name}.json")
     return clock.now() - started
+
+
+def _score_outputs(pair, wanted: list[tuple], prompt_ids: dict, ends: Ends, batch_size: int) -> dict:
+    """(summed verifier log-prob, tokens) of each (example_id, output ids), `batch_size` per pass."""
+    from router.engine.loop import check_pair
+    from router.engine.teacher import continuation_logprobs
+
+    vocab = check_pair(pair.drafter, pair.verifier)
+    scores = {w: (0.0, 0) for w in wanted if not w[1]}  # an empty output has nothing to score
+    scored = [w for w in wanted if w[1]]
+    for start in range(0, len(scored), batch_size):
+        chunk = scored[start : start + batch_size]
+        outputs = [list(t) for _, t in chunk]
+        prompts = [prompt_ids[i] for i, _ in chunk]
+        pad = tokenizer_pad_id(pair.tokenizer)
+        sums = continuation_logprobs(pair.verifier, prompts, outputs, vocab, pad, ends.prefix)
+        scores.update({key: (total, len(out)) for key, total, out in zip(chunk, sums, outputs)})
+    return scores

@@ -26,9 +26,7 @@ import math
 
 import numpy as np
 
-from eval.online import point_name
-
-REFERENCE = "verifier@0"
+from eval.points import REFERENCE, OnlinePoint
 
 
 def bootstrap_mean(values: np.ndarray, replicates: int, seed: int = 0) -> list[float]:
@@ -120,19 +118,18 @@ def compare_point(mine: list[dict], ref: list[dict], replicates: int, seed: int 
     return out
 
 
-def time_split(point: dict) -> dict:
+def time_split(point: OnlinePoint) -> dict:
     """Shares of the point's wall time: drafting, verifying, bonus-position drafter forwards, the
     rule or router, and the rest."""
-    parts = point.get("time_parts") or {}
-    wall = point["seconds"] or math.nan
-    drafting = parts.get("drafter_seconds", 0.0) - parts.get("bonus_drafter_seconds", 0.0)
+    parts = point.time_parts
+    wall = point.seconds or math.nan
     split = {
-        "drafting": drafting,
-        "verifying": parts.get("verifier_seconds", 0.0),
-        "bonus_drafter": parts.get("bonus_drafter_seconds", 0.0),
-        "rule": parts.get("rule_seconds", 0.0),
+        "drafting": parts["drafter_seconds"] - parts["bonus_drafter_seconds"],
+        "verifying": parts["verifier_seconds"],
+        "bonus_drafter": parts["bonus_drafter_seconds"],
+        "rule": parts["rule_seconds"],
     }
-    split["other"] = max(0.0, point["seconds"] - sum(split.values()))
+    split["other"] = max(0.0, point.seconds - sum(split.values()))
     return {k: v / wall for k, v in split.items()}
 
 
@@ -147,12 +144,12 @@ def batch_fill(examples: list[dict], batch_size: int) -> float:
     return sum(tokens) / capacity if capacity else math.nan
 
 
-def longest_row_latency(point: dict) -> float:
+def longest_row_latency(point: OnlinePoint) -> float:
     """Seconds per token of each batch's longest row: sum of batch seconds / sum of longest rows. A
     memory-bound decoding step costs about as much for one row as for all, so a batch takes about as
     long as its longest row alone would: this approximates per-prompt (batch 1) latency without the
     fill confound of seconds per emitted token. Equal to seconds per token at batch 1."""
-    batches = point.get("batches") or []
+    batches = point.batches
     longest = sum(b["longest"] for b in batches)
     return sum(b["seconds"] for b in batches) / longest if longest else math.nan
 
@@ -174,18 +171,18 @@ def divergences(rows: list[dict], low: float = 2 / 3, high: float = 1.5) -> list
     return out
 
 
-def offline_prediction(point: dict, curves: dict, greedy: dict, gamma: int, cost_ratio: float) -> dict:
+def offline_prediction(point: OnlinePoint, curves: dict, greedy: dict, gamma: int, cost_ratio: float) -> dict:
     """What the held-out records predict at the point's alpha (NaN for methods without a curve):
     the temperature-1 expected rejection TV(q, pi) (the curve alphas were matched on), the greedy
     view's rejection (defer and the drafter's argmax differs from the verifier's), and the
     analytic relative latency of the greedy-view rejection; measured / predicted ratios."""
     from eval.offline import relative_latency
 
-    method, alpha = point["method"], point["alpha"]
+    method, alpha = point.method, point.alpha
     t1 = _at_alpha(curves.get(method), alpha)
     g = _at_alpha(greedy.get(method), alpha)
     predicted = float(relative_latency(np.array([g]), gamma, cost_ratio)[0]) if np.isfinite(g) else math.nan
-    measured_rej, measured_lat = point.get("rejection_rate", math.nan), point.get("relative_latency", math.nan)
+    measured_rej, measured_lat = point.rejection_rate, point.relative_latency
     return {
         "t1_rejection": t1,
         "greedy_rejection": g,
@@ -217,7 +214,7 @@ def _ratio(a: float, b: float) -> float:
 
 def paired_table(
     per_prompt: dict[str, list[dict]],
-    points: list[dict],
+    points: list[OnlinePoint],
     curves: dict,
     greedy: dict,
     gamma: int,
@@ -226,42 +223,41 @@ def paired_table(
     batch_size: int = 1,
 ) -> list[dict]:
     """Every point's row: paired measures vs the verifier, offline vs online, time split."""
-    ref = per_prompt.get(REFERENCE)
-    ref_point = next((p for p in points if point_name(p["method"], p["alpha"]) == REFERENCE), None)
+    ref = per_prompt.get(REFERENCE, [])  # without a verifier point every paired measure is NaN
+    ref_point = next((p for p in points if p.name == REFERENCE), None)
     ref_row_latency = longest_row_latency(ref_point) if ref_point else math.nan
     rows = []
     for p in points:
-        name = point_name(p["method"], p["alpha"])
+        name = p.name
         row = {
             "point": name,
-            "method": p["method"],
-            "alpha": p["alpha"],
-            "relative_latency": p.get("relative_latency", math.nan),
-            "rejection_rate": p.get("rejection_rate"),
+            "method": p.method,
+            "alpha": p.alpha,
+            "relative_latency": p.relative_latency,
+            "rejection_rate": p.rejection_rate,
+            **compare_point(per_prompt[name], ref, replicates),
         }
-        if ref is not None:
-            row.update(compare_point(per_prompt[name], ref, replicates))
         row["offline"] = offline_prediction(p, curves, greedy, gamma, cost_ratio)
         row["time_split"] = time_split(p)
         row["batch_fill"] = batch_fill(per_prompt[name], batch_size)
         row["relative_row_latency"] = _ratio(longest_row_latency(p), ref_row_latency)
-        row["tokens"] = p.get("tokens")
+        row["tokens"] = p.tokens
         rows.append(row)
     return rows
 
 
-def points_of(points: list[dict], method: str) -> list[str]:
+def points_of(points: list[OnlinePoint], method: str) -> list[str]:
     """The point names (method@alpha) a method was decoded at."""
-    return [point_name(p["method"], p["alpha"]) for p in points if p["method"] == method]
+    return [p.name for p in points if p.method == method]
 
 
 def pairwise_table(
-    per_prompt: dict[str, list[dict]], points: list[dict], against: list[str], replicates: int
+    per_prompt: dict[str, list[dict]], points: list[OnlinePoint], against: list[str], replicates: int
 ) -> list[dict]:
     """Every point against every point of each method in `against`, prompt by prompt: the quality
     difference (point - other) with its 95% bootstrap interval over prompts, McNemar p, and the
     ratio of their seconds per token (< 1: the point is faster)."""
-    latency = {point_name(p["method"], p["alpha"]): p.get("relative_latency", math.nan) for p in points}
+    latency = {p.name: p.relative_latency for p in points}
     rows = []
     for method in against:
         for other in points_of(points, method):

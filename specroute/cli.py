@@ -104,7 +104,8 @@ def cmd_train(args) -> int:
 
 
 def cmd_gen(args) -> int:
-    from data_gen.recorder import GenConfig, run_gen
+    from data_gen.config import GenConfig
+    from data_gen.run import run_gen
     from router.infra.config import load_config
 
     overrides = list(args.overrides) + (["overwrite=true"] if args.overwrite else [])
@@ -119,16 +120,12 @@ def _encode(tokenizer, prompt: str, chat: bool, limit: int, device: str):
     recording cuts long prompts (with a warning)."""
     import torch
 
-    from router.tasks.prompts import fit_prompt, warn_truncated
+    from router.tasks.prompts import fit_prompt, prompt_text, warn_truncated
 
     if chat:
         if not getattr(tokenizer, "chat_template", None):
             raise SystemExit("error: --chat needs a tokenizer with a chat template; drop --chat for plain text")
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-    else:
-        text = prompt
+    text = prompt_text(tokenizer, prompt, prompt, chat)
     ids, cut = fit_prompt(tokenizer.encode(text, add_special_tokens=False), limit)
     warn_truncated(int(cut), limit, "decoding")
     ids = torch.tensor([ids], device=device)

@@ -98,7 +98,8 @@ ONLINE_SPECULATIVE = 4  # online methods besides verifier/drafter: best router, 
 def _stage_functions(command: str):
     """(config class, run function) of a stage, imported when first used."""
     if command == "gen":
-        from data_gen.recorder import GenConfig, run_gen
+        from data_gen.config import GenConfig
+        from data_gen.run import run_gen
 
         return GenConfig, run_gen
     if command == "train":
@@ -151,7 +152,8 @@ def gen_overrides(task: str, p: Preset, out: Path, mode: str) -> dict:
 def stale_records(folder: Path, task: str, overrides: dict) -> list[str]:
     """The gen config keys in which a finished or started record folder differs from what the demo
     would record now (e.g. the prompt format or judge inputs of an older version); [] if current."""
-    from data_gen.recorder import GenConfig, config_changes
+    from data_gen.config import GenConfig
+    from data_gen.folder import config_changes
     from router.infra.config import config_from, config_to_dict
 
     made = folder / "gen_config.json"
@@ -196,7 +198,9 @@ def _router_done(folder: Path, records_id: str | None = None) -> bool:
 def estimate(out: Path, p: Preset) -> Estimate | None:
     """Price the work not finished yet on this machine (None when every stage is done): load the
     pair as the stages will, measure its costs, count the tokens of the planned examples."""
-    from data_gen.recorder import GenConfig, Recorder, planned_batches
+    from data_gen.config import GenConfig
+    from data_gen.recorder import Recorder
+    from data_gen.plan import planned_batches
     from router.infra.config import config_from
     from router.machine.costs import measure_pair_costs
     from router.machine.hardware import cpu_kind, resolve_dtype
@@ -369,7 +373,7 @@ def shift(folders: dict) -> dict:
 def results_table(results: dict) -> str:
     """Per task and online point: quality, its difference to the verifier with the 95% interval
     over prompts, agreement with the verifier, latency, and rejection offline vs online."""
-    from eval.run import online_lines
+    from eval.online_report import online_lines
 
     lines = []
     for task, m in results.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.machine.costs import PairCosts
+from router.machine.costs import PairCosts, block_seconds, tokens_per_block
 
 TRAIN_START_SECONDS = 5.0  # per router: Lightning set-up, loading records, final metrics, export
 # per training row and epoch (features MLP/GRU, per-epoch validation areas); measured: 3 routers on
@@ -22,8 +22,7 @@ RECORD_OVERHEAD = 1.1  # statistics, features and writes on top of the two forwa
 # judge inputs: substituted tokens per continuation token in the extra verifier pass (the argmax and
 # the sample where each differs from the gold token; counts["judge_tree_tokens"] / tokens of a recording)
 JUDGE_TREE_SHARE = 0.57  # measured: benchmarks/gen.py --judge, 8 GSM8K examples of the embedded pair
-TOKENS_PER_BLOCK = 4.0  # greedy, gamma 5: the 0.5B/1.5B pair keeps about 4 tokens per block
-BONUS_SHARE = 0.5  # share of blocks accepted whole, which pay one more drafter forward
+ACCEPTANCE = 0.83  # greedy: the 0.5B/1.5B pair keeps about 4 tokens per block of 5 drafts
 
 
 @dataclass
@@ -82,8 +81,8 @@ def record_seconds(
 def speculative_seconds_per_step(costs: PairCosts) -> float:
     """Seconds per emitted token (per batch) of a speculative method: gamma drafter steps, one
     verifier pass over gamma + 1 tokens and sometimes the bonus drafter step, per block."""
-    block = costs.gamma * costs.drafter_step + costs.verifier_block + BONUS_SHARE * costs.drafter_step
-    return block / TOKENS_PER_BLOCK
+    block = block_seconds(costs.gamma, ACCEPTANCE, costs.drafter_step, costs.verifier_block)
+    return float(block / tokens_per_block(ACCEPTANCE, costs.gamma))
 
 
 def online_seconds(

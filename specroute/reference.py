@@ -62,8 +62,8 @@ def parser_table(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def reference_markdown() -> str:
-    from data_gen.recorder import GenConfig
-    from eval.run import EvalConfig
+    from data_gen.config import GenConfig
+    from eval.config import EvalConfig
     from router.engine.options import DECODE_FIELDS, DecodeOptions
     from specroute.cli import build_parser
     from train.run import TrainConfig
@@ -83,7 +83,7 @@ def reference_markdown() -> str:
         "",
         *config_table(DecodeOptions),
         "",
-        "## `specroute gen` (`GenConfig`, data_gen/recorder.py)",
+        "## `specroute gen` (`GenConfig`, data_gen/config.py)",
         "",
         *config_table(GenConfig),
         "",
@@ -91,7 +91,7 @@ def reference_markdown() -> str:
         "",
         *config_table(TrainConfig),
         "",
-        "## `specroute eval` (`EvalConfig`, eval/run.py)",
+        "## `specroute eval` (`EvalConfig`, eval/config.py)",
         "",
         "Besides the decoding options above (same keys):",
         "",

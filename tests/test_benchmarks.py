@@ -109,9 +109,9 @@ def test_router_cost_benchmark_on_tiny_models(tmp_path):
 @pytest.mark.e2e
 def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_path):
     """--methods at the alpha matched on the records' validation split; --gamma auto per batch size."""
-    from data_gen.recorder import run_gen
+    from data_gen.run import run_gen
     from router.infra.config import load_config
-    from data_gen.recorder import GenConfig
+    from data_gen.config import GenConfig
 
     rec = tmp_path / "rec"
     run_gen(load_config(GenConfig, ROOT / "configs/gen/tiny.yaml", [f"output={rec}", "max_examples=12"]))
@@ -183,7 +183,7 @@ def _decode_benchmark_module():
     return module
 
 
-def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeypatch):
+def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeypatch, tiny):
     """--gamma auto at a batch size calibrated as not paying: each cascade also runs as
     generate(gamma="auto") does there, the verifier alone (blocks per gamma: all 0), with the
     verifier's own output; at a batch size where it pays, no such rows."""
@@ -191,10 +191,9 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
 
     from router.machine import calibrate
     from router.engine.layout import left_pad
-    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
-    drafter, verifier, _ = tiny_pair()
+    drafter, verifier, _ = tiny
     args = argparse.Namespace(
         skip_drafter_only=True,
         hf_constant=False,
@@ -311,17 +310,16 @@ def test_consequence_benchmark_compares_lookup_side_by_side(tmp_path):
     assert plain["branch_tokens_per_pass"] <= 1.0 and "same answers, labels and branch verdicts" in done.stdout
 
 
-def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_the_drafter():
+def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_the_drafter(tiny):
     """--bonus-verifier adds a `bonus=p` row for a cascade whose exact bonus position needs one more
     drafter forward (opt), and none for a policy that skips it anyway (a judge router, lossless):
     such a row would decode exactly as its plain row."""
     import argparse
 
     from router.model import LearnedRouter, RouterConfig, RouterNet
-    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
-    drafter, verifier, _ = tiny_pair()
+    drafter, verifier, _ = tiny
     judge = LearnedRouter(
         RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge"
     )
@@ -344,7 +342,7 @@ def test_decode_benchmark_bonus_from_verifier_rows_only_where_the_bonus_needs_th
     assert names == ["verifier-only", "lossless", "opt a=0.3", "opt a=0.3 bonus=p", "judge a=0.2"]
 
 
-def test_decode_benchmark_plain_rows_take_the_p_bonus_and_stop_rows_only_for_chosen_methods():
+def test_decode_benchmark_plain_rows_take_the_p_bonus_and_stop_rows_only_for_chosen_methods(tiny):
     """--bonus-from verifier decodes the plain rows with p at the bonus position (labelled bonus=p
     where the exact one needs the drafter, and no second row); --draft-stop-methods limits the stop
     rows to the methods named; the rows really decode with those settings."""
@@ -353,10 +351,9 @@ def test_decode_benchmark_plain_rows_take_the_p_bonus_and_stop_rows_only_for_cho
     import torch
 
     from router.model import LearnedRouter, RouterConfig, RouterNet
-    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
-    drafter, verifier, _ = tiny_pair()
+    drafter, verifier, _ = tiny
     judge = LearnedRouter(
         RouterNet(RouterConfig(head="judge", arch="mlp", vocab=verifier.config.vocab_size)), name="judge"
     )
@@ -414,7 +411,7 @@ def test_hf_rows_stop_where_a_stop_string_appears_anywhere_in_the_new_text():
     assert bench.cut_after_stop([0, 2], stop) == [0, 2] and bench.cut_after_stop([0, 2], None) == [0, 2]
 
 
-def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_same_output():
+def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_same_output(tiny, monkeypatch):
     """With a shared prefix HF assisted generation reads both models' caches over it (as our loops
     and the one-model rows do) instead of prefilling it in its timed cell: same greedy output as a
     full prefill, for its dynamic and its constant schedule."""
@@ -423,17 +420,17 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
     import torch
 
     from router.engine.prefix import SharedPrefix
-    from router.engine.tiny import tiny_pair
 
     bench = _decode_benchmark_module()
-    drafter, verifier, _ = tiny_pair()
+    drafter, verifier, _ = tiny
     prefix = SharedPrefix(list(range(3, 40)))
     ids = torch.tensor([prefix.ids + [50, 51, 52]])
     args = argparse.Namespace(stops=[], tokenizer=None, block=3, max_new_tokens=12)
     fed = {"verifier": [], "drafter": []}  # tokens each forward reads
     for name, model in (("verifier", verifier), ("drafter", drafter)):
         forward = model.forward
-        model.forward = lambda *a, _f=forward, _n=name, **kw: fed[_n].append(kw["input_ids"].shape[1]) or _f(*a, **kw)
+        spy = lambda *a, _f=forward, _n=name, **kw: fed[_n].append(kw["input_ids"].shape[1]) or _f(*a, **kw)  # noqa: E731
+        monkeypatch.setattr(model, "forward", spy)  # the shared tiny pair is restored after the test
     with torch.inference_mode():
         prefix.cache_for(verifier, 1), prefix.cache_for(drafter, 1)  # made before timing, as the benchmark does
         fed["verifier"].clear(), fed["drafter"].clear()

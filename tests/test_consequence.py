@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from data_gen.consequence import ConsequenceSearch
-from data_gen.recorder import GenConfig, Recorder, run_gen
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.run import run_gen
 from router.tasks import metrics
 from router.decoding import generate
 from router.engine.loop import eos_ids

@@ -8,17 +8,18 @@ import numpy as np
 import pytest
 import torch
 
-from data_gen import recorder as rec
-from data_gen.recorder import GenConfig, Recorder, assign_split, run_gen
+from data_gen import folder as rec
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.plan import assign_split
+from data_gen.run import run_gen
 from data_gen.tasks import TASKS, load_task
 from specroute import cli
 from router.infra.config import ConfigError, load_config
 from router.features import FEATURE_NAMES, token_features
 from router.records import RecordsError, load_records, read_examples, read_heldout, read_manifest
-from router.engine.tiny import tiny_pair
 
 HAS_OLMO = importlib.util.find_spec("olmo_eval") is not None
-PAIR = tiny_pair()
 
 
 def write_jsonl(path, rows):
@@ -66,8 +67,8 @@ def records_by_key(folder):
     return {c: np.asarray(ds[c])[order] for c in ds.column_names}
 
 
-def test_round_trip_and_manifest(qa_file, tmp_path):
-    manifest = run_gen(cfg_for(qa_file, tmp_path / "r"), Recorder(cfg_for(qa_file, tmp_path / "r"), *PAIR))
+def test_round_trip_and_manifest(qa_file, tmp_path, tiny):
+    manifest = run_gen(cfg_for(qa_file, tmp_path / "r"), Recorder(cfg_for(qa_file, tmp_path / "r"), *tiny))
     ds = load_records(tmp_path / "r")
     assert len(ds) == manifest.tokens > 0
     assert set(ds["mode"]) == {"gold", "rollout"}
@@ -118,11 +119,11 @@ def test_splits_are_deterministic_and_disjoint():
     assert abs(frac["train"] - 0.7) < 0.04 and abs(frac["test"] - 0.15) < 0.03
 
 
-def test_resume_after_interruption_gives_identical_records(qa_file, tmp_path, monkeypatch):
+def test_resume_after_interruption_gives_identical_records(qa_file, tmp_path, monkeypatch, tiny):
     whole = tmp_path / "whole"
-    run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
+    run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *tiny))
     part = tmp_path / "part"
-    recorder = Recorder(cfg_for(qa_file, part), *PAIR)
+    recorder = Recorder(cfg_for(qa_file, part), *tiny)
     real, calls = recorder.record_batch, {"n": 0}
 
     def dies_on_the_fifth_batch(*args):
@@ -147,13 +148,13 @@ def test_resume_after_interruption_gives_identical_records(qa_file, tmp_path, mo
         np.testing.assert_array_equal(a[col], b[col], err_msg=col)
 
 
-def test_scalars_match_unbatched_full_logits(qa_file, tmp_path):
+def test_scalars_match_unbatched_full_logits(qa_file, tmp_path, tiny):
     out = tmp_path / "r"
     cfg = cfg_for(qa_file, out, modes=["gold"])
-    recorder = Recorder(cfg, *PAIR)
+    recorder = Recorder(cfg, *tiny)
     run_gen(cfg, recorder)
     ds = load_records(out)
-    drafter, verifier, tok = PAIR
+    drafter, verifier, tok = tiny
     ex_id = ds[0]["example_id"]
     rows = ds.filter(lambda e: e == ex_id, input_columns="example_id")
     example = next(
@@ -184,34 +185,34 @@ def test_scalars_match_unbatched_full_logits(qa_file, tmp_path):
     )
 
 
-def test_complete_folder_is_a_noop_and_changed_config_is_refused(qa_file, tmp_path, capsys):
+def test_complete_folder_is_a_noop_and_changed_config_is_refused(qa_file, tmp_path, capsys, tiny):
     out = tmp_path / "r"
     cfg = cfg_for(qa_file, out, modes=["gold"])
-    run_gen(cfg, Recorder(cfg, *PAIR))
+    run_gen(cfg, Recorder(cfg, *tiny))
     mtime = (out / "manifest.json").stat().st_mtime
     run_gen(cfg)  # no models needed: nothing to do
     assert "nothing to do" in capsys.readouterr().out and (out / "manifest.json").stat().st_mtime == mtime
     (out / "manifest.json").unlink()
     with pytest.raises(ConfigError, match="different config"):
-        run_gen(cfg_for(qa_file, out, modes=["gold"], top_k=4), Recorder(cfg, *PAIR))
+        run_gen(cfg_for(qa_file, out, modes=["gold"], top_k=4), Recorder(cfg, *tiny))
 
 
-def test_long_prompts_truncate_or_skip(qa_file, tmp_path):
+def test_long_prompts_truncate_or_skip(qa_file, tmp_path, tiny):
     for policy, key in (("truncate", "truncated_prompts"), ("skip", "skipped_long")):
         cfg = cfg_for(qa_file, tmp_path / policy, modes=["gold"], max_prompt_tokens=10, long_prompts=policy)
-        manifest = run_gen(cfg, Recorder(cfg, *PAIR))
+        manifest = run_gen(cfg, Recorder(cfg, *tiny))
         assert manifest.counts[key] == 14  # every prompt is longer than 10 bytes
         assert (manifest.tokens > 0) == (policy == "truncate")
 
 
-def test_disk_full_is_clear_and_leaves_no_partial_shard(qa_file, tmp_path, monkeypatch):
+def test_disk_full_is_clear_and_leaves_no_partial_shard(qa_file, tmp_path, monkeypatch, tiny):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(rec, "write_shard", full)
     cfg = cfg_for(qa_file, tmp_path / "r", modes=["gold"])
     with pytest.raises(RecordsError, match="disk is full"):
-        run_gen(cfg, Recorder(cfg, *PAIR))
+        run_gen(cfg, Recorder(cfg, *tiny))
     assert not list((tmp_path / "r").glob("*.arrow"))
 
 
@@ -285,9 +286,9 @@ def _cut_shard(path):
     path.write_bytes(sink.getvalue().to_pybytes())
 
 
-def test_a_damaged_shard_is_refused_on_load_and_redone_on_resume(qa_file, tmp_path):
+def test_a_damaged_shard_is_refused_on_load_and_redone_on_resume(qa_file, tmp_path, tiny):
     whole = tmp_path / "whole"
-    manifest = run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
+    manifest = run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *tiny))
     assert all(len(s["sha256"]) == 64 and s["rows"] > 0 for s in manifest.shards)
     victim = whole / manifest.shards[0]["file"]
     original = victim.read_bytes()
@@ -301,34 +302,34 @@ def test_a_damaged_shard_is_refused_on_load_and_redone_on_resume(qa_file, tmp_pa
     victim.write_bytes(original)
     (whole / "manifest.json").unlink()
     _cut_shard(victim)
-    run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *PAIR))
+    run_gen(cfg_for(qa_file, whole), Recorder(cfg_for(qa_file, whole), *tiny))
     assert victim.read_bytes() == original
     assert len(load_records(whole)) == sum(s["rows"] for s in manifest.shards)
 
 
-def test_a_broken_manifest_is_named(qa_file, tmp_path):
+def test_a_broken_manifest_is_named(qa_file, tmp_path, tiny):
     out = tmp_path / "r"
-    run_gen(cfg_for(qa_file, out), Recorder(cfg_for(qa_file, out), *PAIR))
+    run_gen(cfg_for(qa_file, out), Recorder(cfg_for(qa_file, out), *tiny))
     (out / "manifest.json").write_text("{ not json")
     with pytest.raises(RecordsError, match=r"manifest.json is not valid JSON"):
         load_records(out)
 
 
-def test_recording_grows_keeping_finished_shards(qa_file, tmp_path):
+def test_recording_grows_keeping_finished_shards(qa_file, tmp_path, tiny):
     """max_examples raised on a finished folder: unchanged shards are kept, the rest recorded, and the
     result equals a fresh recording of the larger set."""
     grown, fresh = tmp_path / "grown", tmp_path / "fresh"
     small = cfg_for(qa_file, grown, max_examples=9, modes=["gold"])
-    run_gen(small, Recorder(small, *PAIR))
+    run_gen(small, Recorder(small, *tiny))
     before = {p.name: p.stat().st_mtime_ns for p in grown.glob("*.arrow")}
     large = cfg_for(qa_file, grown, max_examples=14, modes=["gold"])
-    manifest = run_gen(large, Recorder(large, *PAIR))
+    manifest = run_gen(large, Recorder(large, *tiny))
     after = {p.name: p.stat().st_mtime_ns for p in grown.glob("*.arrow")}
     kept = [n for n in before if after.get(n) == before[n]]
     assert kept and len(kept) < len(after)  # full shards kept, grown ones redone
     assert sum(v["examples"] for v in manifest.splits.values()) == 14
     ref = cfg_for(qa_file, fresh, max_examples=14, modes=["gold"])
-    run_gen(ref, Recorder(ref, *PAIR))
+    run_gen(ref, Recorder(ref, *tiny))
     a, b = records_by_key(grown), records_by_key(fresh)
     for col in ("example_id", "token", "q_token", "p_token", "draft_token"):
         np.testing.assert_array_equal(a[col], b[col])
@@ -336,7 +337,7 @@ def test_recording_grows_keeping_finished_shards(qa_file, tmp_path):
     with pytest.raises(
         ConfigError, match=r"finished recording made with a different config \(differs in \['top_k'\]\)"
     ):
-        run_gen(other, Recorder(other, *PAIR))  # a finished folder is never silently reused for another config
+        run_gen(other, Recorder(other, *tiny))  # a finished folder is never silently reused for another config
     assert read_manifest(grown) == manifest
     # a field an older version did not write counts as its default: the folder stays current
     made = json.loads((grown / "gen_config.json").read_text())

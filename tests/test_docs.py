@@ -49,8 +49,8 @@ def test_reference_is_generated_from_the_code():
 def test_reference_lists_every_field_of_every_config():
     import dataclasses
 
-    from data_gen.recorder import GenConfig
-    from eval.run import EvalConfig
+    from data_gen.config import GenConfig
+    from eval.config import EvalConfig
     from train.run import TrainConfig
 
     text = (ROOT / "docs" / "reference.md").read_text()
@@ -61,14 +61,14 @@ def test_reference_lists_every_field_of_every_config():
 
 def _config_class(stage: str):
     if stage == "gen":
-        from data_gen.recorder import GenConfig
+        from data_gen.config import GenConfig
 
         return GenConfig
     if stage == "train":
         from train.run import TrainConfig
 
         return TrainConfig
-    from eval.run import EvalConfig
+    from eval.config import EvalConfig
 
     return EvalConfig
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from data_gen.recorder import assign_split
+from data_gen.plan import assign_split
 from router.tasks.sandbox import run_program
 from eval.paired import batch_fill, bootstrap_mean, compare_point, divergences, longest_row_latency, mcnemar_exact
 from router.machine.hardware import cpu_kind
@@ -16,13 +16,13 @@ from router.records import read_examples
 from router.tasks.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from specroute import cli
-from eval.run import EvalConfig
+from eval.config import EvalConfig
 from router.infra.config import load_config
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
 from router.rules import get_rule, tv_distance
 from router.offline.tradeoff import oracle_bound
 
-from records_helpers import synthetic_token_records
+from helpers import online_point, synthetic_token_records
 
 
 @pytest.fixture(scope="module")
@@ -358,9 +358,9 @@ def test_pairwise_table_by_hand():
         "verifier@0": [{"example_id": str(i), "quality": 1.0} for i in range(6)],
     }
     points = [
-        {"method": "judge", "alpha": 0.2, "relative_latency": 0.6},
-        {"method": "token_v2", "alpha": 0.4, "relative_latency": 0.8},
-        {"method": "verifier", "alpha": 0.0, "relative_latency": 1.0},
+        online_point("judge", 0.2, relative_latency=0.6),
+        online_point("token_v2", 0.4, relative_latency=0.8),
+        online_point("verifier", 0.0, relative_latency=1.0),
     ]
     rows = {(r["point"], r["against"]): r for r in pairwise_table(per_prompt, points, ["token_v2"], 500)}
     assert set(rows) == {("judge@0.2", "token_v2@0.4"), ("verifier@0", "token_v2@0.4")}
@@ -379,7 +379,7 @@ def test_batch_fill_and_divergences():
     assert batch_fill(opt, 4) == pytest.approx(288 / (4 * 128 + 4 * 84))
     assert batch_fill(verifier, 4) == pytest.approx(593 / (4 * 128 + 4 * 88))
     assert batch_fill(opt, 1) == 1.0
-    point = {"batches": [{"seconds": 12.8, "longest": 128}, {"seconds": 8.4, "longest": 84}]}
+    point = online_point("opt", 0.3, batches=[{"seconds": 12.8, "longest": 128}, {"seconds": 8.4, "longest": 84}])
     assert longest_row_latency(point) == pytest.approx(0.1)
     rows = [
         {
@@ -432,7 +432,7 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["tiny", "gsm8k", "mbpp"])
 def test_shipped_eval_configs_load(name):
-    from eval.run import EvalConfig
+    from eval.config import EvalConfig
     from router.infra.config import load_config
 
     cfg = load_config(EvalConfig, f"configs/eval/{name}.yaml", [])
@@ -509,7 +509,7 @@ def test_greedy_online_alphas_are_matched_in_the_greedy_view(tiny_pipeline):
     """Greedy decoding drafts argmaxes and rejects where they differ from the verifier's: the online
     alphas come from each method's greedy-view curve, at fractions of lossless's greedy rejection
     (the temperature-1 curve put a judge at alpha 3040, where it never defers)."""
-    from eval.online import alphas_at_rejection
+    from eval.grid import alphas_at_rejection
     from eval.offline import greedy_curves
 
     root, rec, rtr = tiny_pipeline

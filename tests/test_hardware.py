@@ -120,8 +120,10 @@ def test_fingerprint_does_not_depend_on_dtype(tmp_path):
 def test_records_in_two_dtypes_are_one_pair(tmp_path):
     """gen records the resolved dtype; the pair's hashes are equal across dtypes, so a router or an
     eval may use records made in either (eval notes the difference)."""
-    from data_gen.recorder import GenConfig, run_gen
-    from eval.run import EvalConfig, dtype_note
+    from data_gen.config import GenConfig
+    from data_gen.run import run_gen
+    from eval.config import EvalConfig
+    from eval.run import dtype_note
 
     manifests = {}
     for dtype in ("float32", "bfloat16"):
@@ -143,8 +145,8 @@ def test_records_in_two_dtypes_are_one_pair(tmp_path):
 
 
 def test_bad_dtype_in_configs_is_refused():
-    from data_gen.recorder import GenConfig
-    from eval.run import EvalConfig
+    from data_gen.config import GenConfig
+    from eval.config import EvalConfig
     from router.infra.config import ConfigError
 
     with pytest.raises(ValueError, match="dtype must be one of"):

@@ -5,15 +5,15 @@ import pytest
 import torch
 
 from data_gen.judge import judge_inputs
-from data_gen.recorder import GenConfig, Recorder, run_gen
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.run import run_gen
 from router.engine.layout import cache_argument
 from router.engine.teacher import forward_tail
 from router.features import TOKEN_CLASS_NAMES, class_bits, lookahead_features
 from router.engine.layout import Layout, left_pad
 from router.records import Manifest, RecordsError, load_records, read_manifest, read_token_classes, require_judge
-from router.engine.tiny import ByteTokenizer, tiny_pair
-
-PAIR = tiny_pair()
+from router.engine.tiny import ByteTokenizer
 
 
 def direct_view(verifier, prefix: list[int], token: int, vocab: int):
@@ -23,12 +23,12 @@ def direct_view(verifier, prefix: list[int], token: int, vocab: int):
 
 
 @pytest.mark.parametrize("max_tree", [512, 3])
-def test_tree_pass_matches_one_forward_per_position(monkeypatch, max_tree):
+def test_tree_pass_matches_one_forward_per_position(monkeypatch, max_tree, tiny):
     """Every substituted token sees its own gold prefix (ragged, left-padded rows; chunked passes too)."""
     import data_gen.judge as judge
 
     monkeypatch.setattr(judge, "MAX_TREE", max_tree)
-    drafter, verifier, tok = PAIR
+    drafter, verifier, tok = tiny
     vocab = 259
     prompts = [tok.encode("Q: 2+3?\nA:"), tok.encode("Hi")]
     conts = [tok.encode(" 5 because"), tok.encode(" there, you")]
@@ -53,7 +53,7 @@ def test_tree_pass_matches_one_forward_per_position(monkeypatch, max_tree):
                     np.testing.assert_allclose(rows[b][f"{prefix_col}lookahead"][t], look.numpy(), atol=1e-4)
 
 
-def test_recorded_judge_columns_and_token_classes(tmp_path):
+def test_recorded_judge_columns_and_token_classes(tmp_path, tiny):
     out = tmp_path / "r"
     cfg = GenConfig(
         task="custom",
@@ -71,12 +71,12 @@ def test_recorded_judge_columns_and_token_classes(tmp_path):
         rollout_max_new_tokens=8,
         judge=True,
     )
-    run_gen(cfg, Recorder(cfg, *PAIR))
+    run_gen(cfg, Recorder(cfg, *tiny))
     manifest = read_manifest(out)
     require_judge(out, manifest)
     ds = load_records(out).with_format("numpy")
     hidden = np.asarray(ds["after_hidden"])
-    assert hidden.shape == (len(ds), PAIR[1].config.hidden_size) and np.isfinite(hidden).all()
+    assert hidden.shape == (len(ds), tiny[1].config.hidden_size) and np.isfinite(hidden).all()
     assert np.asarray(ds["after_lookahead"]).shape == (len(ds), 2)
     q_draft = np.asarray(ds["q_draft"])
     assert ((q_draft > 0) & (q_draft <= 1)).all()

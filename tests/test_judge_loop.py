@@ -8,8 +8,10 @@ import math
 import pytest
 import torch
 
-from conftest import StubLM
-from data_gen.recorder import GenConfig, Recorder, run_gen
+from helpers import StubLM
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.run import run_gen
 from router.decoding import generate
 from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
@@ -267,7 +269,7 @@ def test_study_retrains_when_its_records_change(judge_router, tmp_path):
     assert retrained == retrained  # records differ from the router's: trained again
 
 
-def test_eval_without_a_validation_split_skips_the_comparison(tmp_path):
+def test_eval_without_a_validation_split_skips_the_comparison(tmp_path, tiny):
     """The views choose the best rule on validation: records without that split still evaluate."""
     from eval.run import EvalConfig, run_eval
 
@@ -289,7 +291,7 @@ def test_eval_without_a_validation_split_skips_the_comparison(tmp_path):
         output=str(tmp_path / "rec"),
         split_fractions=[0.6, 0.0, 0.4],
     )
-    run_gen(cfg, Recorder(cfg, *tiny_pair()))
+    run_gen(cfg, Recorder(cfg, *tiny))
     with pytest.warns(UserWarning, match="no gap-closed comparison"):
         metrics = run_eval(
             EvalConfig(records=[str(tmp_path / "rec")], online=False, cost_ratio=0.3, output=str(tmp_path / "eval"))

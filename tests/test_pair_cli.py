@@ -6,7 +6,7 @@ import pytest
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast
 
-from conftest import tiny_qwen
+from helpers import tiny_qwen
 from router import pair as rmodels
 from specroute import cli
 

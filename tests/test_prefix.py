@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import left_padded
+from helpers import left_padded
 from data_gen.scoring import score_batch
 from router.tasks.metrics import mbpp_metric
 from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade

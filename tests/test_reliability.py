@@ -3,7 +3,9 @@ they depend on changes."""
 
 import pytest
 
-from eval.online import complete_elsewhere, point_fingerprint, same_fingerprint
+from helpers import online_point
+
+from eval.points import complete_elsewhere, point_fingerprint, same_fingerprint
 from router.infra.files import OutputBusy, output_lock
 from specroute import cli
 
@@ -36,17 +38,26 @@ def test_online_points_are_redone_when_device_or_models_change():
     assert not same_fingerprint(None, now)
 
 
-def test_point_files_of_another_format_are_refused_with_the_fix(tmp_path):
+def _point(fingerprint: dict):
+    return online_point("opt", 0.5, fingerprint=fingerprint)
+
+
+def test_point_files_round_trip_and_another_format_is_refused_with_the_fix(tmp_path):
     import json
+    from dataclasses import replace
 
-    from eval.online import POINT_FORMAT, read_points
+    from eval.points import read_points
 
-    good, old = tmp_path / "opt@0.5.json", tmp_path / "opt@0.7.json"
-    good.write_text(json.dumps({"format": POINT_FORMAT, "fingerprint": {}}))
-    old.write_text(json.dumps({"fingerprint": {}}))  # written before point files carried a format
-    assert read_points([good, tmp_path / "missing.json"])[1] is None
-    with pytest.raises(ValueError, match=r"another format .* output=<new folder>"):
-        read_points([good, old])
+    good, old, odd = tmp_path / "opt@0.5.json", tmp_path / "opt@0.7.json", tmp_path / "opt@0.9.json"
+    _point({"gamma": 4}).write(good)
+    back, missing = read_points([good, tmp_path / "missing.json"])
+    assert back == replace(_point({"gamma": 4}), relative_latency=back.relative_latency) and missing is None
+    data = json.loads(good.read_text())
+    old.write_text(json.dumps({k: v for k, v in data.items() if k != "format"}))  # before points had a format
+    odd.write_text(json.dumps({**data, "quality": 1.0}))  # a field this specroute does not know
+    for path in (old, odd):
+        with pytest.raises(ValueError, match=r"another format .* output=<new folder>"):
+            read_points([good, path])
 
 
 def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
@@ -54,13 +65,13 @@ def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
     redone, a complete one (every point, one machine, everything else unchanged) is kept whole."""
     now = {"models": {"d": 1}, "gamma": 5, "machine": "AMD EPYC x2", "dtype": "float32"}
     there = {**now, "machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
-    points = [{"fingerprint": there}, {"fingerprint": there}]
+    points = [_point(there), _point(there)]
     both = [now, now]
     assert complete_elsewhere(points, both) == {"machine": "Intel Xeon (AMX) x2", "dtype": "bfloat16"}
     assert complete_elsewhere([points[0], None], both) is None  # one point missing: redo the other machine's
-    assert complete_elsewhere([points[0], {"fingerprint": {**there, "machine": "third"}}], both) is None
-    assert complete_elsewhere([points[0], {"fingerprint": {**there, "gamma": 4}}], both) is None
-    assert complete_elsewhere([{"fingerprint": now}] * 2, both) is None  # same machine: the usual resume
+    assert complete_elsewhere([points[0], _point({**there, "machine": "third"})], both) is None
+    assert complete_elsewhere([points[0], _point({**there, "gamma": 4})], both) is None
+    assert complete_elsewhere([_point(now)] * 2, both) is None  # same machine: the usual resume
     assert complete_elsewhere([], []) is None
 
 
@@ -94,8 +105,8 @@ def test_a_point_depends_on_its_own_router_only():
     ],
 )
 def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, message):
-    from data_gen.recorder import GenConfig
-    from eval.run import EvalConfig
+    from data_gen.config import GenConfig
+    from eval.config import EvalConfig
     from router.infra.config import ConfigError, load_config
     from train.run import TrainConfig
 
@@ -105,12 +116,13 @@ def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, mess
 
 
 def test_alphas_for_methods_not_run_are_refused():
-    from eval.run import EvalConfig, _online_grid
+    from eval.config import EvalConfig
+    from eval.grid import online_grid
     from router.infra.config import ConfigError
 
     cfg = EvalConfig(online_methods=["lossless"], alphas={"opt": [0.5]})
     with pytest.raises(ConfigError, match=r"alphas are set for \['opt'\]"):
-        _online_grid(cfg, {}, 0.1, {})
+        online_grid(cfg, {}, 0.1, {})
 
 
 def test_cli_reports_bad_settings_in_one_line(capsys):
@@ -206,7 +218,8 @@ def test_bad_custom_data_files_are_named(tmp_path, content, message):
 
 
 def test_a_broken_gen_config_in_an_unfinished_folder_is_named(tmp_path):
-    from data_gen.recorder import GenConfig, run_gen
+    from data_gen.config import GenConfig
+    from data_gen.run import run_gen
     from router.infra.config import ConfigError
 
     out = tmp_path / "r"

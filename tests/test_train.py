@@ -10,13 +10,12 @@ import torch
 from specroute import cli
 from router.decoding import generate
 from router.features import FEATURE_NAMES
-from router.engine.tiny import tiny_pair
 from router.model import load_router
 from router.records import Manifest, RecordsError, rows_to_table, write_manifest, write_shard
 from train.run import TrainConfig, run_train
 from train.targets import labels
 
-from records_helpers import synthetic_token_records
+from helpers import synthetic_token_records
 
 
 def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all_positive=False):
@@ -110,7 +109,7 @@ def test_router_recovers_a_separable_rule(tmp_path, arch):
     assert torch.allclose(router.target(q, p, 0.0).sum(-1), torch.ones(1, 2))
 
 
-def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path):
+def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path, tiny):
     rec = synthetic_token_records(tmp_path / "rec")
     cfg = TrainConfig(
         records=[str(rec)],
@@ -133,7 +132,7 @@ def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path):
     pi = router.target(q, p, 0.0)
     assert torch.allclose(pi.sum(-1), torch.ones(1), atol=1e-6)
     assert pi[0, 1] >= q[0, 1] and pi[0, 0] < q[0, 0]  # keeps the verifier's favourite, defers the other
-    drafter, verifier, _ = tiny_pair()
+    drafter, verifier, _ = tiny
     out = generate(
         drafter,
         verifier,

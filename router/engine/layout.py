@@ -16,6 +16,13 @@ import torch
 from router.infra import clock
 
 
+def tokenizer_pad_id(tokenizer) -> int:
+    """The id prompts are left-padded with: the tokenizer's pad token, else its end of sequence
+    (padding is masked out, so any id the model knows will do), else 0."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
+
+
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
     width = max(len(s) for s in sequences)
@@ -26,6 +33,11 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
             ids[b, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
             mask[b, width - len(seq) :] = 1
     return ids, mask
+
+
+def returned_cache(out):
+    """The KV cache a forward returned: `cache` in transformers >= 5.24, `past_key_values` before."""
+    return getattr(out, "cache", None) or out.past_key_values
 
 
 def cache_argument(model) -> str:
@@ -106,7 +118,7 @@ class CachedModel:
         )
         if self.want_hidden:  # the final (normed) layer, as data_gen records it
             self.last_hidden = out.hidden_states[-1][:, -keep:].float()
-        self.cache = getattr(out, "cache", None) or out.past_key_values
+        self.cache = returned_cache(out)
         self.n_cached = upto
         self.forwards += 1
         self.row_forwards += layout.tokens.shape[0]

@@ -18,7 +18,7 @@ import copy
 import torch
 
 from router.infra import clock
-from router.engine.layout import Layout, left_pad
+from router.engine.layout import Layout, left_pad, returned_cache
 
 MIN_SHARED_TOKENS = 32  # below this a shared prefix saves less than the cache copies cost
 
@@ -68,7 +68,7 @@ class SharedPrefix:
             ids = torch.tensor([self.ids], device=next(model.parameters()).device)
             with torch.inference_mode():
                 out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            self._caches[key] = getattr(out, "cache", None) or out.past_key_values
+            self._caches[key] = returned_cache(out)
             self.seconds += clock.now() - started
         cache = copy.deepcopy(self._caches[key])
         if batch > 1:

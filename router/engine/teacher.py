@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from router.engine.layout import Layout, cache_argument, left_pad
+from router.engine.layout import Layout, cache_argument, left_pad, returned_cache
 from router.engine.prefix import SharedPrefix, start_layout
 
 
@@ -29,7 +29,7 @@ def forward_tail(
         **past,
     )
     states = out.hidden_states[-1][:, -keep:] if hidden else None  # (B, keep, H)
-    kv = (getattr(out, "cache", None) or out.past_key_values) if cache else None
+    kv = returned_cache(out) if cache else None
     return out.logits[:, -keep:, :vocab], states, kv
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 from router.engine.layout import CachedModel, Layout
@@ -98,6 +99,20 @@ def measure_verify_curve(verifier, batch: int = 1, max_tokens: int = 9) -> list[
     return _model_costs(verifier, vocab, batch, tuple(range(1, max_tokens + 1)))[1]
 
 
+def tokens_per_block(acceptance, gamma: int):
+    """Expected tokens one block of `gamma` drafts emits when each draft is accepted i.i.d. with
+    probability `acceptance` (Leviathan et al.): (1 - a^(g+1)) / (1 - a); numbers or numpy arrays."""
+    a = np.clip(acceptance, 0.0, 1 - 1e-9)
+    return (1 - a ** (gamma + 1)) / (1 - a)
+
+
+def block_seconds(gamma: int, acceptance, drafter_step: float, verify_block: float, bonus_drafter: bool = True):
+    """Expected seconds of one block: `gamma` drafter steps, one verifier pass over gamma + 1 tokens
+    (`verify_block`) and, with `bonus_drafter`, one more drafter step when every draft is accepted (a^g)."""
+    a = np.clip(acceptance, 0.0, 1 - 1e-9)
+    return gamma * drafter_step + verify_block + (a**gamma * drafter_step if bonus_drafter else 0.0)
+
+
 def block_latency(
     gamma: int, acceptance: float, drafter_step: float, verify_seconds: list[float], bonus_drafter: bool = True
 ) -> float:
@@ -105,10 +120,8 @@ def block_latency(
     (verify_seconds[0]), for i.i.d. acceptance with probability `acceptance` (Leviathan et al.):
     tokens per block (1 - a^(g+1)) / (1 - a); cost gamma drafter steps + one verifier pass over
     gamma + 1 tokens + (bonus_drafter) one more drafter step when every draft is accepted (a^g)."""
-    a = min(max(acceptance, 0.0), 1 - 1e-9)
-    tokens = (1 - a ** (gamma + 1)) / (1 - a)
-    cost = gamma * drafter_step + verify_seconds[gamma] + (a**gamma * drafter_step if bonus_drafter else 0.0)
-    return cost / tokens / verify_seconds[0]
+    cost = block_seconds(gamma, acceptance, drafter_step, verify_seconds[gamma], bonus_drafter)
+    return float(cost / tokens_per_block(acceptance, gamma) / verify_seconds[0])
 
 
 def choose_gamma(

@@ -1,0 +1,218 @@
+"""A record folder's state on disk: whether a run starts, resumes, grows or is refused (its
+gen_config.json against this config), shards written atomically (a full disk explained), and the
+manifest written last from the finished shards (router/records.py: the schema).
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from data_gen.config import GenConfig
+from data_gen.consequence import label_counts
+from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
+from router.infra.config import ConfigError, config_to_dict
+from router.infra.files import write_bytes
+from router.pair import model_fingerprint, tokenizer_fingerprint
+from router.records import (
+    MANIFEST,
+    SPLITS,
+    TOKEN_CLASSES,
+    Manifest,
+    RecordsError,
+    intact_shard,
+    rows_to_table,
+    write_manifest,
+    write_shard,
+)
+
+
+def prepare_folder(out: Path, cfg: GenConfig) -> bool:
+    """Create or check the output folder; True when it is already complete (nothing to do)."""
+    resolved = {k: v for k, v in config_to_dict(cfg).items() if k != "overwrite"}
+    config_path = out / "gen_config.json"
+    if cfg.overwrite and out.exists():
+        shutil.rmtree(out)
+    earlier = _earlier_config(config_path, out)
+    if earlier is not None and _grows(earlier, resolved):
+        _check_receipts_name_examples(out)
+        # more (or fewer) examples of the same recording: finished shards whose examples are unchanged
+        # are kept; the manifest is rewritten when the new plan is done
+        print(
+            f"{out}: max_examples {earlier.get('max_examples')} -> {cfg.max_examples}: recording the "
+            f"difference, keeping the finished shards"
+        )
+        (out / MANIFEST).unlink(missing_ok=True)
+        config_path.write_text(json.dumps(resolved, indent=2))
+        return False
+    changed = config_changes(earlier, resolved) if earlier is not None else []
+    if changed:
+        state = "a finished" if (out / MANIFEST).exists() else "an unfinished"
+        raise ConfigError(
+            f"{out} holds {state} recording made with a different config (differs in {changed}): "
+            f"rerun with the same config{' to resume' if state == 'an unfinished' else ''}, record "
+            f"into another output, or pass overwrite=true"
+        )
+    if (out / MANIFEST).exists():
+        return True
+    out.mkdir(parents=True, exist_ok=True)
+    if earlier is None:
+        config_path.write_text(json.dumps(resolved, indent=2))
+    return False
+
+
+def config_changes(earlier: dict, resolved: dict) -> list[str]:
+    """Config keys whose values differ between an earlier recording and this one. A field the
+    earlier version did not have counts as its default (a newer version adding an option does not
+    make older recordings stale)."""
+    now = json.loads(json.dumps(resolved))
+    defaults = json.loads(json.dumps(config_to_dict(GenConfig())))
+    return sorted(k for k in set(earlier) | set(now) if earlier.get(k, defaults.get(k)) != now.get(k, defaults.get(k)))
+
+
+def _earlier_config(config_path: Path, out: Path) -> dict | None:
+    """The config an earlier run in this folder was made with (None for a new folder)."""
+    if not config_path.exists():
+        return None
+    try:
+        return json.loads(config_path.read_text())
+    except ValueError:
+        raise ConfigError(
+            f"{config_path} is not valid JSON: the recording in {out} cannot be checked "
+            f"against this config; pass overwrite=true to start it again"
+        ) from None
+
+
+def _check_receipts_name_examples(out: Path) -> None:
+    """Growing keeps a shard only when its receipt names its examples (written by this version)."""
+    for receipt in out.glob("*.arrow.json"):
+        if "examples" not in json.loads(receipt.read_text() or "{}"):
+            raise ConfigError(
+                f"{out} was recorded before recordings could grow ({receipt.name} does not name its "
+                f"examples): record into a new folder, or pass overwrite=true"
+            )
+
+
+def _grows(earlier: dict, resolved: dict) -> bool:
+    """True when the configs differ in max_examples only (a recording made larger or smaller)."""
+    now = json.loads(json.dumps(resolved))
+    other = {k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k)}
+    return other == {"max_examples"}
+
+
+def _concat(rows: list[dict]) -> dict:
+    return {
+        k: (sum((r[k] for r in rows), []) if isinstance(rows[0][k], list) else np.concatenate([r[k] for r in rows]))
+        for k in rows[0]
+    }
+
+
+def write_token_classes(out: Path, tokenizer, vocab: int) -> dict:
+    """token_classes.npy: the class bits of every token id (router.features.TOKEN_CLASS_NAMES), which
+    judge routers read for the drafted token and carry into their export (decoding has no tokenizer)."""
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, token_class_table(tokenizer, vocab))
+    write_bytes(out / TOKEN_CLASSES, buf.getvalue())
+    return {
+        "file": TOKEN_CLASSES,
+        "names": list(TOKEN_CLASS_NAMES),
+        "sha256": hashlib.sha256(buf.getvalue()).hexdigest(),
+    }
+
+
+def write_shard_or_explain(out: Path, name: str, rows: list[dict], ids: list[str]) -> None:
+    try:
+        write_shard(out, name, rows_to_table(_concat(rows)), ids)
+    except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise RecordsError(
+                f"the disk is full while writing {out / name}: free some space and rerun the same "
+                f"command; finished shards are kept and the run resumes after them"
+            ) from None
+        raise
+
+
+def _shard_statistics(out: Path, plan) -> dict:
+    """Rows, examples and agreement counts over the finished shards, with each shard's receipt."""
+    import datasets
+
+    stats = dict(shards=[], tokens=0, agree=0.0, q_top1=0.0, p_top1=0.0, gold_tokens=0, consequence={})
+    stats["split_examples"], stats["split_rows"] = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0)
+    for name, split, shard_examples in plan:
+        receipt = intact_shard(out, name, [ex.example_id for ex in shard_examples])
+        if receipt is None:
+            continue  # every example of this shard was skipped (the run redid any damaged one)
+        ds = datasets.Dataset.from_file(str(out / name))
+        feats = np.asarray(ds["features"])
+        gold = np.asarray(ds["mode"]) == "gold"
+        token, q_arg, p_arg = (np.asarray(ds[c]) for c in ("token", "q_argmax", "p_argmax"))
+        stats["tokens"] += len(ds)
+        stats["agree"] += float(feats[:, FEATURE_NAMES.index("argmax_agree")].sum())
+        stats["gold_tokens"] += int(gold.sum())
+        stats["q_top1"] += float((q_arg == token)[gold].sum())
+        stats["p_top1"] += float((p_arg == token)[gold].sum())
+        n_ex = len(set(ds["example_id"]))
+        stats["shards"].append(
+            dict(file=name, split=split, rows=len(ds), examples=n_ex, bytes=receipt["bytes"], sha256=receipt["sha256"])
+        )
+        stats["split_examples"][split] += n_ex
+        stats["split_rows"][split] += len(ds)
+        for key, value in label_counts(ds).items():
+            stats["consequence"][key] = stats["consequence"].get(key, 0) + value
+    return stats
+
+
+def _models(cfg: GenConfig, recorder) -> dict:
+    """The manifest's models: spec, name and weight fingerprint of each (the pair's identity)."""
+    entry = {
+        role: {"spec": getattr(cfg, role), "name": getattr(model, "name_or_path", ""), "hash": model_fingerprint(model)}
+        for role, model in (("drafter", recorder.drafter), ("verifier", recorder.verifier))
+    }
+    entry["verifier"].update(device_map=cfg.verifier_device_map, placement=_placement(recorder.verifier))
+    return entry
+
+
+def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float, counts: dict | None = None) -> Manifest:
+    """Gather shard statistics, write manifest.json last, return it."""
+    stats = _shard_statistics(out, plan)
+    total_bytes = sum(s["bytes"] for s in stats["shards"])
+    tokens, gold_tokens = max(stats["tokens"], 1), max(stats["gold_tokens"], 1)
+    manifest = Manifest(
+        task=cfg.task,
+        modes=list(cfg.modes),
+        config=config_to_dict(cfg),
+        models=_models(cfg, recorder),
+        tokenizer_hash=tokenizer_fingerprint(recorder.tok)[:16],
+        vocab=recorder.vocab,
+        dtype=recorder.dtype.as_dict(),
+        feature_names=list(FEATURE_NAMES),
+        top_k=cfg.top_k,
+        hidden_states=cfg.hidden_states,
+        judge=cfg.judge,
+        token_classes=write_token_classes(out, recorder.tok, recorder.vocab),
+        splits={s: {"examples": stats["split_examples"][s], "rows": stats["split_rows"][s]} for s in SPLITS},
+        shards=stats["shards"],
+        tokens=stats["tokens"],
+        bytes=total_bytes,
+        bytes_per_token=total_bytes / tokens,
+        counts=counts if counts is not None else recorder.counts,
+        seconds=seconds,
+        consequence=stats["consequence"] or None,
+        drafter_verifier_top1_agreement=stats["agree"] / tokens,
+        gold_top1_accuracy={"drafter": stats["q_top1"] / gold_tokens, "verifier": stats["p_top1"] / gold_tokens},
+    )
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _placement(model) -> dict | str:
+    """Where a model's layers live: its accelerate device map, or its one device."""
+    placed = getattr(model, "hf_device_map", None)
+    return {k: str(v) for k, v in placed.items()} if placed else str(next(model.parameters()).device)

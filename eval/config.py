@@ -1,0 +1,63 @@
+"""`specroute eval`'s configuration: EvalConfig, every field settable in YAML or as `key=value`,
+checked once when it is built (docs/reference.md lists them all)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from router.engine.options import DecodeOptions
+from router.infra.config import ConfigError, check_minimum
+from router.machine.hardware import DTYPE_CHOICES
+from router.tasks.sandbox import SANDBOXES
+
+
+@dataclass
+class EvalConfig(DecodeOptions):
+    """What to evaluate. Every field can be set in YAML or as a `key=value` override; the decoding
+    knobs (temperature, top_p, seed, max_new_tokens, stop, gamma, draft_stop, bonus_from) are
+    DecodeOptions' (router/engine/options.py: their defaults, help and checks). eval: stop null takes
+    the prompt format's; gamma auto is chosen once per run from the pair's measured costs and the
+    records' acceptance rate (gamma.json)."""
+
+    name: str = "eval"
+    records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # their test split is held out
+    routers: list = field(default_factory=list)  # router folders (specroute train outputs)
+    offline: bool = True
+    online: bool = True
+    online_methods: list | None = None  # default: every plug-in rule, every router, the baselines
+    alphas: dict = field(default_factory=dict)  # per-method online alpha grids, e.g. {opt: [0, 0.5]}
+    # online alphas: where each method's offline rejection is closest to these fractions of the verifier's
+    # own (lossless) rejection, in the view the decoding uses: greedy (temperature 0: drafts are argmaxes,
+    # rejected where they differ from the verifier's) or temperature 1 (rejection TV(q, pi))
+    online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    paired_with: list = field(default_factory=list)  # online methods every point is also paired with, prompt by
+    #   prompt (e.g. [judge, token_v2]); the verifier always is
+    max_prompts: int = 10  # held-out prompts: the records' test examples, then (when more are asked)
+    unrecorded_prompts: bool = True  #   the task's further examples its split rule puts in test
+    batch_size: int = 1  # prompts per decoding call (1: per-prompt latency, as served)
+    drafter: str | None = None  # default: the records' drafter
+    verifier: str | None = None  # default: the records' verifier
+    dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
+    device: str = "cpu"
+    verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
+    cost_ratio: float | None = None  # drafter/verifier seconds per token; default measured
+    bootstrap: int = 1000  # replicates (over test examples) of the offline views' intervals
+    metric: str | None = None  # default: the task's metric
+    sandbox: str = "auto"  # code tasks: auto/bwrap (isolated; refused without bubblewrap) or python
+    logger: str = "csv"  # csv | wandb
+    wandb_project: str = "specroute"
+    output: str = "runs/eval/eval"
+
+    def __post_init__(self):
+        if not self.records:
+            raise ConfigError("records is empty: name the record folder(s) to evaluate on")
+        super().__post_init__()  # the decoding knobs' one check
+        check_minimum(self, 1, "max_prompts", "batch_size", "bootstrap")
+        if self.cost_ratio is not None and not self.cost_ratio > 0:
+            raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
+        if self.dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
+        if self.sandbox not in SANDBOXES:
+            raise ConfigError(f"sandbox must be one of {', '.join(SANDBOXES)}, got {self.sandbox!r}")
+        if self.logger not in ("csv", "wandb"):
+            raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")

@@ -1,0 +1,92 @@
+"""The online grid: which (method, alpha) points `specroute eval` decodes, checked before any model
+is loaded.
+
+Methods are plug-in rules (router/rules.py), trained routers (by folder name) and the baselines;
+each method's alphas come from the config, else from matching its offline curve to target rejection
+rates (fractions of the verifier's own), else from DEFAULT_ALPHAS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from router.infra.config import ConfigError
+from router.rules import get_rule, online_rules, rule_names
+
+BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
+# methods without an offline curve to match alphas on (verifier/drafter/lossless take no alpha)
+DEFAULT_ALPHAS = {"token_cascade": [0.1, 0.3, 0.5], "sequence_cascade": [0.1, 0.3, 0.5], "lossy": [0.3, 0.6, 0.9]}
+
+
+def known_method(name: str, routers: dict) -> bool:
+    return name in rule_names() or name in BASELINES or name in routers
+
+
+def alphas_at_rejection(
+    thresholds: np.ndarray, rejections: np.ndarray, targets: list[float], alpha_range: tuple | None
+) -> list[float]:
+    """Alphas whose offline points come closest to each target rejection rate (matched operating
+    points across methods), clipped into the rule's range, distinct, finite."""
+    picked = []
+    finite = np.isfinite(thresholds)
+    for target in targets:
+        i = int(np.argmin(np.where(finite, np.abs(rejections - target), np.inf)))
+        alpha = float(thresholds[i])
+        if alpha_range is not None:
+            lo, hi = sorted(alpha_range)
+            alpha = min(max(alpha, lo), hi)
+        picked.append(round(alpha, 4))
+    return sorted(set(picked))
+
+
+def online_methods(cfg, routers: dict) -> list[str]:
+    """The configured online methods (default: every plug-in rule, every router, the cascades),
+    every name and every `alphas`/`paired_with` entry checked."""
+    methods = cfg.online_methods or [*online_rules(), *routers, "token_cascade", "sequence_cascade"]
+    unknown = [m for m in methods if not known_method(m, routers)]
+    if unknown:
+        raise ConfigError(
+            f"unknown online methods {unknown}: use rule names {list(rule_names())}, router folder names "
+            f"{list(routers)} or baselines {list(BASELINES)}"
+        )
+    stray = sorted(set(cfg.alphas) - set(methods))
+    if stray:
+        raise ConfigError(
+            f"alphas are set for {stray}, which are not among the online methods {methods}: "
+            f"add them to online_methods or drop their alphas"
+        )
+    unpaired = [m for m in cfg.paired_with if m not in (*methods, "verifier", "drafter")]
+    if unpaired:
+        raise ConfigError(
+            f"paired_with names {unpaired}, which are not decoded online (online methods: {methods}, "
+            f"plus verifier and drafter): add them to online_methods or drop them from paired_with"
+        )
+    return methods
+
+
+def method_alphas(method: str, cfg, curves: dict, targets: list[float]) -> list[float]:
+    """One method's online alphas: configured, none (lossless), matched to its offline curve, or the
+    default grid; a rule's alphas checked against its range."""
+    if method in cfg.alphas:
+        alphas = list(cfg.alphas[method])
+    elif method in rule_names() and get_rule(method).alpha_range is None:  # lossless: alpha unused
+        alphas = [0.0]
+    elif method in curves:  # matched to the offline rejection targets
+        rng = get_rule(method).alpha_range if method in rule_names() else None
+        alphas = alphas_at_rejection(curves[method].threshold, curves[method].rejection, targets, rng)
+    else:
+        alphas = DEFAULT_ALPHAS[method]
+    if method in rule_names():
+        for a in alphas:  # refuse before any model call, not halfway through the grid
+            get_rule(method).check_alpha(float(a))
+    return [float(a) for a in alphas]
+
+
+def online_grid(cfg, curves: dict, verifier_rejection: float, routers: dict) -> list[tuple[str, float]]:
+    """Every (method, alpha) point, the verifier and drafter references first."""
+    targets = [f * verifier_rejection for f in cfg.online_rejection_targets]
+    grid = [("verifier", 0.0), ("drafter", 0.0)]  # the references, measured first
+    for m in online_methods(cfg, routers):
+        if m not in ("verifier", "drafter"):
+            grid += [(m, a) for a in method_alphas(m, cfg, curves, targets)]
+    return grid

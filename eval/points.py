@@ -1,0 +1,154 @@
+"""Online points: one finished (method, alpha) point of the online grid, as `online/<point>.json`
+holds it, and what is computed across points (latency relative to the verifier, the paper's two
+table forms, where they were timed).
+
+A point file is written atomically when its last prompt is decoded; `read_points` refuses a file
+of another `POINT_FORMAT` (or with fields this specroute does not know) with the command that
+remakes it, so no reader needs defaults for fields an older format lacked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from router.infra.files import write_bytes
+
+POINT_FORMAT = 3  # the format of online/<point>.json files; another format is refused (see read_points)
+REFERENCE = "verifier@0"  # the point every other is compared with, prompt by prompt
+
+# where a point was timed: a point from another machine is redone, unless every point of the grid was
+# finished on one machine (a complete set is reused whole, so no table mixes two machines' latencies)
+MACHINE_KEYS = ("machine", "dtype")
+
+
+def point_name(method: str, alpha: float) -> str:
+    return f"{method}@{alpha:g}"
+
+
+@dataclass
+class OnlinePoint:
+    """One (method, alpha) point: its mean scores, summed measurements and every prompt's outcome
+    (`examples`: example_id, text, tokens, new_ids, the metric's keys, the verifier's log-prob)."""
+
+    method: str
+    alpha: float
+    prompts: int
+    batch_size: int
+    scores: dict  # the metric's per-prompt keys averaged over prompts: quality, and e.g. passed
+    tokens: int
+    seconds: float
+    model_seconds: float
+    time_parts: dict  # drafter/verifier/bonus-drafter/rule seconds summed over batches (eval/paired.py)
+    batches: list  # per decoding call: its seconds and its longest row's tokens
+    seconds_per_token: float
+    verifier_calls_per_token: float
+    rejection_rate: float  # NaN where nothing was drafted (verifier-only)
+    outside_model_fraction: float
+    examples: list = field(repr=False)
+    fingerprint: dict = field(default_factory=dict, repr=False)  # what the point depends on (eval/online.py)
+    relative_latency: float = math.nan  # seconds per token / the verifier point's, set by add_relative_latency
+
+    @property
+    def name(self) -> str:
+        return point_name(self.method, self.alpha)
+
+    @property
+    def quality(self) -> float:
+        return self.scores["quality"]
+
+    def summary(self) -> dict:
+        """The point for metrics.json and tables: every measurement, scores flat, no per-prompt rows."""
+        out = {k: v for k, v in asdict(self).items() if k not in ("examples", "fingerprint", "scores")}
+        return {**out, **self.scores}
+
+    def write(self, path: Path) -> None:
+        """Atomically; relative_latency stays out (it is computed against the run's verifier point)."""
+        data = {**asdict(self), "format": POINT_FORMAT}
+        del data["relative_latency"]
+        write_bytes(path, json.dumps(data, indent=1, default=float).encode())
+
+    @classmethod
+    def from_file(cls, path: Path) -> OnlinePoint:
+        data = json.loads(path.read_text())
+        known = {f.name for f in fields(cls)}
+        if data.pop("format", None) != POINT_FORMAT or set(data) - known:
+            raise ValueError(
+                f"{path} holds an online point of another format than this specroute's ({POINT_FORMAT}): "
+                f"decode it again into a fresh folder (`specroute eval ... output=<new folder>`) or delete "
+                f"{path.parent}"
+            )
+        return cls(**data)
+
+
+def read_points(paths: list[Path]) -> list[OnlinePoint | None]:
+    """The finished point files (None where a point is not finished), refusing files of another format."""
+    return [OnlinePoint.from_file(path) if path.exists() else None for path in paths]
+
+
+def add_relative_latency(points: list[OnlinePoint]) -> None:
+    """Seconds per token relative to verifier-only in the same run (the 'verifier' point)."""
+    ref = next((p for p in points if p.method == "verifier"), None)
+    base = ref.seconds_per_token if ref else math.nan
+    for p in points:
+        p.relative_latency = p.seconds_per_token / base if base and base > 0 else math.nan
+
+
+def table_forms(points: list[OnlinePoint]) -> dict:
+    """The paper's two table forms per method: (a) lowest relative latency with quality at least
+    the verifier's, (b) best quality at no more than the verifier's latency."""
+    ref = next((p for p in points if p.method == "verifier"), None)
+    if ref is None:
+        return {}
+    out = {}
+    for method in dict.fromkeys(p.method for p in points):
+        mine = [p for p in points if p.method == method]
+        matched = [p for p in mine if p.quality >= ref.quality - 1e-12]
+        fast = [p for p in mine if p.relative_latency <= 1.0 + 1e-9]
+        a = min(matched, key=lambda p: p.relative_latency) if matched else None
+        b = max(fast, key=lambda p: p.quality) if fast else None
+        out[method] = {
+            "a_latency_at_verifier_quality": a.relative_latency if a else math.nan,
+            "a_alpha": a.alpha if a else math.nan,
+            "b_quality_at_verifier_latency": b.quality if b else math.nan,
+            "b_alpha": b.alpha if b else math.nan,
+        }
+    return out
+
+
+def timed_on(points: list[OnlinePoint]) -> dict:
+    """The machine and dtype the points were timed on (one, by run_grid's rule)."""
+    fp = points[0].fingerprint if points else {}
+    return {k: fp.get(k) for k in MACHINE_KEYS}
+
+
+def complete_elsewhere(done: list[OnlinePoint | None], fingerprints: list[dict]) -> dict | None:
+    """The machine and dtype every finished point was timed on, when all points are finished, agree
+    with their fingerprints but for those, and were timed on one other machine; else None."""
+    if not done or any(p is None for p in done):
+        return None
+    if not all(
+        same_fingerprint(p.fingerprint, {k: v for k, v in fp.items() if k not in MACHINE_KEYS})
+        for p, fp in zip(done, fingerprints)
+    ):
+        return None
+    timed = {tuple(p.fingerprint[k] for k in MACHINE_KEYS) for p in done}
+    here = tuple(fingerprints[0][k] for k in MACHINE_KEYS)
+    if len(timed) != 1 or here in timed:
+        return None
+    return dict(zip(MACHINE_KEYS, timed.pop()))
+
+
+def same_fingerprint(done: dict | None, now: dict) -> bool:
+    """A finished point is reused only if everything it depends on is unchanged. `routers` holds the
+    weights of the router the point decodes with (none for rules and baselines)."""
+    return done is not None and all(done.get(k) == v for k, v in now.items())
+
+
+def point_fingerprint(fingerprint: dict, method: str) -> dict:
+    """The run's fingerprint narrowed to what one point depends on: of the routers, only its own
+    (adding or retraining another router leaves the point valid)."""
+    routers = fingerprint.get("routers", {})
+    return {**fingerprint, "routers": {method: routers[method]} if method in routers else {}}

@@ -1,0 +1,158 @@
+"""Helpers the tests share: tiny random Qwen2 models built from configs (no downloads), stub
+language models with chosen next-token distributions, hand-built record folders from full
+distributions over a small vocabulary, and online points built by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from router.engine.layout import left_pad
+from router.engine.tiny import tiny_model
+from router.features import FEATURE_NAMES, token_features
+from router.records import Manifest, rows_to_table, write_manifest, write_shard
+
+VOCAB = 96
+EOS = 2
+
+
+def tiny_qwen(seed: int, layers: int = 2, hidden: int = 64, vocab: int = VOCAB):
+    """A random Qwen2 causal LM (float32, eval mode, EOS id 2) over a small vocabulary."""
+    return tiny_model(seed, layers, hidden, vocab)
+
+
+def left_padded(prompts: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    return left_pad(prompts, pad)
+
+
+class _StubCache:
+    """Stands in for a KV cache: only tracks its length (the stub's logits need no memory)."""
+
+    def __init__(self):
+        self.length = 0
+
+    def crop(self, n: int) -> None:
+        assert n < 0, "crop takes a negative count"
+        self.length += n
+
+    def batch_select_indices(self, rows) -> None:
+        pass
+
+
+class StubLM(torch.nn.Module):
+    """A causal LM whose next-token logits depend only on the position being predicted.
+
+    `choose(pos) -> token` gives the argmax at position pos (0-based, counting prompt tokens);
+    `probs(pos) -> (V,)` may give a full distribution instead. Forward calls are counted.
+    """
+
+    def __init__(self, choose=None, probs=None, vocab: int = 16, eos: int = 2):
+        super().__init__()
+        self.choose, self.probs, self.vocab = choose, probs, vocab
+        self.head = torch.nn.Linear(1, vocab, bias=False)
+        self.config = type("Cfg", (), {"eos_token_id": eos})()
+        self.generation_config = type("Gen", (), {"eos_token_id": eos, "pad_token_id": 0})()
+        self.calls = 0
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, input_ids, attention_mask, position_ids, cache=None, use_cache=True, logits_to_keep=1):
+        self.calls += 1
+        cache = cache or _StubCache()
+        cache.length += input_ids.shape[1]
+        assert cache.length == attention_mask.shape[1], "the cache and the mask disagree on length"
+        nxt = position_ids[:, -logits_to_keep:] + 1  # (B, keep) positions being predicted
+        if self.probs is not None:
+            logits = torch.stack([torch.stack([self.probs(int(t)) for t in row]) for row in nxt]).log()
+        else:
+            logits = torch.full((*nxt.shape, self.vocab), -20.0)
+            for b, row in enumerate(nxt):
+                for k, t in enumerate(row):
+                    logits[b, k, self.choose(int(t))] = 20.0
+        return type("Out", (), {"logits": logits, "cache": cache})()
+
+
+def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0, manifest_extra=None, keep=None):
+    """Records over a vocab of 6 where the gold token is the verifier's argmax 90% of the time:
+    keeping exactly the verifier's favourite candidate (what token_v2 does at alpha 0) is right."""
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    shards = []
+    for split, lo, hi in (("train", 0, 40), ("validation", 40, 50), ("test", 50, n_examples)):
+        n = (hi - lo) * positions
+        q = (torch.randn(n, vocab, generator=g) * 1.5).softmax(-1).double()
+        p = (torch.randn(n, vocab, generator=g) * 1.5).softmax(-1).double()
+        y = torch.where(torch.rand(n, generator=g) < 0.9, p.argmax(-1), torch.randint(0, vocab, (n,), generator=g))
+        ids = q.argsort(-1, descending=True)  # every token is a candidate (k = vocab)
+        if keep is not None:
+            keep[split] = (q, p, y)  # the full distributions, for exact expectations in tests
+        rows = torch.arange(n)
+        cols = {
+            "example_id": [f"ex{lo + i // positions}" for i in range(n)],
+            "task": ["syn"] * n,
+            "split": [split] * n,
+            "mode": ["gold"] * n,
+            "position": np.tile(np.arange(positions), hi - lo),
+            "token": y.numpy().astype(np.int32),
+            "draft_token": ids[:, 0].numpy().astype(np.int32),
+            "q_tail": np.zeros(n),
+            "p_tail": np.zeros(n),
+            "q_max": q.amax(-1).numpy(),
+            "p_max": p.amax(-1).numpy(),
+            "q_entropy": np.ones(n),
+            "p_entropy": np.ones(n),
+            "tv": (p - q).clamp_min(0).sum(-1).numpy(),
+            "kl": np.ones(n),
+            "q_token": q[rows, y].numpy(),
+            "p_token": p[rows, y].numpy(),
+            "q_argmax": q.argmax(-1).numpy().astype(np.int32),
+            "p_argmax": p.argmax(-1).numpy().astype(np.int32),
+            "q_topk_ids": ids.numpy().astype(np.int32),
+            "q_topk_logprobs": q.gather(-1, ids).log().numpy(),
+            "p_topk_ids": ids.numpy().astype(np.int32),
+            "p_topk_logprobs": p.gather(-1, ids).log().numpy(),
+            "p_at_q_topk_logprobs": p.gather(-1, ids).log().numpy(),
+            "features": token_features(q.float(), p.float()).numpy(),
+        }
+        name = f"{split}-00000.arrow"
+        write_shard(folder, name, rows_to_table(cols))
+        shards.append({"file": name, "split": split, "rows": n})
+    write_manifest(
+        folder,
+        Manifest(
+            **{
+                "shards": shards,
+                "feature_names": list(FEATURE_NAMES),
+                "hidden_states": "none",
+                "task": "syn",
+                **(manifest_extra or {}),
+            }
+        ),
+    )
+    return folder
+
+
+def online_point(method: str, alpha: float, **measured):
+    """An OnlinePoint with neutral measurements, `measured` overriding any field (e.g.
+    relative_latency=0.6, batches=[...])."""
+    from eval.points import OnlinePoint
+
+    times = dict.fromkeys(("drafter_seconds", "verifier_seconds", "bonus_drafter_seconds", "rule_seconds"), 0.0)
+    fields = dict(
+        prompts=1,
+        batch_size=1,
+        scores={"quality": 1.0},
+        tokens=3,
+        seconds=1.0,
+        model_seconds=0.5,
+        time_parts=times,
+        batches=[],
+        seconds_per_token=0.3,
+        verifier_calls_per_token=0.4,
+        rejection_rate=0.1,
+        outside_model_fraction=0.5,
+        examples=[],
+    )
+    return OnlinePoint(method, alpha, **{**fields, **measured})
