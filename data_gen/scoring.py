@@ -51,7 +51,7 @@ def score_batch(
         for b, cont in enumerate(continuations):
             n = len(cont)
             sel = slice(keep - n - 1, keep - 1)  # logits predicting each continuation token, (n, V)
-            row = position_stats(q_logits[b, sel], p_logits[b, sel], torch.tensor(cont), top_k, draft_seeds[b])
+            row = record_columns(q_logits[b, sel], p_logits[b, sel], torch.tensor(cont), top_k, draft_seeds[b])
             if q_hidden is not None:
                 row["drafter_hidden"] = q_hidden[b, sel].to(torch.float16).cpu().numpy()
             if hidden in ("verifier", "both"):
@@ -84,7 +84,7 @@ def sample_rows(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor
 CHUNK = 16  # positions per pass: 16 x V floats stay in cache across the ~20 V-sized passes below
 
 
-def position_stats(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int, seed: int) -> dict:
+def record_columns(q_logits: torch.Tensor, p_logits: torch.Tensor, tokens: torch.Tensor, top_k: int, seed: int) -> dict:
     """Record columns for n positions from full logits (n, V) and the trajectory tokens (n,)."""
     gen = torch.Generator().manual_seed(seed)
     parts = [

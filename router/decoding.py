@@ -239,34 +239,61 @@ def generate(
     (drafts looked up in a reference answer per row, no network; with rule="lossless" and greedy
     decoding the output is still exactly the verifier's).
     """
-    opts = DecodeOptions(
-        temperature=temperature,
-        top_p=top_p,
-        seed=seed,
-        max_new_tokens=max_new_tokens,
-        gamma=gamma,
-        draft_stop=draft_stop,
-        bonus_from=bonus_from,
-    )  # checks every knob once
+    knobs = dict(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, gamma=gamma)
+    opts = DecodeOptions(**knobs, draft_stop=draft_stop, bonus_from=bonus_from)  # checked once; only opts is read below
     attention_mask = check_inputs(input_ids, attention_mask)
     policy = resolve_rule(rule)
-    vocab, d = _drafter_for(drafter, verifier, policy, gamma)
-    adaptive = (
-        AdaptiveGamma(drafter, verifier, input_ids.shape[0], policy.bonus_needs_drafter and bonus_from == "target")
-        if gamma == "auto"
-        else None
-    )
-    most = MAX_GAMMA if adaptive else gamma  # the largest block
+    vocab, d = _drafter_for(drafter, verifier, policy, opts.gamma)
+    exact_bonus = policy.bonus_needs_drafter and opts.bonus_from == "target"
+    adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], exact_bonus) if opts.gamma == "auto" else None
     eos = eos_ids(verifier)
     gen = opts.generator(input_ids.device)
     started = clock.now()
-    rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
-    stats = dict(
+    rows = Rows.start(input_ids.shape[0], eos, opts.max_new_tokens, stop)
+    stats = _new_stats(policy, alpha, opts, MAX_GAMMA if adaptive else opts.gamma)
+    v = CachedModel(verifier, vocab)
+    v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
+    layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
+    active = list(range(input_ids.shape[0]))
+    with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
+        while active:
+            remaining = max(opts.max_new_tokens - len(rows.tokens[b]) for b in active)
+            start = layout.length
+            g = adaptive.next() if adaptive else opts.gamma
+            if g == 0:  # gamma auto: speculation does not pay here; the drafter's cache catches up if it resumes
+                one_model_step(v, layout, opts, gen, rows, active, FROM_VERIFIER, logps=True)
+                stats["verifier_steps"] += 1
+            else:
+                block, nxt = _speculative_block(
+                    policy, alpha, d, v, layout, opts, gen, max(1, min(g, remaining - 1)), stats
+                )
+                _record_block(stats, rows, active, block, nxt)
+                if adaptive:
+                    adaptive.update(int(block.n_accepted.sum()), int((block.n_accepted + 1).clamp_max(block.g).sum()))
+                layout.keep_first(start, block.n_accepted)
+                drop_trailing_holes(layout, d, v)
+                layout.append(nxt[:, None])
+            active = rows.drop_finished(active, layout, d, v)
+    _final_stats(stats, d, v, adaptive)
+    return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
+
+
+def _final_stats(stats: dict, d, v, adaptive: AdaptiveGamma | None) -> None:
+    """Both models' forward counts and seconds, and (gamma auto) the blocks decoded per gamma."""
+    stats.update(forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
+    if adaptive:
+        stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}
+        stats["acceptance_estimate"] = adaptive.acceptance
+
+
+def _new_stats(policy: DeferralPolicy, alpha: float, opts: DecodeOptions, most: int) -> dict:
+    """The counters `generate` returns in GenerateOutput.stats, before the first block."""
+    return dict(
         method="speculative",
         rule=policy.name,
         alpha=alpha,
-        gamma=gamma,
-        bonus_from=bonus_from,
+        gamma=opts.gamma,
+        bonus_from=opts.bonus_from,
         blocks=0,
         accepted_hist=[0] * (most + 1),
         drafts_evaluated=0,
@@ -275,58 +302,29 @@ def generate(
         expected_rejections=0.0,
         rule_seconds=0.0,
         bonus_drafter_seconds=0.0,
-        draft_stop=draft_stop,
+        draft_stop=opts.draft_stop,
         block_drafts=0,  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
-        verifier_steps=0,
-    )  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
-    v = CachedModel(verifier, vocab)
-    layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
-    d.want_hidden = "drafter" in policy.hidden_inputs
-    v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
-    active = list(range(input_ids.shape[0]))
-    with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
-        while active:
-            remaining = max(max_new_tokens - len(rows.tokens[b]) for b in active)
-            start = layout.length
-            g = adaptive.next() if adaptive else gamma
-            if g == 0:  # gamma auto: speculation does not pay here; the drafter's cache catches up if it resumes
-                one_model_step(v, layout, opts, gen, rows, active, FROM_VERIFIER, logps=True)
-                stats["verifier_steps"] += 1
-                active = rows.drop_finished(active, layout, d, v)
-                continue
-            block = draft(
-                d,
-                layout,
-                max(1, min(g, remaining - 1)),
-                opts,
-                gen,
-                draft_stop,  # not past the limit
-                keep_logits=policy.reads_logits,
-            )
-            verify(v, layout, block, opts)
-            stats["block_drafts"] += block.g
-            ticked = clock.now()
-            form_target(policy, alpha, block)
-            stats["rule_seconds"] += clock.now() - ticked
-            block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
-            ticked, drafter_before = clock.now(), d.seconds
-            q_n, pi_n = block_end(policy, alpha, d, layout, block, opts, bonus_from)
-            stats["bonus_drafter_seconds"] += d.seconds - drafter_before  # the bonus-position forward
-            stats["rule_seconds"] += clock.now() - ticked - (d.seconds - drafter_before)
-            nxt = next_after(q_n, pi_n, ~block.whole, gen)  # step 6: residual token at a rejection, else bonus
-            _record_block(stats, rows, active, block, nxt)
-            if adaptive:
-                n = block.n_accepted
-                adaptive.update(int(n.sum()), int((n + 1).clamp_max(block.g).sum()))
-            layout.keep_first(start, block.n_accepted)
-            drop_trailing_holes(layout, d, v)
-            layout.append(nxt[:, None])
-            active = rows.drop_finished(active, layout, d, v)
-    stats.update(forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
-    if adaptive:
-        stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}  # blocks per gamma
-        stats["acceptance_estimate"] = adaptive.acceptance
-    return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
+        verifier_steps=0,  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
+    )
+
+
+def _speculative_block(policy, alpha: float, d, v, layout, opts: DecodeOptions, gen, g: int, stats: dict):
+    """One block (steps 1-6 of docs/method.md): draft g tokens, verify them in one pass, form pi,
+    accept a prefix, and the token after it (the residual at a rejection, else the bonus). Returns
+    the block and that next token (B,); the rule's and the bonus drafter's seconds go into stats."""
+    block = draft(d, layout, g, opts, gen, opts.draft_stop, keep_logits=policy.reads_logits)
+    verify(v, layout, block, opts)
+    stats["block_drafts"] += block.g
+    ticked = clock.now()
+    form_target(policy, alpha, block)
+    stats["rule_seconds"] += clock.now() - ticked
+    block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
+    ticked, drafter_before = clock.now(), d.seconds
+    q_n, pi_n = block_end(policy, alpha, d, layout, block, opts, opts.bonus_from)
+    stats["bonus_drafter_seconds"] += d.seconds - drafter_before  # the bonus-position forward
+    stats["rule_seconds"] += clock.now() - ticked - (d.seconds - drafter_before)
+    nxt = next_after(q_n, pi_n, ~block.whole, gen)  # step 6: residual token at a rejection, else bonus
+    return block, nxt
 
 
 def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int, CachedModel | LookupCache]:
@@ -334,7 +332,9 @@ def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int,
     LookupDrafter's drafts looked up in reference answers (router.engine.lookup; no network)."""
     if not isinstance(drafter, LookupDrafter):
         vocab = check_pair(drafter, verifier)
-        return vocab, CachedModel(drafter, vocab)
+        model = CachedModel(drafter, vocab)
+        model.want_hidden = "drafter" in policy.hidden_inputs
+        return vocab, model
     if gamma == "auto" or "drafter" in policy.hidden_inputs:
         raise ValueError(
             "a LookupDrafter has no network: give gamma as a number and a policy that does not read "

@@ -14,7 +14,7 @@ import threading
 
 import torch
 
-from router.reduce import fast_max, top2
+from router.reduce import fast_argmax, fast_max, top2
 
 FEATURE_NAMES: tuple[str, ...] = (
     "q_max",
@@ -226,3 +226,50 @@ def judge_features(
     Records (router.offline.inputs) and decoding (router.model.LearnedRouter) both build inputs here."""
     cand = candidate_features(d_q, d_p, d_is_p_argmax, d_is_q_argmax)  # (..., 5)
     return torch.cat([position.float(), cand.float(), lookahead.float(), classes.float()], -1)
+
+
+def candidates_of(
+    q_raw: torch.Tensor,
+    p_raw: torch.Tensor,
+    cand: torch.Tensor,
+    q_arg: torch.Tensor | None = None,
+    p_arg: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Candidate features (..., K, 5) of ids cand (..., K) from full raw distributions (..., V); the
+    models' argmaxes (...) when already known (position_stats computes them)."""
+    q_arg = fast_argmax(q_raw) if q_arg is None else q_arg
+    p_arg = fast_argmax(p_raw) if p_arg is None else p_arg
+    return candidate_features(
+        q_raw.gather(-1, cand), p_raw.gather(-1, cand), cand == p_arg[..., None], cand == q_arg[..., None]
+    )
+
+
+def shifted_lookahead(
+    p_raw: torch.Tensor, next_p_raw: torch.Tensor, position: torch.Tensor, next_p_logits: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Lookahead features (..., 2) of next_p_raw (..., V). In the decoding loop next_p_raw is p_raw
+    moved on by one position (two views of one verification forward): the position features already
+    hold max and entropy of all but its last row, so only that row is computed (same values)."""
+    shifted = (
+        p_raw.dim() >= 2
+        and next_p_raw.shape == p_raw.shape
+        and p_raw.shape[-2] > 1
+        and next_p_raw.stride() == p_raw.stride()
+        and next_p_raw.data_ptr() == p_raw[..., 1, :].data_ptr()
+        and p_raw.dtype == torch.float32
+    )
+    if not shifted:
+        return lookahead_features(next_p_raw, next_p_logits)
+    known = position[..., 1:, [FEATURE_NAMES.index("p_max"), FEATURE_NAMES.index("p_entropy")]]  # (..., T-1, 2)
+    last_logits = None if next_p_logits is None else next_p_logits[..., -1:, :]
+    return torch.cat([known, lookahead_features(next_p_raw[..., -1:, :], last_logits)], -2)
+
+
+def recorded_candidate_features(cand) -> torch.Tensor:
+    """Candidate features (N, K, 5) of recorded top-k candidates (a `router.offline.tradeoff.Candidates`,
+    column 0 = the drafter's argmax): the records-side twin of `candidates_of`."""
+    is_q = torch.zeros(cand.q.shape, dtype=torch.bool)
+    is_q[:, 0] = True
+    return candidate_features(
+        torch.from_numpy(cand.q).float(), torch.from_numpy(cand.p).float(), torch.from_numpy(cand.is_p_argmax), is_q
+    )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, runtime_checkable
 
@@ -358,14 +359,34 @@ _BUILT_IN = (
     # the drafter-only rule; online, eval runs the faster drafter-only baseline of that name instead
     Rule("drafter", "fixed", None, "pi = q (drafter only)", _drafter, online=False),
 )
-RULES: tuple[str, ...] = ()  # the registered names; `rule_names()` reads them after late registrations
+
+
+class _RuleNames(Sequence):
+    """The registered rule names, read from the registry on every use (so a rule registered later is
+    in it), read-only; equal to the tuple of the same names."""
+
+    def __getitem__(self, i):
+        return tuple(_REGISTRY)[i]
+
+    def __len__(self) -> int:
+        return len(_REGISTRY)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (tuple, list, _RuleNames)) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+RULES: Sequence[str] = _RuleNames()  # the registered names, live
 
 
 def register_rule(rule: Rule) -> Rule:
     """Add a plug-in rule to the registry: it then appears in `specroute rules`, `generate`, train's
     validation comparison (with an offline_score), eval's offline curves and online grid, the
     reports and the demo's choice of the best rule of its form. Names must be new."""
-    global RULES
     if rule.name in _REGISTRY:
         raise ValueError(f"a rule named {rule.name!r} is already registered; choose another name")
     if rule.form not in ("cascade", "token", "lossy", "fixed"):
@@ -376,17 +397,14 @@ def register_rule(rule: Rule) -> Rule:
             f"train validation and the demo can compare it"
         )
     _REGISTRY[rule.name] = rule
-    RULES = tuple(_REGISTRY)
     return rule
 
 
 def unregister_rule(name: str) -> None:
     """Remove a rule added with `register_rule` (built-in rules stay)."""
-    global RULES
     if name in {r.name for r in _BUILT_IN}:
         raise ValueError(f"{name!r} is a built-in rule and cannot be removed")
     _REGISTRY.pop(name, None)
-    RULES = tuple(_REGISTRY)
 
 
 for _rule in _BUILT_IN:

@@ -150,25 +150,13 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
 
 
 def cmd_generate(args) -> int:
-    from router.engine.baselines import generate_autoregressive
     from router.decoding import generate
-    from router.machine.hardware import cpu_kind
-    from router.pair import load_pair
-    from router.tasks.prompts import StopStrings, context_length, cut_at_stop, prompt_limit
     from router.infra.console import summary_table
     from router.infra.files import write_json
+    from router.pair import load_pair
+    from router.tasks.prompts import StopStrings, context_length, cut_at_stop, prompt_limit
 
-    rule = get_rule(args.rule)
-    try:
-        opts = options_from_flags(args)
-        rule.check_alpha(args.alpha)
-    except ValueError as err:  # refused before loading any model
-        raise SystemExit(f"error: {err}") from None
-    if Path(args.output).is_dir():
-        raise SystemExit(
-            f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
-            f"{Path(args.output) / 'result.json'}"
-        )
+    opts = _generate_options(args)
     t0 = time.perf_counter()
     drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device)
     load_s = time.perf_counter() - t0
@@ -176,16 +164,8 @@ def cmd_generate(args) -> int:
     input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
     stops = opts.stop or []
     stop = StopStrings.build(tokenizer, stops)
-    out = generate(
-        drafter,
-        verifier,
-        input_ids,
-        rule=args.rule,
-        alpha=args.alpha,
-        attention_mask=mask,
-        stop=stop,
-        **opts.generate_kwargs(),
-    )
+    kwargs = dict(attention_mask=mask, stop=stop, **opts.generate_kwargs())
+    out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, **kwargs)
     new_tokens = out.sequences[0, input_ids.shape[1] :].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -193,33 +173,7 @@ def cmd_generate(args) -> int:
     marker = "highlighted" if color else "in [[double brackets]]"
     print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
     stats = dict(out.stats)
-    rows = [
-        ("rule", f"{args.rule} (alpha {args.alpha}, gamma {opts.gamma}, temperature {opts.temperature})"),
-        ("new tokens", str(stats["new_tokens"])),
-        ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
-        (
-            "mean accepted / block",
-            f"{stats['mean_accepted']:.2f} of {opts.gamma}"
-            + (f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else ""),
-        ),
-        *(
-            [
-                (
-                    "verifier alone",
-                    f"{stats['verifier_steps']} steps: gamma auto found that speculation does not pay "
-                    f"here (acceptance estimate {stats['acceptance_estimate']:.3f})",
-                )
-            ]
-            if stats.get("verifier_steps")
-            else []
-        ),
-        ("rejection rate", f"{stats['rejection_rate']:.3f}"),
-        ("deferral rate", f"{stats['deferral_rate']:.3f}"),
-        ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),
-        ("accepted-length histogram", str(stats["accepted_hist"])),
-        ("model load seconds", f"{load_s:.1f}"),
-        ("dtype / machine", f"{verifier.dtype} / {cpu_kind() if args.device == 'cpu' else args.device}"),
-    ]
+    rows = _generate_rows(args, opts, stats, load_s, verifier.dtype)
     result = {
         "args": vars(args),
         "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),
@@ -228,21 +182,72 @@ def cmd_generate(args) -> int:
         "stats": stats,
     }
     if args.compare:
-        base = generate_autoregressive(verifier, input_ids, attention_mask=mask, stop=stop, **opts.sampling_kwargs())
-        speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
-        rows += [
-            ("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
-            ("speed-up vs verifier", f"{speedup:.2f}x"),
-        ]
-        result["verifier_only"] = {
-            "stats": base.stats,
-            "text": cut_at_stop(
-                tokenizer.decode(base.sequences[0, input_ids.shape[1] :], skip_special_tokens=True), stops
-            ),
-        }
+        rows += _compare_with_verifier(verifier, tokenizer, input_ids, mask, stop, stops, opts, stats, result)
     write_json(args.output, result)
     print("\n" + summary_table(rows) + f"\n  results written to {args.output}")
     return 0
+
+
+def _generate_options(args):
+    """`specroute generate`'s decoding options, its rule's alpha and its output path, checked before
+    any model is loaded."""
+    rule = get_rule(args.rule)
+    try:
+        opts = options_from_flags(args)
+        rule.check_alpha(args.alpha)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    if Path(args.output).is_dir():
+        raise SystemExit(
+            f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
+            f"{Path(args.output) / 'result.json'}"
+        )
+    return opts
+
+
+def _generate_rows(args, opts, stats: dict, load_s: float, dtype) -> list[tuple[str, str]]:
+    """The summary table of one `specroute generate` run."""
+    from router.machine.hardware import cpu_kind
+
+    per_gamma = f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else ""
+    rows = [
+        ("rule", f"{args.rule} (alpha {args.alpha}, gamma {opts.gamma}, temperature {opts.temperature})"),
+        ("new tokens", str(stats["new_tokens"])),
+        ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
+        ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {opts.gamma}{per_gamma}"),
+    ]
+    if stats.get("verifier_steps"):
+        rows.append(
+            (
+                "verifier alone",
+                f"{stats['verifier_steps']} steps: gamma auto found that speculation does not pay "
+                f"here (acceptance estimate {stats['acceptance_estimate']:.3f})",
+            )
+        )
+    return rows + [
+        ("rejection rate", f"{stats['rejection_rate']:.3f}"),
+        ("deferral rate", f"{stats['deferral_rate']:.3f}"),
+        ("verifier calls / token", f"{stats['verifier_calls_per_token']:.3f}"),
+        ("accepted-length histogram", str(stats["accepted_hist"])),
+        ("model load seconds", f"{load_s:.1f}"),
+        ("dtype / machine", f"{dtype} / {cpu_kind() if args.device == 'cpu' else args.device}"),
+    ]
+
+
+def _compare_with_verifier(verifier, tokenizer, input_ids, mask, stop, stops, opts, stats, result) -> list:
+    """--compare: the verifier alone on the same prompt; its output goes into `result`, the speed-up
+    into the returned summary rows."""
+    from router.engine.baselines import generate_autoregressive
+    from router.tasks.prompts import cut_at_stop
+
+    base = generate_autoregressive(verifier, input_ids, attention_mask=mask, stop=stop, **opts.sampling_kwargs())
+    speedup = stats["tokens_per_second"] / max(base.stats["tokens_per_second"], 1e-9)
+    text = tokenizer.decode(base.sequences[0, input_ids.shape[1] :], skip_special_tokens=True)
+    result["verifier_only"] = {"stats": base.stats, "text": cut_at_stop(text, stops)}
+    return [
+        ("verifier-only tokens / s", f"{base.stats['tokens_per_second']:.2f}"),
+        ("speed-up vs verifier", f"{speedup:.2f}x"),
+    ]
 
 
 def cmd_rules(_args) -> int:

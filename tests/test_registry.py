@@ -11,6 +11,7 @@ import torch
 from router.model import RouterConfig, RouterError, RouterNet, LearnedRouter, save_router
 from router.rules import (
     DeferralPolicy,
+    RULES,
     Rule,
     cascade_mix,
     get_rule,
@@ -54,6 +55,17 @@ def test_registered_rule_is_everywhere(peek_rule):
         register_rule(Rule("no_score", "token", (0.0, 1.0), "x", _peek_target))
     with pytest.raises(ValueError, match="built-in"):
         unregister_rule("opt")
+    # RULES, imported before the registration, is a live read-only view of the registry
+    assert RULES == rule_names() and RULES[-1] == "peek" and len(RULES) == len(rule_names())
+    with pytest.raises(TypeError):
+        RULES[0] = "x"
+
+
+def test_rules_view_follows_unregistration():
+    rule = register_rule(Rule("gone", "fixed", None, "test rule", lambda q, p, alpha, q_raw, p_raw: p))
+    assert "gone" in RULES
+    unregister_rule(rule.name)
+    assert "gone" not in RULES and RULES == rule_names() and RULES != list(rule_names())[:-1]
 
 
 @pytest.mark.e2e

@@ -18,7 +18,7 @@ import torch
 from router.infra.config import ConfigError, check_minimum, config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
 from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, save_router
-from router.records import RecordsError, read_manifest
+from router.records import Manifest, RecordsError, read_manifest
 from router.infra.console import summary_table, wandb_offline
 from router.infra.files import output_lock, write_csv, write_json
 from router.offline.inputs import router_scores
@@ -116,19 +116,12 @@ def run_train(cfg: TrainConfig) -> dict:
 
 def _run_train(cfg: TrainConfig) -> dict:
     import lightning as L
-    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
     L.seed_everything(cfg.seed, verbose=False)
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
-    manifests = [read_manifest(f) for f in cfg.records]
-    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
-    if len(pairs) > 1:
-        raise RecordsError(
-            f"the record folders {cfg.records} come from different model pairs ({sorted(pairs)}): "
-            f"a router learns one pair; train on folders of one pair"
-        )
+    manifests = _one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     window = cfg.window if cfg.arch == "gru" else 1
     data = RecordDataModule(
         cfg.records,
@@ -150,7 +143,35 @@ def _run_train(cfg: TrainConfig) -> dict:
         )
     if cfg.head == "judge":
         train.judge_columns()  # reads the token class table the judge carries into its export
-    router_cfg = RouterConfig(
+    module = RouterModule(
+        config_to_dict(_router_config(cfg, train, manifests)), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y
+    )
+    if cfg.head == "judge":
+        module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
+    _standardise(module, train)
+    trainer, ckpt = _trainer(cfg, out)
+    trainer.fit(module, datamodule=data)
+    if not trainer.is_global_zero:  # under DDP rank 0 exports the router and writes the metrics
+        return {}
+    if ckpt.best_model_path:
+        module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
+    return _finish(cfg, module, train, val, trainer, out)
+
+
+def _one_pair(manifests: list[Manifest], folders: list) -> list[Manifest]:
+    """The records' manifests, refused when they come from two model pairs (a router learns one)."""
+    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
+    if len(pairs) > 1:
+        raise RecordsError(
+            f"the record folders {folders} come from different model pairs ({sorted(pairs)}): "
+            f"a router learns one pair; train on folders of one pair"
+        )
+    return manifests
+
+
+def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest]) -> RouterConfig:
+    """What the exported router is: its network, its inputs, and the records and pair it learned."""
+    return RouterConfig(
         arch=cfg.arch,
         head=cfg.head,
         width=cfg.width,
@@ -164,10 +185,13 @@ def _run_train(cfg: TrainConfig) -> dict:
         alpha_grid=list(cfg.alpha_grid),
         vocab=len(train.token_classes) if cfg.head == "judge" else 0,
     )
-    module = RouterModule(config_to_dict(router_cfg), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y)
-    if cfg.head == "judge":
-        module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
-    _standardise(module, train)
+
+
+def _trainer(cfg: TrainConfig, out: Path):
+    """The Lightning trainer (early stopping and the best checkpoint on the validation area)."""
+    import lightning as L
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
     trainer = L.Trainer(
         max_epochs=cfg.max_epochs,
@@ -182,12 +206,7 @@ def _run_train(cfg: TrainConfig) -> dict:
         enable_model_summary=False,
         log_every_n_steps=10,
     )
-    trainer.fit(module, datamodule=data)
-    if not trainer.is_global_zero:  # under DDP rank 0 exports the router and writes the metrics
-        return {}
-    if ckpt.best_model_path:
-        module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
-    return _finish(cfg, module, train, val, trainer, out)
+    return trainer, ckpt
 
 
 def _standardise(module: RouterModule, train: RecordSplit) -> None:

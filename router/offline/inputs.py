@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from router.features import FEATURE_NAMES, class_bits, judge_features
-from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair, recorded_candidate_features
+from router.features import recorded_candidate_features
+from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair
 from router.records import (
     RecordsError,
     judge_column,
@@ -38,7 +39,7 @@ JUDGE_COLUMNS = (
     judge_column("argmax", "lookahead"),
     judge_column("sample", "lookahead"),
 )
-SCALAR_COLUMNS = (
+VIEW_COLUMNS = (
     "q_max",
     "p_max",
     "tv",
@@ -90,10 +91,8 @@ class RecordView:
         if max_rows is not None and len(ds) > max_rows:
             ds = ds.select(range(max_rows))
         self.ds = ds.with_format("numpy")
-        small = self.ds.select_columns(sorted({*SCALAR_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id", "mode"}))[
-            :
-        ]
-        self.cols = {k: np.asarray(small[k]) for k in SCALAR_COLUMNS}  # (N,) each
+        small = self.ds.select_columns(sorted({*VIEW_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id", "mode"}))[:]
+        self.cols = {k: np.asarray(small[k]) for k in VIEW_COLUMNS}  # (N,) each
         if "consequence" in self.ds.column_names:  # consequence labels (data_gen/consequence.py)
             self.cols["consequence"] = np.asarray(self.ds.select_columns(["consequence"])[:]["consequence"])
         self.cand = candidates_from_columns(small)  # the drafter's top-k, column 0 = its argmax
