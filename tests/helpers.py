@@ -116,22 +116,22 @@ def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0
             "p_at_q_topk_logprobs": p.gather(-1, ids).log().numpy(),
             "features": token_features(q.float(), p.float()).numpy(),
         }
-        name = f"{split}-00000.arrow"
-        write_shard(folder, name, rows_to_table(cols))
-        shards.append({"file": name, "split": split, "rows": n})
-    write_manifest(
-        folder,
-        Manifest(
-            **{
-                "shards": shards,
-                "feature_names": list(FEATURE_NAMES),
-                "hidden_states": "none",
-                "task": "syn",
-                **(manifest_extra or {}),
-            }
-        ),
-    )
+        shards.append(write_split(folder, split, cols))
+    write_synthetic_manifest(folder, shards, **(manifest_extra or {}))
     return folder
+
+
+def write_split(folder, split: str, cols: dict) -> dict:
+    """One shard of a split's columns; its manifest entry."""
+    name = f"{split}-00000.arrow"
+    write_shard(folder, name, rows_to_table(cols))
+    return {"file": name, "split": split, "rows": len(cols["example_id"])}
+
+
+def write_synthetic_manifest(folder, shards: list[dict], **fields) -> None:
+    """The manifest of a hand-built record folder of task "syn" (fields override the defaults)."""
+    defaults = {"feature_names": list(FEATURE_NAMES), "hidden_states": "none", "task": "syn"}
+    write_manifest(folder, Manifest(**{"shards": shards, **defaults, **fields}))
 
 
 def online_point(method: str, alpha: float, **measured):

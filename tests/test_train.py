@@ -11,11 +11,11 @@ from specroute import cli
 from router.decoding import generate
 from router.features import FEATURE_NAMES
 from router.model import load_router
-from router.records import Manifest, RecordsError, rows_to_table, write_manifest, write_shard
+from router.records import RecordsError
 from train.run import TrainConfig, run_train
 from train.targets import labels
 
-from helpers import synthetic_token_records
+from helpers import synthetic_token_records, write_split, write_synthetic_manifest
 
 
 def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all_positive=False):
@@ -58,20 +58,8 @@ def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all
         }
         if hidden:
             cols["verifier_hidden"] = g.normal(size=(n, hidden)).astype(np.float16)
-        name = f"{split}-00000.arrow"
-        write_shard(folder, name, rows_to_table(cols))
-        shards.append({"file": name, "split": split, "rows": n})
-    write_manifest(
-        folder,
-        Manifest(
-            **{
-                "shards": shards,
-                "feature_names": list(FEATURE_NAMES),
-                "task": "syn",
-                "hidden_states": "verifier" if hidden else "none",
-            }
-        ),
-    )
+        shards.append(write_split(folder, split, cols))
+    write_synthetic_manifest(folder, shards, hidden_states="verifier" if hidden else "none")
     return folder
 
 

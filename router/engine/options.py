@@ -159,5 +159,5 @@ def add_decode_flags(
 def options_from_flags(args: argparse.Namespace, base: DecodeOptions | None = None) -> DecodeOptions:
     """DecodeOptions from parsed flags; flags left unset (None) keep `base`'s values."""
     base = base or DecodeOptions()
-    given = {name: getattr(args, name) for name in DECODE_FIELDS if getattr(args, name, None) is not None}
+    given = {name: value for name, value in vars(args).items() if name in DECODE_FIELDS and value is not None}
     return dataclasses.replace(base, **given)
