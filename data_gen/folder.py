@@ -182,6 +182,12 @@ def _models(cfg: GenConfig, recorder) -> dict:
 def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float, counts: dict | None = None) -> Manifest:
     """Gather shard statistics, write manifest.json last, return it."""
     stats = _shard_statistics(out, plan)
+    if not stats["shards"]:  # never a "finished" folder with nothing in it
+        c = counts if counts is not None else recorder.counts
+        raise RecordsError(
+            f"no example of {out} could be recorded ({c['skipped_empty']} with an empty prompt or reference, "
+            f"{c['skipped_long']} too long): check prompt_field/reference_field, or long_prompts=truncate"
+        )
     total_bytes = sum(s["bytes"] for s in stats["shards"])
     tokens, gold_tokens = max(stats["tokens"], 1), max(stats["gold_tokens"], 1)
     manifest = Manifest(

@@ -65,6 +65,11 @@ def load_examples(cfg: GenConfig) -> list[Example]:
         examples.append(ex)
     if not examples:
         raise RecordsError(f"task {cfg.task} yielded no examples")
+    if not any(ex.prompt.strip() or ex.question.strip() for ex in examples):
+        raise RecordsError(
+            f"every prompt of task {cfg.task} is blank ({len(examples)} examples"
+            f"{f' from {cfg.data_path}' if cfg.data_path else ''}): check prompt_field ({cfg.prompt_field!r})"
+        )
     return examples
 
 

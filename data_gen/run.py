@@ -24,6 +24,7 @@ from router.infra.config import ConfigError
 from router.infra.console import summary_table
 from router.infra.distributed import barrier, gather, start
 from router.infra.files import output_lock
+from router.tasks.metrics import check_metric_fields
 from router.records import Manifest, RecordsError, intact_shard, read_manifest
 
 
@@ -44,6 +45,9 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
         print(f"{out} is complete (manifest {manifest.id}); nothing to do (overwrite=true to redo)")
         return manifest
     examples = load_examples(cfg)
+    if "consequence" in cfg.modes:  # answers are judged by the task metric: every example judgeable first
+        for ex in examples:
+            check_metric_fields(cfg.metric or cfg.task, ex.meta, ex.example_id)
     plan = plan_shards(examples, cfg)
     if ranks.main:
         write_examples(out, plan, cfg)

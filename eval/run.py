@@ -48,7 +48,7 @@ from router.machine.hardware import machine_kind, resolve_dtype
 from router.offline.inputs import RecordView
 from router.records import Manifest, RecordsError, read_examples, read_heldout, read_manifest
 from router.rules import rule_names
-from router.tasks.metrics import get_metric
+from router.tasks.metrics import check_metric_fields, get_metric
 from router.tasks.prompts import context_length, default_stops, prompt_limit
 
 
@@ -267,6 +267,8 @@ def _run_online(
     and the (loaded) pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
     examples = online_examples(cfg)
+    for e in examples[: cfg.max_prompts]:  # every prompt judgeable before any model loads
+        check_metric_fields(cfg.metric or task, e["meta"], e["example_id"])
     grid = online_grid(cfg, match, verifier_rejection, routers)  # checked before loading any model
     pair = pair or _load_pair(cfg, manifest)
     limit = prompt_limit(

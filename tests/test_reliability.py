@@ -1,6 +1,7 @@
 """Results that cannot be silently wrong: one writer per output folder, eval points redone when what
 they depend on changes."""
 
+import json
 import pytest
 
 from helpers import online_point
@@ -227,3 +228,36 @@ def test_a_broken_gen_config_in_an_unfinished_folder_is_named(tmp_path):
     (out / "gen_config.json").write_text("{ broken")
     with pytest.raises(ConfigError, match="gen_config.json is not valid JSON"):
         run_gen(GenConfig(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", output=str(out)))
+
+
+def test_code_metrics_refuse_examples_they_cannot_judge():
+    from router.tasks.metrics import check_metric_fields, mbpp_metric
+
+    check_metric_fields("mbpp", {"tests": ["assert 1 == 1"]}, "ok")
+    check_metric_fields("gsm8k", {}, "no fields needed")
+    with pytest.raises(ValueError, match=r"example 'e1': the mbpp metric needs meta field 'tests' .* it is a str"):
+        check_metric_fields("mbpp", {"tests": "assert f(1) == 2"}, "e1")
+    with pytest.raises(ValueError, match=r"'tests' .* it is missing"):
+        mbpp_metric("def f(): pass", {}, sandbox="python")
+    with pytest.raises(ValueError, match=r"'entry_point' .* it is missing"):
+        check_metric_fields("humaneval", {"test": "def check(f): pass", "function_prompt": ""}, "h")
+
+
+def test_a_recording_of_blank_prompts_is_refused_not_finished(tmp_path):
+    from data_gen.config import GenConfig
+    from data_gen.run import run_gen
+    from router.records import RecordsError
+
+    data = tmp_path / "blank.jsonl"
+    data.write_text("".join(json.dumps({"prompt": "  ", "reference": "x"}) + "\n" for _ in range(4)))
+    cfg = GenConfig(
+        task="custom",
+        data_path=str(data),
+        drafter="tiny:drafter",
+        verifier="tiny:verifier",
+        dtype="float32",
+        output=str(tmp_path / "rec"),
+    )
+    with pytest.raises(RecordsError, match="every prompt of task custom is blank"):
+        run_gen(cfg)
+    assert not (tmp_path / "rec" / "manifest.json").exists()

@@ -195,3 +195,81 @@ def test_code_metrics_check_the_sandbox_before_any_decoding(monkeypatch):
     )
     exits = "```python\ndef add(a, b):\n    return 0\nimport sys\nsys.exit(0)\n```"
     assert mbpp(exits, {"tests": ["assert add(1, 2) == 3"]})["quality"] == 0
+
+
+# The attacks a bubblewrap review found: a writable /dev (/dev/shm: a tmpfs of half the machine's RAM)
+# and a ptrace of the sandbox's own PID 1 (bubblewrap's init, without the seccomp filter or rlimits).
+FILL_EVERY_WRITABLE_PLACE = r"""
+import os
+chunk = b"0" * (512 << 10)  # under the 1 MB file-size limit: many files, not one big one
+held = {}
+for folder in PLACES:
+    written = 0
+    try:
+        while written < (32 << 20):  # past the 16 MB /tmp cap
+            with open(os.path.join(folder, f"fill{written}"), "wb") as f:
+                f.write(chunk)
+            written += len(chunk)
+    except OSError:
+        pass
+    if written >= (32 << 20):
+        held[folder] = written
+assert not held, held
+"""
+EVERY_PLACE = '("/dev", "/dev/shm", "/tmp", "/", "/proc", "/run", "/var/tmp", "/sys")'
+
+
+PTRACE_EVERYONE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {"x86_64": dict(ptrace=101, process_vm_readv=310, process_vm_writev=311, userfaultfd=323,
+                     io_uring_setup=425, perf_event_open=298, pidfd_getfd=438),
+      "aarch64": dict(ptrace=117, process_vm_readv=270, process_vm_writev=271, userfaultfd=282,
+                      io_uring_setup=425, perf_event_open=241, pidfd_getfd=438)}[os.uname().machine]
+targets = TARGETS
+allowed = []
+for pid in targets:
+    if libc.syscall(NR["ptrace"], 16, pid, 0, 0) == 0:  # PTRACE_ATTACH
+        allowed.append(("ptrace", pid))
+        libc.syscall(NR["ptrace"], 17, pid, 0, 0)  # PTRACE_DETACH
+buf = ctypes.create_string_buffer(8)
+iov = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+if libc.syscall(NR["process_vm_readv"], targets[0], iov, 1, iov, 1, 0) >= 0:
+    allowed.append(("process_vm_readv", targets[0]))
+if SANDBOXED:  # never write into a process outside a sandbox
+    if libc.syscall(NR["process_vm_writev"], targets[0], iov, 1, iov, 1, 0) >= 0:
+        allowed.append(("process_vm_writev", targets[0]))
+    for name, args in (("userfaultfd", (0,)), ("io_uring_setup", (4, ctypes.create_string_buffer(120))),
+                       ("pidfd_getfd", (0, 0, 0))):
+        if libc.syscall(NR[name], *args) >= 0:
+            allowed.append((name,))
+assert not allowed, allowed
+"""
+IN_SANDBOX = PTRACE_EVERYONE.replace("TARGETS", "(1, os.getppid(), 2)").replace("SANDBOXED", "True")
+
+
+def test_no_writable_place_holds_more_than_the_tmp_cap(isolation):
+    assert _ran(FILL_EVERY_WRITABLE_PLACE.replace("PLACES", EVERY_PLACE), sandbox=isolation, timeout_s=20) == "passed"
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "unshare", "python"])
+def test_no_process_can_be_traced_or_its_memory_read(sandbox):
+    if sandbox in WORKS and not WORKS[sandbox]():
+        pytest.skip(f"{sandbox} cannot create namespaces here")
+    assert _ran(IN_SANDBOX, sandbox=sandbox) == "passed"
+
+
+def test_the_attacks_are_real_outside_the_sandbox(tmp_path):
+    """The attack programs are not vacuous: run as a plain process here, they find what they look for."""
+    fill = tmp_path / "fill.py"
+    fill.write_text(FILL_EVERY_WRITABLE_PLACE.replace("PLACES", f"({str(tmp_path)!r},)"))
+    assert subprocess.run([sys.executable, str(fill)], capture_output=True).returncode != 0
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        probe = PTRACE_EVERYONE.replace("TARGETS", f"({child.pid},)").replace("SANDBOXED", "False")
+        run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
+        assert run.returncode != 0 and "ptrace" in run.stderr
+    finally:
+        child.kill()
+        child.wait()

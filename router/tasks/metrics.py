@@ -86,7 +86,37 @@ def extract_code(output: str) -> str:
     return match.group(1) if match else output
 
 
+# what a code metric reads from an example's meta, and the type each field must have
+CODE_FIELDS = {
+    "mbpp": {"tests": "a list of assert statements (strings)"},
+    "humaneval": {
+        "entry_point": "a function name",
+        "test": "test code defining check()",
+        "function_prompt": "the prompt",
+    },
+}
+
+
+def check_metric_fields(name: str, meta: dict, example_id: str = "") -> None:
+    """Refuse an example a code metric cannot judge (a field missing, or `tests` given as one string),
+    naming the example, the field and what it must hold, instead of scoring it 0 or a KeyError."""
+    for field, must in CODE_FIELDS.get(name, {}).items():
+        value = meta.get(field)
+        ok = (
+            isinstance(value, list) and all(isinstance(t, str) for t in value)
+            if field == "tests"
+            else isinstance(value, str)
+        )
+        if not ok:
+            got = "missing" if value is None else f"a {type(value).__name__}"
+            raise ValueError(
+                f"example {example_id!r}: the {name} metric needs meta field {field!r} as {must}; it is {got}: "
+                f'fix the data file\'s {field!r} column (e.g. tests: ["assert f(1) == 2"])'
+            )
+
+
 def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
+    check_metric_fields("mbpp", meta)
     code = extract_code(output)
     program = "\n".join([meta.get("test_setup_code") or "", code, *meta["tests"]]) + "\n"
     outcome = run_program(program, timeout_s, sandbox=sandbox)
@@ -94,6 +124,7 @@ def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str |
 
 
 def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
+    check_metric_fields("humaneval", meta)
     code = extract_code(output)
     if f"def {meta['entry_point']}" not in code:  # a bare body: complete the given prompt
         code = meta["function_prompt"] + code

@@ -3,9 +3,11 @@
 Isolation is the operating system's, not Python's (README, "What the sandbox guarantees"):
 each program runs under bubblewrap in its own user, network, mount, PID, IPC and UTS namespaces,
 with a read-only view of /usr and the Python installation only (no /etc, /home, /root, /work, no
-other process's /proc), a private 16 MB tmpfs as /tmp, no network (its own empty loopback), all
-capabilities dropped, and no way to start a process: a seccomp filter installed before the
-program runs refuses fork, vfork, execve and every clone that is not a thread. CPU time, address
+other process's /proc), a read-only root and /dev (four devices, no /dev/shm), a private 16 MB tmpfs
+as /tmp, no network (its own empty loopback), all capabilities dropped, the program as the
+namespace's PID 1, and no way to start a process: a seccomp filter installed before the program
+runs refuses fork, vfork, execve and every clone that is not a thread, and ptrace,
+process_vm_readv/writev, kcmp, pidfd_getfd, userfaultfd, io_uring, perf_event_open and bpf. CPU time, address
 space and file size are limited (rlimits); stdout is discarded and stderr goes to a file capped at
 1 MB, so output cannot grow the evaluator's memory or block it. On timeout the whole namespace is
 killed (its init dies with bubblewrap), grandchildren included.
@@ -17,7 +19,7 @@ filter also refuses mount, umount, chroot, pivot_root, unshare and setns: the vi
 remounted writable. Where neither works, programs are refused with the fix (`apt-get install
 bubblewrap`; scripts/setup.sh installs it where it can) unless the caller opts into
 `sandbox="python"`: the same limits, seccomp filter and judging, but no namespaces (the program can
-read what the user can), with a warning printed once.
+read, write and delete what the user can, and signal the user's processes), with a warning printed once.
 
 Judging follows the HumanEval harness: the candidate and its tests run as one program inside a
 `try`; only reaching the end of the tests counts as a pass. `sys.exit(0)`, `raise SystemExit`,
@@ -41,6 +43,7 @@ from pathlib import Path
 SANDBOXES = ("auto", "bwrap", "unshare", "python")
 STDERR_CAP = 1 << 20  # bytes of stderr (and of any file the program writes) at most
 TMPFS_BYTES = 16 << 20  # the program's private /tmp
+DEVICES = ("null", "zero", "urandom", "random")  # all of /dev a program sees
 
 # Runs first in the child, before the program: limits, the no-new-process seccomp filter, then the
 # program inside a try. Only the tests reaching their end writes the parent's one-time token (read
@@ -57,17 +60,24 @@ resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 def _no_new_processes():
     """seccomp: fork, vfork, execve, execveat and non-thread clones fail with EPERM (clone3 with
     ENOSYS, so the C library falls back to clone, which is checked); so do mount, umount, chroot,
-    pivot_root, unshare and setns (root inside an unshare namespace must not remount its view rw)."""
+    pivot_root, unshare and setns (root inside an unshare namespace must not remount its view rw), and
+    every way to reach into another process or the kernel's less-used corners: ptrace,
+    process_vm_readv/writev, kcmp, pidfd_getfd, userfaultfd, io_uring, perf_event_open, bpf."""
     mounts = (428, 429, 430, 431, 432, 433, 442)  # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
-    arch = {"x86_64": (0xC000003E, 57, 58, 59, 322, 56, (165, 166, 155, 161, 272, 308)),
-            "aarch64": (0xC00000B7, -1, -1, 221, 281, 220, (40, 39, 41, 51, 97, 268))}
+    # io_uring_setup/enter/register and pidfd_getfd: the same numbers on both architectures
+    shared = (425, 426, 427, 438)
+    arch = {"x86_64": (0xC000003E, 57, 58, 59, 322, 56, (165, 166, 155, 161, 272, 308),
+                       (101, 310, 311, 312, 323, 298, 321)),
+            "aarch64": (0xC00000B7, -1, -1, 221, 281, 220, (40, 39, 41, 51, 97, 268),
+                        (117, 270, 271, 272, 282, 241, 280))}
     if platform.machine() not in arch:
         raise OSError(f"no seccomp filter for {platform.machine()}")
-    audit, fork, vfork, execve, execveat, clone, fs = arch[platform.machine()]
+    # others: ptrace, process_vm_readv, process_vm_writev, kcmp, userfaultfd, perf_event_open, bpf
+    audit, fork, vfork, execve, execveat, clone, fs, others = arch[platform.machine()]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    deny = [n for n in (fork, vfork, execve, execveat, *fs, *mounts) if n >= 0]
+    deny = [n for n in (fork, vfork, execve, execveat, *fs, *mounts, *others, *shared) if n >= 0]
     prog = [ins(ld, 0, 0, 4), ins(jeq, 1, 0, audit), ins(ret, 0, 0, eperm), ins(ld, 0, 0, 0)]
     for n in deny:
         prog += [ins(jeq, 0, 1, n), ins(ret, 0, 0, eperm)]
@@ -189,10 +199,20 @@ def _bwrap_argv(folder: Path) -> list[str]:
     interpreter = _interpreter()
     if not interpreter.startswith(("/usr/", prefix)):
         argv += ["--ro-bind", interpreter, interpreter]
+    # /dev: not bubblewrap's --dev (a writable tmpfs of half the RAM, /dev/shm included) but an empty
+    # tmpfs holding four devices, made read-only; the program runs as PID 1 (--as-pid-1): no init of
+    # bubblewrap's stays in the namespace for it to ptrace (the filter refuses ptrace anyway)
+    devices = [arg for d in DEVICES for arg in ("--dev-bind", f"/dev/{d}", f"/dev/{d}")]
     return argv + [
+        "--as-pid-1",
         "--proc",
         "/proc",
-        "--dev",
+        "--size",
+        "65536",
+        "--tmpfs",
+        "/dev",
+        *devices,
+        "--remount-ro",
         "/dev",
         "--size",
         str(TMPFS_BYTES),
@@ -201,6 +221,8 @@ def _bwrap_argv(folder: Path) -> list[str]:
         "--ro-bind",
         str(folder / "program.py"),
         "/tmp/program.py",
+        "--remount-ro",  # bubblewrap's root is a tmpfs without a size: nothing may be written there
+        "/",
         "--chdir",
         "/tmp",
     ]
@@ -280,14 +302,15 @@ def resolve_sandbox(sandbox: str | None = None) -> str:
             f"{ {'bwrap': 'bubblewrap', 'unshare': 'unshare'}.get(mode, 'neither bubblewrap nor unshare') } "
             f"can{'not' if mode != 'auto' else ''} create namespaces here: `apt-get install bubblewrap` (scripts/setup.sh does this where it can), or "
             f"enable unprivileged user namespaces. To run them anyway with only rlimits and a seccomp filter (no "
-            f"namespaces: programs can read your files), set sandbox=python in the eval config or "
+            f"namespaces: programs can read, write and delete your files), set sandbox=python in the eval config or "
             f"SPECROUTE_SANDBOX=python"
         )
     if "python" not in _WARNED:
         _WARNED.add("python")
         print(
             "[specroute] WARNING: sandbox=python runs generated programs without OS isolation (rlimits and a "
-            "no-new-process seccomp filter only): they can read your files. Install bubblewrap to isolate them.",
+            "no-new-process seccomp filter only): they can read, write and delete your files and kill your processes. "
+            "Install bubblewrap to isolate them.",
             file=sys.stderr,
             flush=True,
         )
