@@ -198,11 +198,16 @@ def test_complete_folder_is_a_noop_and_changed_config_is_refused(qa_file, tmp_pa
 
 
 def test_long_prompts_truncate_or_skip(qa_file, tmp_path, tiny):
-    for policy, key in (("truncate", "truncated_prompts"), ("skip", "skipped_long")):
-        cfg = cfg_for(qa_file, tmp_path / policy, modes=["gold"], max_prompt_tokens=10, long_prompts=policy)
-        manifest = run_gen(cfg, Recorder(cfg, *tiny))
-        assert manifest.counts[key] == 14  # every prompt is longer than 10 bytes
-        assert (manifest.tokens > 0) == (policy == "truncate")
+    cfg = cfg_for(qa_file, tmp_path / "truncate", modes=["gold"], max_prompt_tokens=10, long_prompts="truncate")
+    manifest = run_gen(cfg, Recorder(cfg, *tiny))
+    assert manifest.counts["truncated_prompts"] == 14 and manifest.tokens > 0  # every prompt is over 10 bytes
+    # skipping every example records nothing: refused (no "finished" folder with no shard), counts named
+    cfg = cfg_for(qa_file, tmp_path / "skip", modes=["gold"], max_prompt_tokens=10, long_prompts="skip")
+    with pytest.raises(
+        RecordsError, match=r"no example .* could be recorded \(1 with an empty prompt or reference, 14 too long\)"
+    ):
+        run_gen(cfg, Recorder(cfg, *tiny))
+    assert not (tmp_path / "skip" / "manifest.json").exists()
 
 
 def test_disk_full_is_clear_and_leaves_no_partial_shard(qa_file, tmp_path, monkeypatch, tiny):
