@@ -17,16 +17,20 @@ from data_gen.config import GenConfig
 from data_gen.consequence import label_counts
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
 from router.infra.config import ConfigError, config_to_dict
-from router.infra.files import write_bytes
+from router.infra.files import file_sha256, write_bytes, write_json
 from router.pair import model_fingerprint, tokenizer_fingerprint
 from router.records import (
+    EXAMPLES,
+    HELDOUT,
     MANIFEST,
     SPLITS,
     TOKEN_CLASSES,
     Manifest,
     RecordsError,
     intact_shard,
+    read_manifest,
     rows_to_table,
+    side_file_problem,
     write_manifest,
     write_shard,
 )
@@ -59,11 +63,37 @@ def prepare_folder(out: Path, cfg: GenConfig) -> bool:
             f"into another output, or pass overwrite=true"
         )
     if (out / MANIFEST).exists():
-        return True
+        damaged = folder_problems(out)
+        if not damaged:
+            return True
+        print(f"{out} is finished but {'; '.join(damaged)}: repairing it (the intact shards are kept)")
+        (out / MANIFEST).unlink()
+        return False
     out.mkdir(parents=True, exist_ok=True)
     if earlier is None:
         config_path.write_text(json.dumps(resolved, indent=2))
     return False
+
+
+def folder_problems(out: Path) -> list[str]:
+    """What is wrong with a finished folder's files: each shard the manifest lists that is missing or
+    differs from it, and each examples file that is missing or changed ([] when it is intact)."""
+    try:
+        manifest = read_manifest(out)
+    except RecordsError as err:
+        return [f"its manifest is unusable ({err})"]
+    problems = []
+    for shard in manifest.shards:
+        path = out / shard["file"]
+        if not path.exists():
+            problems.append(f"{shard['file']} is missing")
+        elif path.stat().st_size != shard["bytes"] or file_sha256(path) != shard["sha256"]:
+            problems.append(f"{shard['file']} differs from the manifest")
+    for name in (EXAMPLES, HELDOUT):
+        problem = side_file_problem(out, name, manifest)
+        if problem:
+            problems.append(f"{name} is {problem}")
+    return problems
 
 
 def config_changes(earlier: dict, resolved: dict) -> list[str]:
@@ -179,11 +209,36 @@ def _models(cfg: GenConfig, recorder) -> dict:
     return entry
 
 
-def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float, counts: dict | None = None) -> Manifest:
+def write_shard_counts(out: Path, name: str, now: dict, before: dict, ranks) -> None:
+    """`<shard>.counts.json`: what recording one shard counted (prompts truncated, examples skipped,
+    ...) and which process made it, so the manifest's counts cover the whole folder after a resume."""
+    counts = {k: v - before.get(k, 0) for k, v in now.items()}
+    write_json(out / f"{name}.counts.json", {"counts": counts, "rank": ranks.rank, "world": ranks.world})
+
+
+def _folder_counts(out: Path, plan) -> tuple[dict, dict]:
+    """The counts of every planned shard summed, and who made the folder: the world size of each run
+    that wrote a shard, the rank that wrote each shard, and the shards no counts file describes."""
+    counts, by_shard, uncounted = {}, {}, []
+    for name, _, _ in plan:
+        path = out / f"{name}.counts.json"
+        if not path.exists():
+            uncounted.append(name)
+            continue
+        done = json.loads(path.read_text())
+        for k, v in done["counts"].items():
+            counts[k] = counts.get(k, 0) + v
+        by_shard[name] = {"rank": done["rank"], "world": done["world"]}
+    worlds = sorted({s["world"] for s in by_shard.values()})
+    return counts, {"worlds": worlds, "by_shard": by_shard, "uncounted_shards": uncounted}
+
+
+def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float) -> Manifest:
     """Gather shard statistics, write manifest.json last, return it."""
     stats = _shard_statistics(out, plan)
+    counts, processes = _folder_counts(out, plan)
     if not stats["shards"]:  # never a "finished" folder with nothing in it
-        c = counts if counts is not None else recorder.counts
+        c = {**dict.fromkeys(("skipped_empty", "skipped_long"), 0), **counts}
         raise RecordsError(
             f"no example of {out} could be recorded ({c['skipped_empty']} with an empty prompt or reference, "
             f"{c['skipped_long']} too long): check prompt_field/reference_field, or long_prompts=truncate"
@@ -208,7 +263,9 @@ def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float, c
         tokens=stats["tokens"],
         bytes=total_bytes,
         bytes_per_token=total_bytes / tokens,
-        counts=counts if counts is not None else recorder.counts,
+        counts=counts,
+        processes=processes,
+        files={name: file_sha256(out / name) for name in (EXAMPLES, HELDOUT)},
         seconds=seconds,
         consequence=stats["consequence"] or None,
         drafter_verifier_top1_agreement=stats["agree"] / tokens,

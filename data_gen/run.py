@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from data_gen.config import GenConfig
 from data_gen.consequence import summary_line
-from data_gen.folder import finish_manifest, prepare_folder, write_shard_or_explain
+from data_gen.folder import finish_manifest, prepare_folder, write_shard_counts, write_shard_or_explain
 from data_gen.plan import load_examples, plan_shards, write_examples
 from data_gen.recorder import Recorder
 from router.infra import clock
@@ -63,7 +63,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
         if intact_shard(out, name, ids) is not None:  # finished by an earlier run, and unchanged since
             bar.update(len(shard_examples))
             continue
-        rows = []
+        rows, before = [], dict(recorder.counts)
         for i in range(0, len(shard_examples), cfg.batch_size):
             batch = shard_examples[i : i + cfg.batch_size]
             for mode in cfg.modes:
@@ -74,10 +74,11 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             bar.set_postfix(tok_s=f"{tokens_done / (clock.now() - started):.0f}")
         if rows:
             write_shard_or_explain(out, name, rows, ids)
+        write_shard_counts(out, name, recorder.counts, before, ranks)  # the manifest sums them, resumes included
     bar.close()
-    counts = _merged(gather(recorder.counts))  # every rank's, summed; also waits for every rank's shards
+    gather(None)  # waits for every rank's shards
     if ranks.main:
-        manifest = finish_manifest(out, cfg, plan, recorder, clock.now() - started, counts)
+        manifest = finish_manifest(out, cfg, plan, recorder, clock.now() - started)
         print_summary(manifest)
     barrier()
     return read_manifest(out)
@@ -95,10 +96,6 @@ def _on_main(ranks, decide):
     if kind == "error":
         raise value
     return value
-
-
-def _merged(counts: list[dict]) -> dict:
-    return {k: sum(c.get(k, 0) for c in counts) for k in dict.fromkeys(k for c in counts for k in c)}
 
 
 def _rank_label(ranks) -> str:

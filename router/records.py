@@ -194,6 +194,8 @@ class Manifest:
     consequence: dict | None = None  # consequence-label counts (modes with consequence)
     drafter_verifier_top1_agreement: float = 0.0
     gold_top1_accuracy: dict = field(default_factory=dict)  # {drafter, verifier}
+    files: dict = field(default_factory=dict)  # {examples.jsonl, heldout.jsonl: sha256}, checked when read
+    processes: dict = field(default_factory=dict)  # {worlds, by_shard: {shard: {rank, world}}, uncounted_shards}
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -323,10 +325,7 @@ def _checked_shard(folder: Path, shard: dict):
     import datasets
 
     path = folder / shard["file"]
-    damaged = (
-        f"{path} is damaged ({{}}): its records cannot be trusted; re-record the folder "
-        f"(`specroute gen ... --overwrite`)"
-    )
+    damaged = f"{path} is damaged ({{}}): its records cannot be trusted; {REPAIR}"
     if not path.exists():
         raise RecordsError(damaged.format("missing"))
     stat = path.stat()
@@ -349,13 +348,7 @@ def _checked_shard(folder: Path, shard: dict):
 
 def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:
     """The examples a record folder was made from (`examples.jsonl`), optionally one split."""
-    path = Path(folder) / EXAMPLES
-    if not path.exists():
-        raise RecordsError(
-            f"{folder} has no {EXAMPLES}: the folder is damaged; re-record it (the same "
-            f"`specroute gen` command with overwrite=true)"
-        )
-    rows = _jsonl(path)
+    rows = _checked_jsonl(Path(folder), EXAMPLES)
     return [r for r in rows if split is None or r["split"] == split]
 
 
@@ -363,14 +356,33 @@ def read_heldout(folder: str | Path) -> list[dict]:
     """The task's examples beyond the recorded ones that the recording's split rule puts in test
     (`heldout.jsonl`, in task order, examples-file form): held out exactly as the recorded test
     examples are, so online evaluation can run more prompts than were recorded."""
-    path = Path(folder) / HELDOUT
+    return _checked_jsonl(Path(folder), HELDOUT)
+
+
+REPAIR = "rerun the same `specroute gen` command: it checks every file of a finished folder and remakes a damaged one"
+
+
+def side_file_problem(folder: Path, name: str, manifest: Manifest) -> str | None:
+    """Why an examples file of a finished folder cannot be trusted (missing, or changed since the
+    manifest recorded its checksum), or None."""
+    path = folder / name
     if not path.exists():
-        raise RecordsError(
-            f"{folder} has no {HELDOUT}: the folder is damaged; re-record it (the same "
-            f"`specroute gen` command with overwrite=true)"
-        )
-    return _jsonl(path)
+        return "missing"
+    if name in manifest.files and file_sha256(path) != manifest.files[name]:
+        return "changed since it was recorded (its checksum differs from the manifest's)"
+    return None
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _checked_jsonl(folder: Path, name: str) -> list[dict]:
+    """An examples file, checked against the manifest, each line parsed (errors name the file)."""
+    problem = side_file_problem(folder, name, read_manifest(folder))
+    if problem:
+        raise RecordsError(f"{folder / name} is {problem}: {REPAIR}")
+    rows = []
+    for i, line in enumerate((folder / name).read_text().splitlines()):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as err:
+                raise RecordsError(f"{folder / name} line {i + 1} is not JSON ({err}): {REPAIR}") from None
+    return rows

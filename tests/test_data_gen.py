@@ -90,7 +90,7 @@ def test_round_trip_and_manifest(qa_file, tmp_path, tiny):
         e["example_id"] for e in examples if e["split"] == "test"
     ]
     (tmp_path / "r" / "examples.jsonl").unlink()  # a damaged folder: refused with the command that remakes it
-    with pytest.raises(RecordsError, match="overwrite=true"):
+    with pytest.raises(RecordsError, match="examples.jsonl is missing: rerun the same `specroute gen` command"):
         read_examples(tmp_path / "r")
 
 
@@ -106,7 +106,7 @@ def test_heldout_file_lists_the_unrecorded_test_examples(tmp_path, qa_file):
     assert expected and [e["example_id"] for e in held] == expected
     assert all(e["split"] == "test" and e["prompt"] for e in held)
     (tmp_path / "r" / "heldout.jsonl").unlink()  # a damaged folder: refused with the command that remakes it
-    with pytest.raises(RecordsError, match="overwrite=true"):
+    with pytest.raises(RecordsError, match="heldout.jsonl is missing: rerun the same `specroute gen` command"):
         read_heldout(tmp_path / "r")
 
 
@@ -350,3 +350,67 @@ def test_recording_grows_keeping_finished_shards(qa_file, tmp_path, tiny):
     (grown / "gen_config.json").write_text(json.dumps(made))
     assert rec.config_changes(made, {**made, "long_prompts": "truncate"}) == []
     assert rec.config_changes(made, {**made, "long_prompts": "skip"}) == ["long_prompts"]
+
+
+def test_a_resumed_recording_counts_the_whole_folder(qa_file, tmp_path, monkeypatch, tiny):
+    """The manifest's counts cover every shard, also those an earlier (interrupted) run made, and say
+    which process made each shard."""
+    settings = dict(modes=["gold"], max_prompt_tokens=20)  # every prompt is cut: counted per shard
+    whole_cfg = cfg_for(qa_file, tmp_path / "whole", **settings)
+    whole = run_gen(whole_cfg, Recorder(whole_cfg, *tiny))
+    part = tmp_path / "part"
+    first = Recorder(cfg_for(qa_file, part, **settings), *tiny)
+    real, calls = first.record_batch, {"n": 0}
+
+    def dies_on_the_third_batch(*args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(first, "record_batch", dies_on_the_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run_gen(cfg_for(qa_file, part, **settings), first)
+    resumed = run_gen(cfg_for(qa_file, part, **settings), Recorder(cfg_for(qa_file, part, **settings), *tiny))
+    assert whole.counts["truncated_prompts"] == 14 and resumed.counts == whole.counts
+    assert resumed.processes["worlds"] == [1] and not resumed.processes["uncounted_shards"]
+    assert {s["rank"] for s in resumed.processes["by_shard"].values()} == {0}
+    assert set(resumed.processes["by_shard"]) >= {s["file"] for s in resumed.shards}
+
+
+def test_a_finished_folder_with_a_damaged_file_is_repaired_on_rerun(qa_file, tmp_path, capsys, tiny):
+    out = tmp_path / "r"
+    cfg = cfg_for(qa_file, out, modes=["gold"])
+    run_gen(cfg, Recorder(cfg, *tiny))
+    before = records_by_key(out)
+    shard = sorted(out.glob("*.arrow"))[1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    shard.write_bytes(bytes(data))
+    with pytest.raises(RecordsError, match=rf"{shard.name} is damaged .* rerun the same `specroute gen` command"):
+        load_records(out)
+    examples = out / "examples.jsonl"
+    examples.write_text(examples.read_text().replace("Question 3", "Question 33"))  # an edited test prompt
+    with pytest.raises(RecordsError, match=r"examples.jsonl is changed since it was recorded"):
+        read_examples(out)
+    run_gen(cfg, Recorder(cfg, *tiny))
+    said = capsys.readouterr().out
+    assert f"{shard.name} differs from the manifest" in said and "examples.jsonl is changed" in said
+    after = records_by_key(out)
+    for col in before:
+        np.testing.assert_array_equal(before[col], after[col], err_msg=col)
+    assert "Question 33" not in examples.read_text() and read_examples(out)
+
+
+def test_a_damaged_folder_among_several_is_an_error_not_a_smaller_result(qa_file, tmp_path, tiny):
+    from router.offline.inputs import RecordView
+
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        cfg = cfg_for(qa_file, folder, modes=["gold"])
+        run_gen(cfg, Recorder(cfg, *tiny))
+    assert len(RecordView([str(f) for f in folders], "train", "gold").cols["tv"]) > 0
+    victim = next(s for s in sorted(folders[1].glob("train-*.arrow")))
+    victim.unlink()
+    with pytest.raises(RecordsError, match=rf"{victim.name} is damaged \(missing\)"):
+        RecordView([str(f) for f in folders], "train", "gold")

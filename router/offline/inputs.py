@@ -78,10 +78,9 @@ class RecordView:
             for role in hidden_inputs:
                 require_hidden_states(folder, manifest, role)
             self.manifests.append(manifest)
-            try:
-                parts.append(load_records(folder, split=split, mode=mode))
-            except RecordsError:
-                continue  # this folder has no rows of that split and mode
+            if not any(s["split"] == split for s in manifest.shards):
+                continue  # this folder recorded no example of that split (a damaged shard is an error below)
+            parts.append(load_records(folder, split=split, mode=mode))
         if not parts or not sum(len(p) for p in parts):
             raise RecordsError(
                 f"no {mode}-mode rows in the {split} split of {self.folders}: record with modes "
