@@ -46,7 +46,7 @@ from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
 from router.infra.files import output_lock, write_json
 from router.machine.hardware import machine_kind, resolve_dtype
 from router.offline.inputs import RecordView
-from router.records import Manifest, RecordsError, read_examples, read_heldout, read_manifest
+from router.records import Manifest, RecordsError, one_pair, read_examples, read_heldout, read_manifest
 from router.rules import rule_names
 from router.tasks.metrics import check_metric_fields, get_metric
 from router.tasks.prompts import context_length, default_stops, prompt_limit
@@ -73,7 +73,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
     ranks = start(cfg.device)  # under torchrun: online points shared out by rank, rank 0 reports
     if ranks.main:
         write_json(out / "eval_config.json", config_to_dict(cfg))
-    manifests = [read_manifest(f) for f in cfg.records]
+    manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     task = _task_of(manifests) if cfg.online else ",".join(sorted({m.task for m in manifests}))
     routers = load_routers(cfg.routers, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
     held_out = load_held_out(cfg.records)
@@ -189,11 +189,13 @@ def _task_of(manifests: list[Manifest]) -> str:
 
 
 def _load_pair(cfg: EvalConfig, manifest: Manifest):
-    from router.pair import load_pair
+    from router.pair import check_pair_is, load_pair
 
     drafter = cfg.drafter or manifest.spec("drafter")
     verifier = cfg.verifier or manifest.spec("verifier")
-    return load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)
+    pair = load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)
+    check_pair_is(pair, manifest.pair, f"the records {cfg.records[0]}")
+    return pair
 
 
 def dtype_note(cfg: EvalConfig, manifests: list[Manifest]) -> dict:

@@ -35,6 +35,7 @@ from router.features import (
     position_stats,
     shifted_lookahead,
 )
+from router.infra.files import file_sha256
 from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_topk_ids
 from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
@@ -42,7 +43,7 @@ from router.rules import cascade_mix, token_mix, tv_distance, validate_inputs
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token", "judge")
 HIDDEN_ROLES = ("drafter", "verifier", "after")  # "after": the verifier's state after reading the drafted token
-ROUTER_FORMAT = 2  # 2: trained on records of schema 3 (the typed Manifest); another format is refused
+ROUTER_FORMAT = 3  # 3: config.json holds the weights' sha256 (checked on load); another format is refused
 
 
 class RouterError(ValueError):
@@ -323,7 +324,8 @@ def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
-    (folder / "config.json").write_text(json.dumps(asdict(net.cfg), indent=2, default=str))
+    exported = {**asdict(net.cfg), "weights_sha256": file_sha256(folder / "model.safetensors")}  # checked on load
+    (folder / "config.json").write_text(json.dumps(exported, indent=2, default=str))
     return folder
 
 
@@ -347,6 +349,12 @@ def load_router(folder: str | Path) -> LearnedRouter:
             f"{folder} holds a router of format {raw.get('format')} / record schema "
             f"{raw.get('schema_version')}; this specroute reads format {ROUTER_FORMAT} / schema "
             f"{SCHEMA_VERSION}: retrain it"
+        )
+    recorded = raw.pop("weights_sha256", None)
+    if recorded != file_sha256(weights):
+        raise RouterError(
+            f"{weights} is damaged or was changed after export (its checksum differs from the one in "
+            f"{cfg_path.name}): retrain the router (`specroute train`) or restore the folder"
         )
     try:
         cfg = RouterConfig(**raw)

@@ -315,6 +315,30 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps([vocab, special]).encode()).hexdigest()
 
 
+def pair_identity(drafter, verifier, tokenizer) -> dict:
+    """The pair's identity in the form a Manifest's `pair` has (weight and tokenizer fingerprints)."""
+    return {
+        "drafter": model_fingerprint(drafter),
+        "verifier": model_fingerprint(verifier),
+        "tokenizer": tokenizer_fingerprint(tokenizer)[:16],
+    }
+
+
+def check_pair_is(pair, recorded: dict, where: str) -> None:
+    """Refuse to decode with other models than the ones `recorded` (a Manifest's or a router's `pair`)
+    names: offline numbers and online decoding must describe one pair."""
+    here = pair_identity(*pair)
+    wrong = [
+        role for role in ("drafter", "verifier", "tokenizer") if recorded.get(role) and recorded[role] != here[role]
+    ]
+    if wrong:
+        found = ", ".join(f"{r}: {recorded[r]} there, {here[r]} here" for r in wrong)
+        raise ValueError(
+            f"the loaded {' and '.join(wrong)} differ from the ones {where} was made with ({found}): drop the "
+            f"drafter=/verifier= override, or record and train with this pair"
+        )
+
+
 def check_same_tokenizer(drafter_tok, verifier_tok) -> None:
     """Refuse a pair whose tokenizers differ: the cascade compares distributions id by id."""
     if tokenizer_fingerprint(drafter_tok) != tokenizer_fingerprint(verifier_tok):

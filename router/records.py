@@ -346,6 +346,18 @@ def _checked_shard(folder: Path, shard: dict):
     return ds
 
 
+def one_pair(manifests: list[Manifest], folders: list) -> list[Manifest]:
+    """The manifests, refused when the folders come from two model pairs (a router learns one, and
+    one evaluation compares methods on one pair)."""
+    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
+    if len(pairs) > 1:
+        raise RecordsError(
+            f"the record folders {list(folders)} come from different model pairs ({sorted(pairs)}): "
+            f"use folders of one pair"
+        )
+    return manifests
+
+
 def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:
     """The examples a record folder was made from (`examples.jsonl`), optionally one split."""
     rows = _checked_jsonl(Path(folder), EXAMPLES)

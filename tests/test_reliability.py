@@ -8,6 +8,7 @@ from helpers import online_point
 
 from eval.points import complete_elsewhere, point_fingerprint, same_fingerprint
 from router.infra.files import OutputBusy, output_lock
+from router.records import RecordsError
 from specroute import cli
 
 
@@ -181,11 +182,23 @@ def test_damaged_router_folders_are_named_not_tracebacks(tmp_path):
 
     folder = save_router(RouterNet(RouterConfig()), tmp_path / "r")
     (folder / "model.safetensors").write_bytes(b"garbage" * 10)
-    with pytest.raises(RouterError, match="does not hold the weights"):
+    with pytest.raises(RouterError, match="damaged or was changed after export"):
+        load_router(folder)
+    # one flipped exponent bit in a bias loads as a valid file: the checksum in config.json catches it
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder = save_router(RouterNet(RouterConfig()), tmp_path / "bit")
+    weights = load_file(str(folder / "model.safetensors"))
+    name = next(k for k in weights if k.endswith("bias"))
+    bits = weights[name].view(torch.int32)
+    bits[0] ^= 1 << 29
+    save_file(weights, str(folder / "model.safetensors"))
+    with pytest.raises(RouterError, match="its checksum differs"):
         load_router(folder)
     folder = save_router(RouterNet(RouterConfig()), tmp_path / "r2")
     cfg = _json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(_json.dumps({**cfg, "width": 8}))
+    (folder / "config.json").write_text(_json.dumps({**cfg, "width": 8}))  # the weights unchanged, the shape not
     with pytest.raises(RouterError, match="does not hold the weights"):
         load_router(folder)
     (folder / "config.json").write_text("{ broken")
@@ -261,3 +274,36 @@ def test_a_recording_of_blank_prompts_is_refused_not_finished(tmp_path):
     with pytest.raises(RecordsError, match="every prompt of task custom is blank"):
         run_gen(cfg)
     assert not (tmp_path / "rec" / "manifest.json").exists()
+
+
+def test_eval_refuses_another_pair_than_the_records_and_mixed_pairs(tmp_path, tiny, monkeypatch):
+    from data_gen.config import GenConfig
+    from data_gen.recorder import Recorder
+    from data_gen.run import run_gen
+    from eval.config import EvalConfig
+    from eval.run import run_eval
+    from router.engine.tiny import tiny_pair
+
+    cfg = GenConfig(
+        task="gsm8k",
+        drafter="tiny:drafter",
+        verifier="tiny:verifier",
+        dtype="float32",
+        max_examples=6,
+        max_continuation_tokens=16,
+        output=str(tmp_path / "rec"),
+        split_fractions=[0.5, 0.0, 0.5],
+    )
+    run_gen(cfg, Recorder(cfg, *tiny))
+    other = tiny_pair(seed=7)  # the same architecture, other weights
+    cfg2 = GenConfig(**{**vars(cfg), "output": str(tmp_path / "rec2")})
+    run_gen(cfg2, Recorder(cfg2, *other))
+    base = dict(online=True, max_prompts=1, max_new_tokens=4, online_methods=["lossless"], cost_ratio=0.3)
+    with pytest.raises(RecordsError, match="come from different model pairs"):
+        run_eval(EvalConfig(records=[cfg.output, cfg2.output], output=str(tmp_path / "e1"), **base))
+    # models that are not the records' pair (as a drafter=/verifier= override loads): refused
+    import router.engine.tiny as tiny_module
+
+    monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: other)
+    with pytest.raises(ValueError, match=r"the loaded drafter and verifier differ from the ones the records"):
+        run_eval(EvalConfig(records=[cfg.output], output=str(tmp_path / "e2"), offline=False, **base))

@@ -7,7 +7,6 @@ Lightning's CSV logs and checkpoints.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 from router.infra.config import ConfigError, check_minimum, config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
 from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, save_router
-from router.records import Manifest, RecordsError, read_manifest
+from router.records import Manifest, one_pair, read_manifest
 from router.infra.console import summary_table, wandb_offline
 from router.infra.files import output_lock, write_csv, write_json
 from router.offline.inputs import router_scores
@@ -121,7 +120,7 @@ def _run_train(cfg: TrainConfig) -> dict:
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
-    manifests = _one_pair([read_manifest(f) for f in cfg.records], cfg.records)
+    manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     window = cfg.window if cfg.arch == "gru" else 1
     data = RecordDataModule(
         cfg.records,
@@ -156,17 +155,6 @@ def _run_train(cfg: TrainConfig) -> dict:
     if ckpt.best_model_path:
         module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
     return _finish(cfg, module, train, val, trainer, out)
-
-
-def _one_pair(manifests: list[Manifest], folders: list) -> list[Manifest]:
-    """The records' manifests, refused when they come from two model pairs (a router learns one)."""
-    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
-    if len(pairs) > 1:
-        raise RecordsError(
-            f"the record folders {folders} come from different model pairs ({sorted(pairs)}): "
-            f"a router learns one pair; train on folders of one pair"
-        )
-    return manifests
 
 
 def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest]) -> RouterConfig:
