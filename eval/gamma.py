@@ -34,18 +34,27 @@ def records_acceptance(records: list, temperature: float) -> float:
     return float(1 - np.mean(np.concatenate([r["tv"] for r in rows])))
 
 
+def _earlier_choice(path: Path) -> GammaChoice | None:
+    """The choice an earlier run saved, or None (none saved, or the file is damaged: said, then redone)."""
+    if not path.exists():
+        return None
+    try:
+        return GammaChoice.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        print(f"[specroute] {path} is damaged ({type(err).__name__}: {err}): calibrating gamma again")
+        return None
+
+
 def resolve_gamma(out: Path, pair, records: list, batch: int, temperature: float) -> GammaChoice:
     """gamma: auto. The choice in out/gamma.json when it was made on this machine, in this dtype, at
     this batch size (a rerun resumes with the same gamma); else a fresh calibration, saved there."""
-    drafter, verifier, _ = pair
     path = out / "gamma.json"
-    if path.exists():
-        done = GammaChoice.from_dict(json.loads(path.read_text()))
-        if (done.machine, done.dtype, done.batch) == (*machine_of(verifier), batch):
-            print(f"[specroute] {done.summary()} (from {path})")
-            return done
+    done = _earlier_choice(path)
+    if done is not None and (done.machine, done.dtype, done.batch) == (*machine_of(pair.verifier), batch):
+        print(f"[specroute] {done.summary()} (from {path})")
+        return done
     print("[specroute] gamma: auto: measuring the pair's costs on this machine ...", flush=True)
-    choice = calibrate_gamma(drafter, verifier, batch, records_acceptance(records, temperature))
+    choice = calibrate_gamma(pair.drafter, pair.verifier, batch, records_acceptance(records, temperature))
     write_json(path, choice.as_dict())
     print(f"[specroute] {choice.summary()}")
     return choice

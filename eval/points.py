@@ -71,8 +71,16 @@ class OnlinePoint:
         write_bytes(path, json.dumps(data, indent=1, default=float).encode())
 
     @classmethod
-    def from_file(cls, path: Path) -> OnlinePoint:
-        data = json.loads(path.read_text())
+    def from_file(cls, path: Path) -> OnlinePoint | None:
+        """The point a file holds; None (with a note naming it) when the file is damaged, so the
+        point is decoded again; a ValueError with the fix when it holds another format's point."""
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:  # cut short or garbled (a disk error, an edit): redo the point
+            print(f"[specroute] {path} is damaged ({err}): decoding that point again")
+            return None
         known = {f.name for f in fields(cls)}
         if data.pop("format", None) != POINT_FORMAT or set(data) - known:
             raise ValueError(
@@ -84,7 +92,8 @@ class OnlinePoint:
 
 
 def read_points(paths: list[Path]) -> list[OnlinePoint | None]:
-    """The finished point files (None where a point is not finished), refusing files of another format."""
+    """The finished point files (None where a point is not finished or its file is damaged), refusing
+    files of another format."""
     return [OnlinePoint.from_file(path) if path.exists() else None for path in paths]
 
 

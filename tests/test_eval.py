@@ -259,6 +259,13 @@ def test_an_online_point_cut_short_resumes_from_its_finished_batches(tiny_pipeli
     assert [{k: e[k] for k in keep} for e in cut["examples"]] == [{k: e[k] for k in keep} for e in whole["examples"]]
     assert cut["tokens"] == whole["tokens"] and cut["rejection_rate"] == whole["rejection_rate"]
     assert len(cut["batches"]) == 3 and cut["seconds"] == pytest.approx(sum(b["seconds"] for b in cut["batches"]))
+    # a damaged point file (cut short) is named and that point decoded again; the others are kept
+    point = next(folder.glob("opt@*.json"))
+    point.write_text(point.read_text()[:100])
+    calls.clear()
+    assert cli.main([*args, f"output={root / 'eval-cut'}"]) == 0
+    assert calls == ["opt"] * 3
+    assert [e["text"] for e in json.loads(point.read_text())["examples"]] == [e["text"] for e in cut["examples"]]
 
 
 def _check_paired(metrics):

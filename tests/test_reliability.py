@@ -307,3 +307,14 @@ def test_eval_refuses_another_pair_than_the_records_and_mixed_pairs(tmp_path, ti
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: other)
     with pytest.raises(ValueError, match=r"the loaded drafter and verifier differ from the ones the records"):
         run_eval(EvalConfig(records=[cfg.output], output=str(tmp_path / "e2"), offline=False, **base))
+
+
+def test_a_damaged_gamma_file_is_named_and_calibrated_again(tmp_path, capsys):
+    from eval.gamma import _earlier_choice
+
+    path = tmp_path / "gamma.json"
+    assert _earlier_choice(path) is None
+    for damaged in ('{"gamma": 3', "[1, 2]", '{"gamma": 3}'):
+        path.write_text(damaged)
+        assert _earlier_choice(path) is None
+        assert f"{path} is damaged" in capsys.readouterr().out
