@@ -42,7 +42,13 @@ def alphas_at_rejection(
 def online_methods(cfg, routers: dict) -> list[str]:
     """The configured online methods (default: every plug-in rule, every router, the cascades),
     every name and every `alphas`/`paired_with` entry checked."""
-    methods = cfg.online_methods or [*online_rules(), *routers, "token_cascade", "sequence_cascade"]
+    decodable = [name for name, r in routers.items() if not r.offline_only]
+    if not cfg.online_methods and len(decodable) < len(routers):
+        print(f"[specroute] online: leaving out the offline-only routers {sorted(set(routers) - set(decodable))} (gru)")
+    methods = cfg.online_methods or [*online_rules(), *decodable, "token_cascade", "sequence_cascade"]
+    offline_only = [routers[m].offline_only for m in methods if m in routers and routers[m].offline_only]
+    if offline_only:
+        raise ConfigError(f"{offline_only[0]}; drop it from online_methods (it is still scored offline)")
     unknown = [m for m in methods if not known_method(m, routers)]
     if unknown:
         raise ConfigError(

@@ -170,7 +170,8 @@ def block_end(
 
     The bonus position needs q there (one more drafter forward) only when some row accepted every
     draft; a policy whose target there ignores q (`bonus_needs_drafter` False, e.g. lossless) and
-    bonus_from="verifier" (pi = p at that one position) skip the forward (the last draft is then fed
+    bonus_from="verifier" (pi = p at that one position; not for an `exact_bonus` policy such as the
+    drafter-only reference) skip the forward (the last draft is then fed
     with the next token, at no extra cost). q at a bonus position only matters for rejected rows, so
     p stands in for it there.
     """
@@ -179,7 +180,7 @@ def block_end(
     q_n, pi_n = block.q[rows, stop], block.pi[rows, stop]  # (B, V)
     if not bool(block.whole.any()):
         return q_n, pi_n
-    if not policy.bonus_needs_drafter or bonus_from == "verifier":
+    if not policy.bonus_needs_drafter or (bonus_from == "verifier" and not policy.exact_bonus):
         bonus_q = bonus_pi = block.p[:, g]
     else:
         bq_logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
@@ -243,8 +244,10 @@ def generate(
     opts = DecodeOptions(**knobs, draft_stop=draft_stop, bonus_from=bonus_from)  # checked once; only opts is read below
     attention_mask = check_inputs(input_ids, attention_mask)
     policy = resolve_rule(rule)
+    if policy.offline_only:
+        raise ValueError(policy.offline_only)
     vocab, d = _drafter_for(drafter, verifier, policy, opts.gamma)
-    exact_bonus = policy.bonus_needs_drafter and opts.bonus_from == "target"
+    exact_bonus = policy.bonus_needs_drafter and (opts.bonus_from == "target" or policy.exact_bonus)
     adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], exact_bonus) if opts.gamma == "auto" else None
     eos = eos_ids(verifier)
     gen = opts.generator(input_ids.device)

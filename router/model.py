@@ -179,6 +179,17 @@ class LearnedRouter:
         )  # "cascade", "token" or "judge": the form of pi it gives (router.rules.DeferralPolicy)
         # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
         self.bonus_needs_drafter = self.cfg.head != "judge"
+        self.exact_bonus = False  # a learned policy follows bonus_from
+        # a gru reads each position with its predecessors on the trajectory (as recorded); the loop
+        # decides a block at a time and does not carry the trajectory's features across blocks
+        self.offline_only = (
+            f"router {name!r} is a gru (window {self.cfg.window}): it was trained and is scored offline on "
+            f"each position with its predecessors on the trajectory, which the decoding loop does not carry "
+            f"across blocks, so its online decisions would not be the ones its offline numbers describe; it "
+            f"is offline-only: train arch=mlp (or linear) to decode with a router"
+            if self.cfg.arch == "gru"
+            else None
+        )
         # generate() passes the logits q_raw and p_raw are the softmax of: the features then skip two
         # logs over the vocabulary (router.features.log_probs_into)
         self.reads_logits = True

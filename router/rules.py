@@ -124,6 +124,9 @@ class DeferralPolicy(Protocol):
     #   token: target() also gets drafts and next_p_raw) or "custom"
     hidden_inputs: tuple  # models whose last hidden state target() reads: "drafter", "verifier", "after"
     bonus_needs_drafter: bool  # False: pi at a whole block's bonus position ignores q (no drafter forward)
+    exact_bonus: bool  # True: the bonus token always comes from pi (a drafter forward), whatever
+    #   bonus_from says: a reference whose meaning p would change there (drafter-only decoding)
+    offline_only: str | None  # why the decoding loop cannot run this policy as it was scored (None: it can)
     reads_logits: bool  # True: the loop also passes the logits behind q_raw and p_raw (q_logits,
     #   p_logits, and next_p_logits for a judge), as learned routers want
 
@@ -149,7 +152,7 @@ class Rule:
     sweep, `(cols, cand) -> scores` (cascade form: (N,) defer where score > alpha; token form:
     (N, K) over the recorded candidates, keep where score <= alpha; cols holds q_max, p_max, tv, cand
     a `router.offline.tradeoff.Candidates`); None where offline curves cannot be computed from records.
-    online: part of eval's default online grid. bonus_needs_drafter: see `DeferralPolicy`.
+    online: part of eval's default online grid. bonus_needs_drafter, exact_bonus: see `DeferralPolicy`.
     """
 
     name: str
@@ -160,6 +163,8 @@ class Rule:
     offline_score: Callable | None = field(default=None, repr=False, compare=False)
     online: bool = True
     bonus_needs_drafter: bool = True
+    exact_bonus: bool = False
+    offline_only: str | None = None
     hidden_inputs: tuple = ()
     reads_logits: bool = False
 
@@ -357,7 +362,7 @@ _BUILT_IN = (
     # pi = p everywhere, so the bonus position needs no q: the drafter forward there is skipped
     Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)", _lossless, bonus_needs_drafter=False),
     # the drafter-only rule; online, eval runs the faster drafter-only baseline of that name instead
-    Rule("drafter", "fixed", None, "pi = q (drafter only)", _drafter, online=False),
+    Rule("drafter", "fixed", None, "pi = q (drafter only)", _drafter, online=False, exact_bonus=True),
 )
 
 
@@ -448,6 +453,8 @@ class _CustomPolicy:
     form: str = "custom"
     hidden_inputs: tuple = ()
     bonus_needs_drafter: bool = True
+    exact_bonus: bool = False
+    offline_only: str | None = None
     reads_logits: bool = False
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):

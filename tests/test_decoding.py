@@ -449,3 +449,18 @@ def test_calibrated_gamma_follows_the_costs(near_pair):
     assert GammaChoice.from_dict(measured.as_dict()) == measured
     with pytest.raises(ValueError, match="acceptance"):
         calibrate_gamma(drafter, verifier, 1, 1.5, costs=flat)
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+@pytest.mark.parametrize("bonus_from", ["verifier", "target"])
+def test_the_drafter_rule_is_drafter_only_decoding_whatever_the_bonus_default(tiny, gamma, bonus_from):
+    """rule="drafter" says pi = q: every token, the bonus ones included, is the drafter's (under the
+    default bonus_from="verifier" a whole block's bonus token used to come from p)."""
+    from router.engine.baselines import generate_autoregressive
+
+    drafter, verifier, _ = tiny
+    prompts = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    alone = generate_autoregressive(drafter, prompts, max_new_tokens=20, role="drafter")
+    out = generate(drafter, verifier, prompts, rule="drafter", gamma=gamma, max_new_tokens=20, bonus_from=bonus_from)
+    assert torch.equal(out.sequences, alone.sequences)
+    assert out.stats["rejections"] == 0

@@ -111,10 +111,14 @@ def test_export_load_round_trip_is_identical(tmp_path, arch, head):
 def test_loaded_router_drives_generate(tmp_path):
     drafter, verifier, _ = tiny_pair(seed=2)
     torch.manual_seed(1)
-    router = load_router(save_router(LearnedRouter(RouterNet(RouterConfig(arch="gru"))), tmp_path / "gru"))
+    router = load_router(save_router(LearnedRouter(RouterNet(RouterConfig(arch="mlp"))), tmp_path / "mlp"))
     ids = torch.tensor([[5, 17, 33, 41, 8], [9, 3, 4, 5, 6]])
     out = generate(drafter, verifier, ids, rule=router, alpha=0.5, gamma=4, temperature=1.0, max_new_tokens=16)
-    assert out.stats["rule"] == "gru" and out.stats["new_tokens"] > 0
+    assert out.stats["rule"] == "mlp" and out.stats["new_tokens"] > 0
+    # a gru reads the trajectory's predecessors, which the loop does not carry across blocks: refused
+    gru = load_router(save_router(LearnedRouter(RouterNet(RouterConfig(arch="gru"))), tmp_path / "gru"))
+    with pytest.raises(ValueError, match="router 'gru' is a gru .* offline-only: train arch=mlp"):
+        generate(drafter, verifier, ids, rule=gru, alpha=0.5, gamma=4, max_new_tokens=16)
     never = generate(
         drafter, verifier, ids, rule=constant_router("cascade", -1.0), alpha=0.0, gamma=4, max_new_tokens=16
     )
