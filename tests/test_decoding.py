@@ -248,10 +248,10 @@ def test_bad_inputs_are_clear_errors(near_pair):
 
 def test_bonus_from_verifier_saves_drafter_forwards(near_pair):
     """bonus_from='verifier' (the default) draws full-block bonus tokens from p: fewer drafter forwards
-    than the exact bonus_from='target', and with the drafter rule every full block's last token is
-    then the verifier's greedy choice."""
+    than the exact bonus_from='target' (token_v3 at alpha 1 keeps every draft, pi = q; the drafter
+    rule itself always takes the exact bonus, see the drafter-only test)."""
     ids, mask = left_padded(PROMPTS)
-    kw = dict(rule="drafter", gamma=4, max_new_tokens=NEW, attention_mask=mask)
+    kw = dict(rule="token_v3", alpha=1.0, gamma=4, max_new_tokens=NEW, attention_mask=mask)
     exact = generate(*near_pair, ids, bonus_from="target", **kw)
     cheap = generate(*near_pair, ids, **kw)
     full_blocks = exact.stats["accepted_hist"][-1]

@@ -29,6 +29,7 @@ class StubJudge:
     """A judge whose decision depends on the drafted token only."""
 
     name, form, hidden_inputs, bonus_needs_drafter, reads_logits = "stub_judge", "judge", (), False, False
+    exact_bonus, offline_only = False, None
 
     def check_alpha(self, alpha):
         return float(alpha)
@@ -174,8 +175,11 @@ def test_views_give_gap_closed_with_intervals_over_examples(judge_router):
         assert out["examples"] == len(set(test.traj))
 
 
-def test_eval_runs_a_judge_offline_and_online(judge_router, tmp_path):
+def test_eval_runs_a_judge_offline_and_online(judge_router, tmp_path, monkeypatch):
+    import router.engine.tiny as tiny_module
     from eval.run import EvalConfig, run_eval
+
+    monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: tiny_pair(seed=2))  # the records' pair
 
     router, _, rec, _ = judge_router
     folder = rec.parent / "judge"

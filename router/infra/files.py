@@ -74,6 +74,35 @@ class OutputBusy(ValueError):
     """Another command is writing the same output folder."""
 
 
+STAGE_MARK = ".specroute-stage"  # in each output folder: the command that made it
+# files by which a folder made before the mark (or with it deleted) is recognised as a stage's
+STAGE_FILES = {
+    "gen": ("manifest.json", "gen_config.json"),
+    "train": ("train_config.json", "model.safetensors"),
+    "eval": ("eval_config.json",),
+}
+
+
+def stage_of(folder: Path) -> str | None:
+    """The stage that made an output folder: its mark, else the files only that stage writes."""
+    mark = folder / STAGE_MARK
+    if mark.is_file():
+        return mark.read_text().strip() or None
+    return next((stage for stage, files in STAGE_FILES.items() if any((folder / f).exists() for f in files)), None)
+
+
+def _checked_output(folder: Path, command: str) -> None:
+    """Refuse an output that is a file, that cannot be written, or that another stage made."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputBusy(f"output {folder} is a file: name a folder for `specroute {command}` to write into")
+    made_by = stage_of(folder) if folder.is_dir() else None
+    if made_by and made_by != command:
+        raise OutputBusy(
+            f"{folder} holds the output of `specroute {made_by}`: `specroute {command}` will not write into "
+            f"another stage's folder (it would overwrite its files); choose another output"
+        )
+
+
 @contextlib.contextmanager
 def output_lock(folder: str | Path, command: str):
     """Hold an exclusive lock on an output folder while a command writes it; a second writer (another
@@ -81,9 +110,17 @@ def output_lock(folder: str | Path, command: str):
     next to the folder, so `overwrite` may delete the folder itself; the kernel drops the lock when
     the holder exits, even on SIGKILL."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    # one lock per rank: the ranks of a torchrun job write one folder together, each its own files
-    handle = open(folder.parent / f".{folder.name}.specroute-lock{rank_suffix()}", "a+")
+    _checked_output(folder, command)
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        # one lock per rank: the ranks of a torchrun job write one folder together, each its own files
+        handle = open(folder.parent / f".{folder.name}.specroute-lock{rank_suffix()}", "a+")
+        folder.mkdir(exist_ok=True)
+        (folder / STAGE_MARK).write_text(command)
+    except OSError as err:  # read-only, no permission, a file in the way, a full disk
+        raise OutputBusy(
+            f"cannot write the output folder {folder} ({err.strerror or err}): choose another output"
+        ) from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

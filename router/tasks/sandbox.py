@@ -162,37 +162,17 @@ def _system_binds() -> list[str]:
     return argv
 
 
+# namespaces, nobody inside, no capabilities, dies with us, no terminal, an empty environment
+BWRAP_ISOLATION = (
+    "bwrap --unshare-all --unshare-user --uid 65534 --gid 65534 --cap-drop ALL --die-with-parent --new-session "
+    "--hostname sandbox --clearenv --setenv PATH /usr/bin:/bin --setenv LANG C.UTF-8 --setenv HOME /tmp "
+    "--setenv PYTHONHASHSEED 0"
+)
+
+
 def _bwrap_argv(folder: Path) -> list[str]:
     """bubblewrap: namespaces, a read-only view of /usr and the Python installation, private /tmp."""
-    argv = [
-        "bwrap",
-        "--unshare-all",
-        "--unshare-user",
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
-        "--cap-drop",
-        "ALL",
-        "--die-with-parent",
-        "--new-session",
-        "--hostname",
-        "sandbox",
-        "--clearenv",
-        "--setenv",
-        "PATH",
-        "/usr/bin:/bin",
-        "--setenv",
-        "LANG",
-        "C.UTF-8",
-        "--setenv",
-        "HOME",
-        "/tmp",
-        "--setenv",
-        "PYTHONHASHSEED",
-        "0",
-        *_system_binds(),
-    ]
+    argv = [*BWRAP_ISOLATION.split(), *_system_binds()]
     prefix = _python_prefix()
     if not prefix.startswith("/usr/"):
         argv += ["--ro-bind", prefix, prefix]
