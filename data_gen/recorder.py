@@ -35,6 +35,10 @@ class Recorder:
             self.dtype = DtypeChoice(next(verifier.parameters()).dtype, "models passed in by the caller")
         self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
         self.vocab = check_pair(drafter, verifier)
+        if cfg.top_k > self.vocab:
+            raise ValueError(
+                f"top_k {cfg.top_k} is above the models' vocabulary ({self.vocab} tokens): use top_k <= {self.vocab}"
+            )
         self.pad_id = tokenizer_pad_id(tokenizer)
         self.context = context_length(drafter, verifier)
         self.counts = dict(

@@ -53,6 +53,11 @@ class EvalConfig(DecodeOptions):
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
         super().__post_init__()  # the decoding knobs' one check
         check_minimum(self, 1, "max_prompts", "batch_size", "bootstrap")
+        if not all(0 < t <= 1 for t in self.online_rejection_targets):
+            raise ConfigError(
+                f"online_rejection_targets are fractions of the verifier's own rejection rate, each in (0, 1]; "
+                f"got {self.online_rejection_targets}"
+            )
         if self.cost_ratio is not None and not self.cost_ratio > 0:
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
         if self.dtype not in DTYPE_CHOICES:

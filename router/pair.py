@@ -233,7 +233,17 @@ def resolve_model_path(spec: str, dtype: torch.dtype = torch.bfloat16) -> tuple[
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file {path} does not exist")
         return str(path.parent), {"gguf_file": path.name}
+    if _looks_like_a_path(spec) and not path.is_dir():
+        raise FileNotFoundError(
+            f"model folder {path} does not exist (a spec is a local folder, a .gguf file, embedded:drafter|verifier, "
+            f"tiny:drafter|verifier or a hub id such as Qwen/Qwen2.5-0.5B; nothing is downloaded here)"
+        )
     return spec, {}
+
+
+def _looks_like_a_path(spec: str) -> bool:
+    """A spec meant as a local folder: it starts like a path, or has more than one `/` (a hub id is owner/name)."""
+    return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or Path(spec).expanduser().exists()
 
 
 def check_device(device: str) -> None:
@@ -386,6 +396,8 @@ def load_pair(
         choice = resolve_dtype(dtype, device)
         d_model, v_model, tok = tiny_pair()
         return Pair(d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok)
+    for spec in (drafter, verifier):  # a missing folder is said before either model loads
+        resolve_model_path(spec)
     d_model, d_tok = load_model(drafter, dtype, device)
     v_model, v_tok = load_model(verifier, dtype, device, device_map=verifier_device_map)
     check_same_tokenizer(d_tok, v_tok)

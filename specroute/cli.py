@@ -11,6 +11,7 @@ specroute rules                     list the deferral rules and their alpha rang
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import time
@@ -275,6 +276,16 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a full disk or a read-only place while writing: every file is written atomically
+        if err.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+            raise
+        where = f" while writing {err.filename}" if err.filename else ""
+        print(
+            f"error: {err.strerror}{where}: free some space (or make it writable) and rerun the same command; "
+            f"finished work is kept and the run resumes after it",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -113,6 +113,9 @@ def test_a_point_depends_on_its_own_router_only():
         ("eval", ["cost_ratio=-1"], "cost_ratio"),
         ("eval", ["alphas=[0.5]"], "alphas must be dict"),
         ("eval", ["temperature=.nan"], "temperature must be >= 0"),
+        ("eval", ["top_p=1.5"], r"top_p in \(0, 1\]"),
+        ("eval", ["online_rejection_targets=[0.5,2]"], r"online_rejection_targets .* each in \(0, 1\]"),
+        ("eval", ["online_rejection_targets=[0]"], r"online_rejection_targets"),
     ],
 )
 def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, message):
@@ -372,3 +375,65 @@ def test_a_read_only_output_is_a_message():
     with pytest.raises(OutputBusy, match=r"cannot write the output folder /proc/specroute-test/out \("):
         with output_lock("/proc/specroute-test/out", "eval"):
             pass
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["gen", "--config", "BAD_YAML"], r"bad.yaml is not valid YAML at line 2, column 1"),
+        (["gen", "--config", "A_FOLDER"], r"--config .* is a folder: name a YAML file"),
+        (
+            ["gen", "--config", "configs/gen/tiny.yaml", "top_k=100000", "output=OUT"],
+            r"top_k 100000 is above the models' vocabulary \(259",
+        ),
+        (
+            ["gen", "--config", "configs/gen/tiny.yaml", "drafter=./missing", "verifier=./missing", "output=OUT"],
+            r"model folder missing does not exist",
+        ),
+        (
+            ["generate", "--drafter", "./missing", "--verifier", "embedded:verifier", "--prompt", "x"],
+            r"model folder missing does not exist",
+        ),
+    ],
+)
+def test_bad_inputs_are_one_line_messages(tmp_path, capsys, argv, message):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("task: [unclosed\n")
+    swap = {"BAD_YAML": str(bad), "A_FOLDER": str(tmp_path), "OUT": str(tmp_path / "out")}
+    argv = [swap.get(a, a.replace("OUT", str(tmp_path / "out"))) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "Traceback" not in err
+    import re
+
+    assert re.search(message, err), err
+
+
+@pytest.mark.parametrize("stage", ["train", "eval"])
+def test_a_full_disk_in_train_and_eval_is_a_message(tmp_path, capsys, monkeypatch, stage):
+    import errno
+
+    import router.infra.files as files
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    rec = tmp_path / "rec"
+    assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", f"output={rec}", "max_examples=12"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(files, "atomic_write_bytes", full)
+    argv = {
+        "train": ["train", "--config", "configs/train/tiny.yaml", f"records=[{rec}]", f"output={tmp_path / 't'}"],
+        "eval": [
+            "eval",
+            "--config",
+            "configs/eval/tiny.yaml",
+            f"records=[{rec}]",
+            "online=false",
+            "cost_ratio=0.3",
+            f"output={tmp_path / 'e'}",
+        ],
+    }[stage]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "error: No space left on device while writing" in err and "rerun the same command" in err

@@ -88,7 +88,16 @@ def _yaml_values(path: str | Path | None) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {path} does not exist")
-    loaded = yaml.safe_load(path.read_text()) or {}
+    if not path.is_file():
+        raise ConfigError(f"--config {path} is a folder: name a YAML file, e.g. {path / 'tiny.yaml'}")
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ConfigError(
+            f"{path} is not valid YAML{at} ({getattr(err, 'problem', None) or err}): fix the file"
+        ) from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path} must hold a mapping of key: value")
     return loaded
