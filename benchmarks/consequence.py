@@ -27,7 +27,7 @@ from data_gen.recorder import Recorder  # noqa: E402
 from data_gen.plan import load_examples  # noqa: E402
 from router.infra import clock  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.pair import embedded_installed  # noqa: E402
+from router.infra.embedded import embedded_installed  # noqa: E402
 
 
 def search_once(recorder: Recorder, prompts: list, metas: list, lookup: int, args) -> dict:

@@ -60,7 +60,8 @@ from router.engine.options import DecodeOptions, add_decode_flags  # noqa: E402
 from router.rules import resolve_rule  # noqa: E402
 from router.engine.loop import Rows, eos_ids  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.pair import embedded_installed, load_pair  # noqa: E402
+from router.infra.embedded import embedded_installed  # noqa: E402
+from router.pair import load_pair  # noqa: E402
 from router.engine.tiny import tiny_pair  # noqa: E402
 
 FALLBACK_QUESTIONS = [

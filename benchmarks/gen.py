@@ -31,7 +31,7 @@ from data_gen.run import run_gen  # noqa: E402
 from router.engine.teacher import forward_tail  # noqa: E402
 from router.engine.layout import Layout, left_pad  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.pair import embedded_installed  # noqa: E402
+from router.infra.embedded import embedded_installed  # noqa: E402
 
 
 def bare_pass(recorder: Recorder, batches) -> tuple[int, float]:

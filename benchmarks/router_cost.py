@@ -31,7 +31,8 @@ from router.decoding import logit_kwargs  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.engine.loop import check_pair  # noqa: E402
 from router.model import load_router  # noqa: E402
-from router.pair import embedded_installed, load_pair  # noqa: E402
+from router.infra.embedded import embedded_installed  # noqa: E402
+from router.pair import load_pair  # noqa: E402
 from router.rules import get_rule, resolve_rule, trusted_inputs  # noqa: E402
 from router.engine.tiny import tiny_pair  # noqa: E402
 

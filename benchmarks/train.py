@@ -54,7 +54,8 @@ def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
     MLP routers (cascade and token head) and the plug-in rule opt, and of one verifier forward
     over the same block, measured side by side."""
     from router.engine.layout import CachedModel, Layout
-    from router.pair import embedded_installed, load_pair
+    from router.infra.embedded import embedded_installed
+    from router.pair import load_pair
     from router.rules import get_rule, trusted_inputs
     from router.sampling import process_logits
 

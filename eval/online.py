@@ -28,7 +28,15 @@ from router.engine.layout import left_pad, tokenizer_pad_id
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
 from router.infra.files import Journal
-from eval.points import OnlinePoint, complete_elsewhere, point_name, read_points, same_fingerprint, point_fingerprint
+from eval.points import (
+    REFERENCE,
+    OnlinePoint,
+    complete_elsewhere,
+    point_fingerprint,
+    point_name,
+    read_points,
+    same_fingerprint,
+)
 
 
 @dataclass
@@ -91,37 +99,55 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
 TIME_PARTS = ("drafter_seconds", "verifier_seconds", "bonus_drafter_seconds", "rule_seconds")
 
 
-def run_point(
-    pair,
-    method: str,
-    alpha: float,
-    prompts: list[Prompt],
-    cfg,
-    metric,
-    rules: dict,
-    bar,
-    ends: Ends,
-    journal: Journal | None = None,
-) -> OnlinePoint:
-    """Decode and score every prompt at one (method, alpha), `cfg.batch_size` prompts per batch
-    (left-padded); keep each prompt's output and outcome (paired comparisons need them) and
-    aggregate the measurements. With a `journal`, each finished batch is journaled and a rerun after
-    an interruption decodes only the batches it lacks (their times as measured then)."""
-    finished = {e["start"]: e for e in (journal.entries if journal else []) if "start" in e}
+@dataclass
+class PointToDo:
+    """A point of the grid this run decodes: where it goes, what it depends on, its batches so far."""
+
+    method: str
+    alpha: float
+    path: Path
+    fingerprint: dict
+    journal: Journal  # its finished batches, so a cut run resumes within the point
+
+    @property
+    def finished(self) -> dict:
+        return {e["start"]: e for e in self.journal.entries if "start" in e}
+
+
+def decode_interleaved(pair, todo: list[PointToDo], prompts: list[Prompt], cfg, metric, rules: dict, ends: Ends, bar):
+    """Every batch of prompts decoded by every point still to do before the next batch, in an order
+    that rotates batch by batch: a change in the machine's load (another job starting or ending)
+    lands on every method alike instead of on whichever points ran at that time. Each finished batch
+    is journaled per point; a rerun decodes only the batches a point lacks."""
+    for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
+        batch = prompts[start : start + cfg.batch_size]
+        k = b % len(todo) if todo else 0
+        for t in todo[k:] + todo[:k]:
+            done = t.finished.get(start)
+            if done is None or done["ids"] != [p.example_id for p in batch]:
+                bar.set_description(f"online {point_name(t.method, t.alpha)}")
+                t.journal.append(_decode_and_score(pair, t.method, t.alpha, start, batch, cfg, metric, rules, ends))
+            bar.update(len(batch))
+
+
+def assemble_point(t: PointToDo, prompts: list[Prompt], cfg) -> OnlinePoint:
+    """A point from its journaled batches, in prompt order: every prompt's outcome and the sums."""
+    finished = t.finished
     per_example, batches, totals = [], [], dict.fromkeys(BATCH_TOTALS, 0)
     for start in range(0, len(prompts), cfg.batch_size):
-        batch = prompts[start : start + cfg.batch_size]
-        done = finished.get(start)
-        if done is None or done["ids"] != [p.example_id for p in batch]:
-            done = _decode_and_score(pair, method, alpha, start, batch, cfg, metric, rules, ends)
-            if journal:
-                journal.append(done)
+        done = finished[start]
         per_example += done["rows"]
         batches.append(done["batch"])
         for k in BATCH_TOTALS:
             totals[k] += done["totals"].get(k, 0)
-        bar.update(len(batch))
-    return _point(method, alpha, prompts, cfg, per_example, batches, totals)
+    return _point(t.method, t.alpha, prompts, cfg, per_example, batches, totals)
+
+
+def recheck_reference(pair, point: OnlinePoint, prompts: list[Prompt], cfg, metric, rules: dict, ends: Ends) -> None:
+    """The first batch of a point decoded once more at the end of the grid, timed again: when the
+    two timings disagree, the machine's speed changed during the run (eval/points.py warns)."""
+    again = _decode_and_score(pair, point.method, point.alpha, 0, prompts[: cfg.batch_size], cfg, metric, rules, ends)
+    point.recheck = {"first_seconds": point.batches[0]["seconds"], "again_seconds": again["batch"]["seconds"]}
 
 
 # measurements a point sums over its batches; TIME_PARTS split its wall time (eval/paired.py)
@@ -221,17 +247,24 @@ def run_grid(
         if point is None or not same_fingerprint(point.fingerprint, fp)
     ]
     todo = gather(todo)[0]  # rank 0's list: another rank may already have written a point when rank 0 looks
-    mine = ranks.mine(todo)
+    mine = [
+        PointToDo(m, a, path, fp, Journal(path.with_suffix(".partial.jsonl"), fp))
+        for m, a, path, fp in ranks.mine(todo)
+    ]
+    for t in mine:
+        if t.journal.entries:
+            print(
+                f"[specroute] {point_name(t.method, t.alpha)}: resuming after {len(t.journal.entries)} finished batches"
+            )
     bar = tqdm(total=len(mine) * len(prompts), desc="online", unit="prompt")
-    for method, alpha, path, fp in mine:
-        bar.set_description(f"online {point_name(method, alpha)}")
-        journal = Journal(path.with_suffix(".partial.jsonl"), fp)  # a cut run resumes within the point
-        if len(journal.entries):
-            print(f"[specroute] {point_name(method, alpha)}: resuming after {len(journal.entries)} finished batches")
-        point = run_point(pair, method, alpha, prompts, cfg, metric, rules, bar, ends, journal)
-        point.fingerprint = fp
-        point.write(path)
-        for partial in (journal.path, journal.stale):  # the point file holds it all now
+    decode_interleaved(pair, mine, prompts, cfg, metric, rules, ends, bar)
+    for t in mine:
+        point = assemble_point(t, prompts, cfg)
+        point.fingerprint = t.fingerprint
+        if point.name == REFERENCE:  # timed again now that every other point is done
+            recheck_reference(pair, point, prompts, cfg, metric, rules, ends)
+        point.write(t.path)
+        for partial in (t.journal.path, t.journal.stale):  # the point file holds it all now
             if partial is not None:
                 partial.unlink(missing_ok=True)
     bar.close()

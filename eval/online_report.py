@@ -70,8 +70,11 @@ def _setting(online: dict, cfg) -> str:
 
 
 def _notes(online: dict, cfg) -> list[str]:
-    """Where the numbers come from, when not simply from this run on this machine."""
+    """Where the numbers come from, when not simply from this run on this machine, and timings that
+    fail their plausibility checks."""
     parts = [f"Note: {online['dtype']['mixed']}.", ""] if "mixed" in online["dtype"] else []
+    for warning in online["timing_warnings"]:
+        parts += [f"**Timing warning**: {warning}.", ""]
     timed, dtype = online["timed_on"], online["dtype"]
     here = (dtype["cpu"] if cfg.device == "cpu" else timed["machine"], dtype["dtype"])
     if timed.get("machine") and (timed["machine"], timed["dtype"]) != here:
@@ -256,6 +259,7 @@ def online_lines(online: dict) -> list[str]:
             f"{r['relative_row_latency']:>9.3f}"
             f"{r['offline']['greedy_rejection']:>9.3f}{r['offline']['measured_rejection']:>8.3f}"
         )
+    lines += [f"TIMING WARNING: {w}" for w in online["timing_warnings"]]
     return lines + pairwise_lines(online["pairwise"])
 
 

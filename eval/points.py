@@ -49,6 +49,7 @@ class OnlinePoint:
     outside_model_fraction: float
     examples: list = field(repr=False)
     fingerprint: dict = field(default_factory=dict, repr=False)  # what the point depends on (eval/online.py)
+    recheck: dict = field(default_factory=dict)  # the reference: its first batch timed again at the end
     relative_latency: float = math.nan  # seconds per token / the verifier point's, set by add_relative_latency
 
     @property
@@ -124,6 +125,37 @@ def table_forms(points: list[OnlinePoint]) -> dict:
             "b_quality_at_verifier_latency": b.quality if b else math.nan,
             "b_alpha": b.alpha if b else math.nan,
         }
+    return out
+
+
+SLACK = 0.9  # a point may be timed at most 10% faster per token than the drafter alone (noise)
+RECHECK = 1.25  # the reference batch timed again at the end may differ by this factor either way
+
+
+def timing_warnings(points: list[OnlinePoint]) -> list[str]:
+    """Plain sentences for timings that cannot be right: a method faster per token than the drafter
+    alone at the same batch size (every method pays at least the drafter's steps), or the reference
+    batch timed again at the end disagreeing with its first timing (the machine's speed changed)."""
+    out = []
+    drafter = next((p for p in points if p.method == "drafter"), None)
+    if drafter is not None:
+        for p in points:
+            if p.method != "drafter" and p.seconds_per_token < SLACK * drafter.seconds_per_token:
+                out.append(
+                    f"{p.name}: {p.seconds_per_token * 1e3:.1f} ms per token, faster than the drafter alone "
+                    f"({drafter.seconds_per_token * 1e3:.1f} ms): no method can be; its timing is implausible"
+                )
+    ref = next((p for p in points if p.name == REFERENCE and p.recheck), None)
+    if ref is not None:
+        first, again = ref.recheck["first_seconds"], ref.recheck["again_seconds"]
+        ratio = again / first if first > 0 else math.inf
+        if not 1 / RECHECK <= ratio <= RECHECK:
+            out.append(
+                f"{ref.name}'s first batch took {first:.2f} s when first timed and {again:.2f} s when timed again "
+                f"at the end ({ratio:.2f}x): the machine's speed changed during the run, so the latencies of "
+                f"{', '.join(p.name for p in points)} may be skewed (methods were interleaved batch by batch, "
+                f"which spreads a change over all of them); rerun on a quiet machine"
+            )
     return out
 
 

@@ -35,7 +35,7 @@ from eval.offline import (
 from eval.online import add_verifier_logprobs, prepare_ends, prepare_prompts, run_grid
 from eval.paired import paired_table, pairwise_table
 from eval.plots import offline_plots, online_plots
-from eval.points import OnlinePoint, add_relative_latency, table_forms, timed_on
+from eval.points import OnlinePoint, add_relative_latency, table_forms, timed_on, timing_warnings
 from eval.report import print_eval_summary, write_report
 from eval.tables import write_curves_csv, write_per_prompt_csv
 from router.engine.options import DECODE_FIELDS
@@ -293,6 +293,7 @@ def _run_online(
         "recorded_test_prompts": sum(e["recorded"] for e in examples[: len(prompts)]),
         "dtype": dtype_note(cfg, [manifest]),
         "timed_on": timed_on(points),
+        "timing_warnings": timing_warnings(points),
         "stop": stops,
         "logprob_seconds": scoring_seconds,
         "shared_prefix": {

@@ -218,7 +218,7 @@ def _checked_preset(preset: str) -> Preset:
         if not torch.cuda.is_available():
             raise ValueError("--preset gpu needs a CUDA device and none is visible: use --preset cpu")
     if preset != "tiny":
-        from router.pair import embedded_installed
+        from router.infra.embedded import embedded_installed
 
         if not embedded_installed():
             raise ValueError(

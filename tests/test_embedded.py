@@ -7,7 +7,8 @@ from router.engine.baselines import generate_autoregressive
 from router.decoding import generate
 from router.engine.loop import PADDING
 from router.machine.hardware import resolve_dtype
-from router.pair import embedded_installed, load_model, load_pair, model_fingerprint
+from router.infra.embedded import embedded_installed
+from router.pair import load_model, load_pair, model_fingerprint
 
 pytestmark = [
     pytest.mark.slow,

@@ -251,7 +251,9 @@ def test_an_online_point_cut_short_resumes_from_its_finished_batches(tiny_pipeli
     assert len(partial.read_text().splitlines()) == 2  # the fingerprint and one finished batch
     calls.clear()
     assert cli.main([*args, f"output={root / 'eval-cut'}"]) == 0
-    assert calls == ["opt", "opt"]  # batches 2 and 3 only (the finished points were kept)
+    # points are decoded interleaved batch by batch (batch 2 in the order drafter, opt, verifier): the rerun
+    # decodes only the batches each point lacks, then times the verifier's first batch once more
+    assert {m: calls.count(m) for m in set(calls)} == {"opt": 2, "drafter": 1, "verifier": 2 + 1}
     assert not list(folder.glob("*.partial*"))
     whole = json.loads(next((root / "eval-whole" / "online").glob("opt@*.json")).read_text())
     cut = json.loads(next(folder.glob("opt@*.json")).read_text())
@@ -541,3 +543,66 @@ def test_greedy_online_alphas_are_matched_in_the_greedy_view(tiny_pipeline):
         rng = get_rule(method).alpha_range if method != "router" else None
         (want,) = alphas_at_rejection(curves[method].threshold, curves[method].rejection, [target], rng)
         assert [p["alpha"] for p in points if p["method"] == method] == [want], method
+
+
+def test_methods_are_timed_interleaved_so_a_load_change_lands_on_all(tiny_pipeline, monkeypatch):
+    """A machine that is slow for the first half of the run (another job ending): every point gets
+    its share of the slow batches, and the verifier's batch timed again at the end disagrees with its
+    first timing, which the report names as a timing warning."""
+    from eval import online
+    from router.infra import clock
+
+    root, rec, _ = tiny_pipeline
+    real_decode, real_now, state = online._decode_batch, clock.now, {"calls": 0, "extra": 0.0, "slow": set()}
+
+    def now():
+        if state["calls"] <= 6:  # the first 6 decoding calls of 12 (3 points x 4 batches) run slow
+            state["extra"] += 0.02
+        return real_now() + state["extra"]
+
+    def decode(pair, method, alpha, ids, *rest):
+        state["calls"] += 1
+        if state["calls"] <= 6:
+            state["slow"].add((method, state["calls"]))
+        return real_decode(pair, method, alpha, ids, *rest)
+
+    monkeypatch.setattr(clock, "now", now)
+    monkeypatch.setattr(online, "_decode_batch", decode)
+    out = root / "eval-slow"
+    args = [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"records=[{rec}]",
+        "routers=[]",
+        "offline=false",
+        "max_prompts=4",
+        "max_new_tokens=6",
+        "online_methods=[opt]",
+        "online_rejection_targets=[0.5]",
+        f"output={out}",
+    ]
+    assert cli.main(args) == 0
+    slow_per_method = {m: sum(1 for x, _ in state["slow"] if x == m) for m in ("verifier", "drafter", "opt")}
+    assert slow_per_method == {"verifier": 2, "drafter": 2, "opt": 2}  # one after another: 4, 2, 0
+    online_metrics = json.loads((out / "metrics.json").read_text())["online"]
+    warnings = online_metrics["timing_warnings"]
+    assert any("verifier@0's first batch took" in w and "the machine's speed changed" in w for w in warnings)
+    assert "Timing warning" in (out / "report.md").read_text()
+
+
+def test_timing_checks_by_hand():
+    from eval.points import timing_warnings
+
+    drafter = online_point("drafter", 0.0, seconds_per_token=0.010)
+    fast = online_point("opt", 0.3, seconds_per_token=0.005)
+    fine = online_point("lossless", 0.0, seconds_per_token=0.012)
+    verifier = online_point(
+        "verifier", 0.0, seconds_per_token=0.03, recheck={"first_seconds": 1.0, "again_seconds": 1.1}
+    )
+    said = timing_warnings([verifier, drafter, fast, fine])
+    assert len(said) == 1 and said[0].startswith("opt@0.3: 5.0 ms per token, faster than the drafter alone (10.0 ms)")
+    verifier.recheck["again_seconds"] = 0.5
+    assert any(
+        "verifier@0's first batch took 1.00 s when first timed and 0.50 s" in w for w in timing_warnings([verifier])
+    )

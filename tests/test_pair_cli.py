@@ -8,6 +8,7 @@ from transformers import PreTrainedTokenizerFast
 
 from helpers import tiny_qwen
 from router import pair as rmodels
+from router.infra import embedded
 from specroute import cli
 
 TOK_VOCAB = 300  # byte-level BPE: 256 bytes + specials + a few merges
@@ -48,11 +49,11 @@ def test_tokenizer_mismatch_is_refused(saved_pair):
 
 def test_missing_embedded_parts_give_install_hint(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path))
-    fake = rmodels.EmbeddedModel("nothing", "specroute_no_such_pkg_part", 2, 1, "0")
-    monkeypatch.setitem(rmodels.EMBEDDED, "drafter", fake)
+    fake = embedded.EmbeddedModel("nothing", "specroute_no_such_pkg_part", 2, 1, "0")
+    monkeypatch.setitem(embedded.EMBEDDED, "drafter", fake)
     with pytest.raises(FileNotFoundError, match=r"specroute\[models\]"):
-        rmodels.embedded_path("drafter")
-    assert not rmodels.embedded_installed()
+        embedded.embedded_path("drafter")
+    assert not embedded.embedded_installed()
 
 
 def test_missing_gguf_file_is_clear(tmp_path):

@@ -437,3 +437,22 @@ def test_a_full_disk_in_train_and_eval_is_a_message(tmp_path, capsys, monkeypatc
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "error: No space left on device while writing" in err and "rerun the same command" in err
+
+
+def test_calibration_refuses_implausible_timings_and_measures_again(monkeypatch, capsys, tiny):
+    """Under contention a 9-token verifier pass was once timed at 1 ms beside a 1-token pass of 16 ms,
+    and gamma 8 was chosen from that: implausible timings are measured again, then refused."""
+    from router.machine import calibrate
+
+    assert calibrate.implausible_costs(0.004, [0.016, 0.018, 0.020]) is None
+    assert calibrate.implausible_costs(0.004, [0.016, 0.015, 0.017]) is None  # within noise
+    assert "pass over 9 tokens took 1.0 ms" in calibrate.implausible_costs(0.004, [0.016] * 8 + [0.001])
+    assert "not positive" in calibrate.implausible_costs(0.0, [0.016, 0.02])
+    curves = iter([[0.016] * 8 + [0.001], [0.016 + 0.002 * n for n in range(9)]])  # contended, then quiet
+    monkeypatch.setattr(calibrate, "measure_verify_curve", lambda v, b, n: next(curves))
+    drafter, verifier, _ = tiny
+    step, verify = calibrate.measure_costs(drafter, verifier, 1, 8)
+    assert verify == [0.016 + 0.002 * n for n in range(9)] and "attempt 1: implausible" in capsys.readouterr().out
+    monkeypatch.setattr(calibrate, "measure_verify_curve", lambda v, b, n: [0.016] * 8 + [0.001])
+    with pytest.raises(ValueError, match="could not measure the pair's costs plausibly in 3 attempts"):
+        calibrate.measure_costs(drafter, verifier, 1, 8)

@@ -70,13 +70,43 @@ class GammaChoice:
         )
 
 
+NOISE = 0.25  # a verifier pass over more tokens may be timed this much faster than one over fewer,
+ABSOLUTE_NOISE = 0.002  # and 2 ms more (tiny models' passes take about as long as the timer's jitter)
+ATTEMPTS = 3  # measurements of the costs before implausible ones are refused
+
+
+def implausible_costs(drafter_step: float, verify: list[float]) -> str | None:
+    """Why measured costs cannot be right, or None: a verifier pass over n tokens timed faster (beyond
+    noise) than one over fewer (it does at least their work), or a time that is not positive."""
+    if not drafter_step > 0 or not all(t > 0 for t in verify):
+        return f"a time that is not positive (drafter step {drafter_step}, verifier passes {verify})"
+    for n in range(1, len(verify)):
+        slowest_before = max(verify[:n])
+        if verify[n] < (1 - NOISE) * slowest_before - ABSOLUTE_NOISE:
+            return (
+                f"the verifier's pass over {n + 1} tokens took {verify[n] * 1e3:.1f} ms, less than "
+                f"{1 - NOISE:.2f}x its pass over fewer tokens ({slowest_before * 1e3:.1f} ms)"
+            )
+    return None
+
+
 def measure_costs(drafter, verifier, batch: int, max_gamma: int = MAX_GAMMA) -> tuple[float, list[float]]:
-    """(drafter step seconds, [verifier pass seconds over n tokens per row, n = 1..max_gamma+1])."""
+    """(drafter step seconds, [verifier pass seconds over n tokens per row, n = 1..max_gamma+1]),
+    measured again when implausible (another job loading the machine), refused after ATTEMPTS."""
     import torch
 
-    with torch.inference_mode():
-        _, (drafter_step,) = _model_costs(drafter, check_pair(drafter, verifier), batch, (1,))
-    return drafter_step, measure_verify_curve(verifier, batch, max_gamma + 1)
+    for attempt in range(ATTEMPTS):
+        with torch.inference_mode():
+            _, (drafter_step,) = _model_costs(drafter, check_pair(drafter, verifier), batch, (1,))
+        verify = measure_verify_curve(verifier, batch, max_gamma + 1)
+        problem = implausible_costs(drafter_step, verify)
+        if problem is None:
+            return drafter_step, verify
+        print(f"[specroute] gamma calibration, attempt {attempt + 1}: implausible timings ({problem}); measuring again")
+    raise ValueError(
+        f"gamma: auto could not measure the pair's costs plausibly in {ATTEMPTS} attempts ({problem}): the machine "
+        f"is probably loaded by another job; rerun when it is quiet, or give gamma as a number"
+    )
 
 
 def calibrate_gamma(
