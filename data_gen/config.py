@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from router.infra.config import check_minimum
+from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
+from router.tasks.metrics import check_metric_settings
 
 MODES = ("gold", "rollout", "consequence")
 
@@ -80,3 +81,13 @@ class GenConfig:
         check_minimum(self, 0, "rollout_temperature", "consequence_lookup")
         if self.task == "custom" and not self.data_path:
             raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
+        check_task_settings(self.task, self.metric, self.sandbox, self.device)
+
+
+def check_task_settings(task: str, metric: str | None, sandbox: str, device: str) -> None:
+    """The task, metric, sandbox and device named in a config exist (checked before any model loads)."""
+    from data_gen.tasks import TASKS
+
+    if task != "custom" and task not in TASKS:
+        raise ConfigError(f"task must be one of {', '.join(TASKS)} or custom (with data_path), got {task!r}")
+    check_metric_settings(metric, sandbox, device)

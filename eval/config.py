@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from router.engine.options import DecodeOptions
 from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
-from router.tasks.sandbox import SANDBOXES
+from router.tasks.metrics import check_metric_settings
 
 
 @dataclass
@@ -62,7 +62,6 @@ class EvalConfig(DecodeOptions):
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
-        if self.sandbox not in SANDBOXES:
-            raise ConfigError(f"sandbox must be one of {', '.join(SANDBOXES)}, got {self.sandbox!r}")
+        check_metric_settings(self.metric, self.sandbox, self.device)
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")

@@ -116,6 +116,12 @@ def test_a_point_depends_on_its_own_router_only():
         ("eval", ["top_p=1.5"], r"top_p in \(0, 1\]"),
         ("eval", ["online_rejection_targets=[0.5,2]"], r"online_rejection_targets .* each in \(0, 1\]"),
         ("eval", ["online_rejection_targets=[0]"], r"online_rejection_targets"),
+        ("gen", ["task=nonsense"], r"task must be one of gsm8k"),
+        ("gen", ["metric=nonsense"], r"metric must be one of gsm8k"),
+        ("eval", ["metric=nonsense"], r"metric must be one of gsm8k"),
+        ("gen", ["sandbox=nonsense"], r"sandbox must be one of auto"),
+        ("eval", ["device=nonsense"], r"device 'nonsense' is not a device name"),
+        ("gen", ["device=nonsense"], r"device 'nonsense' is not a device name"),
     ],
 )
 def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, message):

@@ -159,3 +159,15 @@ def get_metric(task: str, override: str | None = None, sandbox: str | None = Non
     if name in CODE_METRICS:
         return functools.partial(METRICS[name], sandbox=resolve_sandbox(sandbox))
     return METRICS[name]
+
+
+def check_metric_settings(metric: str | None, sandbox: str, device: str) -> None:
+    """A config's metric (None: the task's), sandbox and device name, checked when the config is built."""
+    from router.pair import check_device
+    from router.tasks.sandbox import SANDBOXES
+
+    if metric is not None and metric not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)} (or null: the task's), got {metric!r}")
+    if sandbox not in SANDBOXES:
+        raise ValueError(f"sandbox must be one of {', '.join(SANDBOXES)}, got {sandbox!r}")
+    check_device(device)
