@@ -79,6 +79,10 @@ def main() -> None:
         if real
         else dict(drafter="tiny:drafter", verifier="tiny:verifier", dtype="float32", max_prompt_tokens=512)
     )
+    if not real:  # random models write no numbers: a verdict that flips often exercises both labels
+        from router.tasks import metrics
+
+        metrics.METRICS["length3"] = lambda text, meta: {"quality": float(sum(map(ord, text)) % 3 != 0), "answer": ""}
     cfg = GenConfig(
         task=args.task,
         chat=args.task != "gsm8k",
@@ -88,10 +92,6 @@ def main() -> None:
         metric=None if real else "length3",
         **pair,
     )
-    if not real:  # random models write no numbers: a verdict that flips often exercises both labels
-        from router.tasks import metrics
-
-        metrics.METRICS["length3"] = lambda text, meta: {"quality": float(sum(map(ord, text)) % 3 != 0), "answer": ""}
     recorder = Recorder(cfg)
     examples = load_examples(cfg)[: args.examples]
     recorder.share_prefix(examples)

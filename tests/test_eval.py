@@ -434,9 +434,9 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
     assert cli.main(_eval_args(root, rec, rtr, f"output={tmp_path / 'e4'}", "paired_with=[token_v2]")) == 2
     assert "paired_with names ['token_v2'], which are not decoded online" in capsys.readouterr().err
     assert not (tmp_path / "e4" / "online").exists()
-    # a task without a metric
+    # an unknown metric, refused when the config is built
     assert cli.main(_eval_args(root, rec, rtr, f"output={tmp_path / 'e3'}", "metric=bleu")) == 2
-    assert "no task metric" in capsys.readouterr().err
+    assert "metric must be one of gsm8k" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["tiny", "gsm8k", "mbpp"])
