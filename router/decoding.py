@@ -216,6 +216,7 @@ def generate(
     stop: StopStrings | None = None,
     prefix: SharedPrefix | None = None,
     draft_stop: float | None = DecodeOptions.draft_stop,
+    check_pair: bool = True,
 ) -> GenerateOutput:
     """Speculative cascade decoding of a batch of left-padded prompts (see module docstring).
 
@@ -238,14 +239,14 @@ def generate(
     (stats `verifier_steps`), whatever the rule: the verifier's quality at the verifier's speed.
     `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.engine.lookup.LookupDrafter`
     (drafts looked up in a reference answer per row, no network; with rule="lossless" and greedy
-    decoding the output is still exactly the verifier's).
+    decoding the output is still exactly the verifier's). A learned router decodes only with the
+    models it was trained on (their weight fingerprints, computed once per model object);
+    check_pair=False skips that check.
     """
     knobs = dict(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, gamma=gamma)
     opts = DecodeOptions(**knobs, draft_stop=draft_stop, bonus_from=bonus_from)  # checked once; only opts is read below
     attention_mask = check_inputs(input_ids, attention_mask)
-    policy = resolve_rule(rule)
-    if policy.offline_only:
-        raise ValueError(policy.offline_only)
+    policy = _decoding_policy(rule, drafter, verifier, check_pair)
     vocab, d = _drafter_for(drafter, verifier, policy, opts.gamma)
     exact_bonus = policy.bonus_needs_drafter and (opts.bonus_from == "target" or policy.exact_bonus)
     adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], exact_bonus) if opts.gamma == "auto" else None
@@ -287,6 +288,20 @@ def _final_stats(stats: dict, d, v, adaptive: AdaptiveGamma | None) -> None:
     if adaptive:
         stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}
         stats["acceptance_estimate"] = adaptive.acceptance
+
+
+def _decoding_policy(rule, drafter, verifier, check_pair: bool) -> DeferralPolicy:
+    """The policy `rule` names, refused when it cannot decode (offline-only) or, for a learned
+    router, when these are not the models it was trained on (check_pair=False skips that)."""
+    policy = resolve_rule(rule)
+    if policy.offline_only:
+        raise ValueError(policy.offline_only)
+    if check_pair and policy.trained_pair:
+        from router.pair import check_pair_is
+
+        models = (None if isinstance(drafter, LookupDrafter) else drafter, verifier, None)
+        check_pair_is(models, policy.trained_pair, f"router {policy.name}")
+    return policy
 
 
 def _new_stats(policy: DeferralPolicy, alpha: float, opts: DecodeOptions, most: int) -> dict:

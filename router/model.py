@@ -180,6 +180,7 @@ class LearnedRouter:
         # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
         self.bonus_needs_drafter = self.cfg.head != "judge"
         self.exact_bonus = False  # a learned policy follows bonus_from
+        self.trained_pair = self.cfg.pair or None  # checked against the models it decodes with
         # a gru reads each position with its predecessors on the trajectory (as recorded); the loop
         # decides a block at a time and does not carry the trajectory's features across blocks
         self.offline_only = (

@@ -123,13 +123,45 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps([vocab, special]).encode()).hexdigest()
 
 
+_FINGERPRINTS: dict = {}  # id(model) -> (weakref, parameter versions, fingerprint)
+
+
+def cached_fingerprint(model) -> str:
+    """model_fingerprint, computed once per model object while its weights are unchanged (every
+    in-place change bumps a parameter's version counter), so checking a pair at every decode is cheap."""
+    import weakref
+
+    stamp = tuple(p._version for p in model.parameters())
+    hit = _FINGERPRINTS.get(id(model))
+    if hit is None or hit[0]() is not model or hit[1] != stamp:
+        hit = (weakref.ref(model), stamp, model_fingerprint(model))
+        _FINGERPRINTS[id(model)] = hit
+    return hit[2]
+
+
 def pair_identity(drafter, verifier, tokenizer) -> dict:
-    """The pair's identity in the form a Manifest's `pair` has (weight and tokenizer fingerprints)."""
-    return {
-        "drafter": model_fingerprint(drafter),
-        "verifier": model_fingerprint(verifier),
-        "tokenizer": tokenizer_fingerprint(tokenizer)[:16],
-    }
+    """The pair's identity in the form a Manifest's `pair` has (weight and tokenizer fingerprints);
+    a role given as None is left out."""
+    out = {}
+    if drafter is not None:
+        out["drafter"] = cached_fingerprint(drafter)
+    if verifier is not None:
+        out["verifier"] = cached_fingerprint(verifier)
+    if tokenizer is not None:
+        out["tokenizer"] = _cached_tokenizer_fingerprint(tokenizer)[:16]
+    return out
+
+
+_TOKENIZER_PRINTS: dict = {}  # id(tokenizer) -> (the tokenizer, its size, fingerprint)
+
+
+def _cached_tokenizer_fingerprint(tokenizer) -> str:
+    """tokenizer_fingerprint once per tokenizer object (again when tokens were added to it)."""
+    hit = _TOKENIZER_PRINTS.get(id(tokenizer))
+    if hit is None or hit[0] is not tokenizer or hit[1] != len(tokenizer):
+        hit = (tokenizer, len(tokenizer), tokenizer_fingerprint(tokenizer))
+        _TOKENIZER_PRINTS[id(tokenizer)] = hit
+    return hit[2]
 
 
 def check_pair_is(pair, recorded: dict, where: str) -> None:
@@ -137,13 +169,13 @@ def check_pair_is(pair, recorded: dict, where: str) -> None:
     names: offline numbers and online decoding must describe one pair."""
     here = pair_identity(*pair)
     wrong = [
-        role for role in ("drafter", "verifier", "tokenizer") if recorded.get(role) and recorded[role] != here[role]
+        r for r in ("drafter", "verifier", "tokenizer") if recorded.get(r) and r in here and recorded[r] != here[r]
     ]
     if wrong:
         found = ", ".join(f"{r}: {recorded[r]} there, {here[r]} here" for r in wrong)
         raise ValueError(
-            f"the loaded {' and '.join(wrong)} differ from the ones {where} was made with ({found}): drop the "
-            f"drafter=/verifier= override, or record and train with this pair"
+            f"the loaded {' and '.join(wrong)} differ from the ones {where} was made with ({found}): use that "
+            f"pair (drop a drafter=/verifier= override), or record and train with this one"
         )
 
 

@@ -14,6 +14,7 @@ keep the drafter. Formulas: docs/method.md (from the paper's section 2 and its J
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import contextvars
 import math
 from collections.abc import Sequence
@@ -127,6 +128,7 @@ class DeferralPolicy(Protocol):
     exact_bonus: bool  # True: the bonus token always comes from pi (a drafter forward), whatever
     #   bonus_from says: a reference whose meaning p would change there (drafter-only decoding)
     offline_only: str | None  # why the decoding loop cannot run this policy as it was scored (None: it can)
+    trained_pair: dict | None  # the drafter/verifier/tokenizer fingerprints it was trained on (None: any pair)
     reads_logits: bool  # True: the loop also passes the logits behind q_raw and p_raw (q_logits,
     #   p_logits, and next_p_logits for a judge), as learned routers want
 
@@ -165,6 +167,7 @@ class Rule:
     bonus_needs_drafter: bool = True
     exact_bonus: bool = False
     offline_only: str | None = None
+    trained_pair: dict | None = None
     hidden_inputs: tuple = ()
     reads_logits: bool = False
 
@@ -446,7 +449,8 @@ def get_rule(name: str) -> Rule:
 
 @dataclass(frozen=True)
 class _CustomPolicy:
-    """A bare object with a `target` method, given the defaults of the DeferralPolicy protocol."""
+    """An object with a `target` method, given the defaults of the DeferralPolicy protocol for the
+    attributes it does not declare (a policy written before an attribute was added keeps working)."""
 
     inner: object
     name: str
@@ -455,6 +459,7 @@ class _CustomPolicy:
     bonus_needs_drafter: bool = True
     exact_bonus: bool = False
     offline_only: str | None = None
+    trained_pair: dict | None = None
     reads_logits: bool = False
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
@@ -475,4 +480,6 @@ def resolve_rule(rule) -> DeferralPolicy:
         )
     if isinstance(rule, DeferralPolicy):
         return rule
-    return _CustomPolicy(rule, getattr(rule, "name", type(rule).__name__))
+    # an object declaring only some of the protocol's attributes keeps them; the others get the defaults
+    declared = {f.name: getattr(rule, f.name) for f in dataclasses.fields(_CustomPolicy)[2:] if hasattr(rule, f.name)}
+    return _CustomPolicy(rule, getattr(rule, "name", type(rule).__name__), **declared)

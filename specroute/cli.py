@@ -33,7 +33,17 @@ def _generate_parser(sub) -> None:
     g.add_argument(
         "--verifier", default="embedded:verifier", help="hub id, local folder, .gguf file or embedded:verifier"
     )
-    g.add_argument("--rule", default="opt", choices=rule_names(), help="deferral rule (default: opt)")
+    policy = g.add_mutually_exclusive_group()
+    # no default here: argparse lets an explicit value equal to the default pass a mutually exclusive group
+    policy.add_argument("--rule", choices=rule_names(), help="plug-in deferral rule (default: opt)")
+    policy.add_argument(
+        "--router", metavar="DIR", help="a trained router folder (specroute train's output) instead of a rule"
+    )
+    g.add_argument(
+        "--no-pair-check",
+        action="store_true",
+        help="decode with a router on other models than it was trained on (refused by default)",
+    )
     g.add_argument("--alpha", type=float, default=0.3, help="trade-off knob, see `specroute rules` for ranges")
     add_decode_flags(g, DecodeOptions())
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
@@ -157,16 +167,20 @@ def cmd_generate(args) -> int:
     from router.pair import load_pair
     from router.tasks.prompts import StopStrings, context_length, cut_at_stop, prompt_limit
 
-    opts = _generate_options(args)
+    opts, policy = _generate_options(args)
     t0 = time.perf_counter()
     drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device)
     load_s = time.perf_counter() - t0
+    if policy.trained_pair and not args.no_pair_check:
+        from router.pair import check_pair_is
+
+        check_pair_is((drafter, verifier, tokenizer), policy.trained_pair, f"router {args.router}")
     limit = prompt_limit(context_length(drafter, verifier), opts.max_new_tokens)
     input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
     stops = opts.stop or []
     stop = StopStrings.build(tokenizer, stops)
-    kwargs = dict(attention_mask=mask, stop=stop, **opts.generate_kwargs())
-    out = generate(drafter, verifier, input_ids, rule=args.rule, alpha=args.alpha, **kwargs)
+    kwargs = dict(attention_mask=mask, stop=stop, check_pair=False, **opts.generate_kwargs())  # checked above
+    out = generate(drafter, verifier, input_ids, rule=policy, alpha=args.alpha, **kwargs)
     new_tokens = out.sequences[0, input_ids.shape[1] :].tolist()
     sources = out.sources[0].tolist()
     color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
@@ -190,10 +204,18 @@ def cmd_generate(args) -> int:
 
 
 def _generate_options(args):
-    """`specroute generate`'s decoding options, its rule's alpha and its output path, checked before
-    any model is loaded."""
-    rule = get_rule(args.rule)
+    """`specroute generate`'s decoding options and policy (a rule, or a router folder loaded with
+    torch alone), its alpha and its output path, checked before any language model is loaded."""
     try:
+        if args.router:  # loaded (torch alone) and checked before any language model
+            from router.model import load_router
+
+            rule = load_router(args.router)
+            if rule.offline_only:
+                raise ValueError(rule.offline_only)
+        else:
+            args.rule = args.rule or "opt"
+            rule = get_rule(args.rule)
         opts = options_from_flags(args)
         rule.check_alpha(args.alpha)
     except ValueError as err:
@@ -203,7 +225,7 @@ def _generate_options(args):
             f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
             f"{Path(args.output) / 'result.json'}"
         )
-    return opts
+    return opts, rule
 
 
 def _generate_rows(args, opts, stats: dict, load_s: float, dtype) -> list[tuple[str, str]]:
@@ -212,7 +234,10 @@ def _generate_rows(args, opts, stats: dict, load_s: float, dtype) -> list[tuple[
 
     per_gamma = f" (blocks per gamma {stats['gamma_chosen']})" if "gamma_chosen" in stats else ""
     rows = [
-        ("rule", f"{args.rule} (alpha {args.alpha}, gamma {opts.gamma}, temperature {opts.temperature})"),
+        (
+            "router" if args.router else "rule",
+            f"{args.router or args.rule} (alpha {args.alpha}, gamma {opts.gamma}, temperature {opts.temperature})",
+        ),
         ("new tokens", str(stats["new_tokens"])),
         ("tokens / s", f"{stats['tokens_per_second']:.2f}"),
         ("mean accepted / block", f"{stats['mean_accepted']:.2f} of {opts.gamma}{per_gamma}"),

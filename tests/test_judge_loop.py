@@ -29,7 +29,6 @@ class StubJudge:
     """A judge whose decision depends on the drafted token only."""
 
     name, form, hidden_inputs, bonus_needs_drafter, reads_logits = "stub_judge", "judge", (), False, False
-    exact_bonus, offline_only = False, None
 
     def check_alpha(self, alpha):
         return float(alpha)

@@ -232,3 +232,67 @@ def test_a_verifier_loads_with_an_accelerate_device_map(saved_pair, monkeypatch)
     assert torch.equal(verifier(ids).logits, plain(ids).logits)
     with pytest.raises(ValueError, match="saved model"):
         rmodels.load_pair("tiny:drafter", "tiny:verifier", verifier_device_map="auto")
+
+
+def test_generate_decodes_with_a_router_folder_on_its_own_pair_only(tmp_path, capsys, monkeypatch, tiny):
+    """`specroute generate --router DIR` decodes as `generate(rule=router)` does; a router is refused on
+    models other than the ones it was trained on (named both ways), unless the check is turned off."""
+    import torch
+
+    import router.engine.tiny as tiny_module
+    from router.decoding import generate
+    from router.engine.tiny import tiny_pair
+    from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
+    from router.pair import pair_identity
+
+    torch.manual_seed(0)
+    folder = save_router(LearnedRouter(RouterNet(RouterConfig(pair=pair_identity(*tiny)))), tmp_path / "mlp")
+    out = tmp_path / "g.json"
+    base = [
+        "generate",
+        "--drafter",
+        "tiny:drafter",
+        "--verifier",
+        "tiny:verifier",
+        "--dtype",
+        "float32",
+        "--prompt",
+        "Add 2 and 3.",
+        "--max-new-tokens",
+        "12",
+        "--alpha",
+        "0.2",
+        "--output",
+        str(out),
+    ]
+    assert cli.main([*base, "--router", str(folder)]) == 0
+    said = capsys.readouterr().out
+    assert f"router       {folder}" in said or f"{folder} (alpha 0.2" in said
+    result = json.loads(out.read_text())
+    ids = torch.tensor([tiny.tokenizer.encode("Add 2 and 3.", add_special_tokens=False)])
+    python = generate(tiny.drafter, tiny.verifier, ids, rule=load_router(folder), alpha=0.2, max_new_tokens=12)
+    assert result["tokens"] == python.sequences[0, ids.shape[1] :].tolist()
+    # another pair (same architecture, other weights): refused in the CLI and in Python
+    other = tiny_pair(seed=5)
+    monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: other)
+    assert cli.main([*base, "--router", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "the loaded drafter and verifier differ from the ones router" in err and "there," in err
+    with pytest.raises(ValueError, match="differ from the ones router mlp was made with"):
+        generate(other.drafter, other.verifier, ids, rule=load_router(folder), alpha=0.2, max_new_tokens=4)
+    assert cli.main([*base, "--router", str(folder), "--no-pair-check"]) == 0
+    generate(
+        other.drafter, other.verifier, ids, rule=load_router(folder), alpha=0.2, max_new_tokens=4, check_pair=False
+    )
+    with pytest.raises(SystemExit):  # --rule and --router together, even --rule opt (the default)
+        cli.main([*base, "--router", str(folder), "--rule", "opt"])
+    assert "not allowed with argument --router" in capsys.readouterr().err
+
+
+def test_a_gru_router_folder_is_refused_before_the_models_load(tmp_path, capsys):
+    from router.model import LearnedRouter, RouterConfig, RouterNet, save_router
+
+    folder = save_router(LearnedRouter(RouterNet(RouterConfig(arch="gru"))), tmp_path / "gru")
+    argv = ["generate", "--drafter", "./nowhere", "--verifier", "./nowhere", "--prompt", "x", "--router", str(folder)]
+    with pytest.raises(SystemExit, match="error: router 'gru' is a gru"):  # before ./nowhere is looked at
+        cli.main(argv)
