@@ -30,6 +30,7 @@ from router.records import (
     intact_shard,
     read_manifest,
     rows_to_table,
+    shard_problem,
     side_file_problem,
     write_manifest,
     write_shard,
@@ -84,11 +85,11 @@ def folder_problems(out: Path) -> list[str]:
         return [f"its manifest is unusable ({err})"]
     problems = []
     for shard in manifest.shards:
-        path = out / shard["file"]
-        if not path.exists():
+        problem = shard_problem(out, shard)
+        if problem == "missing":
             problems.append(f"{shard['file']} is missing")
-        elif path.stat().st_size != shard["bytes"] or file_sha256(path) != shard["sha256"]:
-            problems.append(f"{shard['file']} differs from the manifest")
+        elif problem:
+            problems.append(f"{shard['file']} differs from the manifest ({problem})")
     for name in (EXAMPLES, HELDOUT):
         problem = side_file_problem(out, name, manifest)
         if problem:

@@ -76,7 +76,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             write_shard_or_explain(out, name, rows, ids)
         write_shard_counts(out, name, recorder.counts, before, ranks)  # the manifest sums them, resumes included
     bar.close()
-    gather(None)  # waits for every rank's shards
+    barrier()  # every rank's shards are on disk before rank 0 sums them
     if ranks.main:
         manifest = finish_manifest(out, cfg, plan, recorder, clock.now() - started)
         print_summary(manifest)

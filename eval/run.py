@@ -46,7 +46,8 @@ from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
 from router.infra.files import output_lock, write_json
 from router.machine.hardware import machine_kind, resolve_dtype
 from router.offline.inputs import RecordView
-from router.records import Manifest, RecordsError, one_pair, read_examples, read_heldout, read_manifest
+from router.pair import one_pair
+from router.records import Manifest, RecordsError, read_examples, read_heldout, read_manifest
 from router.rules import rule_names
 from router.tasks.metrics import check_metric_fields, get_metric
 from router.tasks.prompts import context_length, default_stops, prompt_limit

@@ -14,6 +14,7 @@ import torch
 
 from router.infra.embedded import embedded_path
 from router.machine.hardware import announce, resolve_dtype
+from router.records import Manifest, RecordsError
 
 DEFAULT_DRAFTER = "embedded:drafter"
 DEFAULT_VERIFIER = "embedded:verifier"
@@ -123,20 +124,24 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps([vocab, special]).encode()).hexdigest()
 
 
-_FINGERPRINTS: dict = {}  # id(model) -> (weakref, parameter versions, fingerprint)
+_FINGERPRINTS: dict = {}  # id(object) -> (weakref to it, its stamp, fingerprint)
+
+
+def _fingerprint_once(obj, stamp, compute) -> str:
+    """compute(obj), remembered for this object while `stamp` (what changes when it does) is the same."""
+    import weakref
+
+    hit = _FINGERPRINTS.get(id(obj))
+    if hit is None or hit[0]() is not obj or hit[1] != stamp:
+        hit = (weakref.ref(obj), stamp, compute(obj))
+        _FINGERPRINTS[id(obj)] = hit
+    return hit[2]
 
 
 def cached_fingerprint(model) -> str:
     """model_fingerprint, computed once per model object while its weights are unchanged (every
     in-place change bumps a parameter's version counter), so checking a pair at every decode is cheap."""
-    import weakref
-
-    stamp = tuple(p._version for p in model.parameters())
-    hit = _FINGERPRINTS.get(id(model))
-    if hit is None or hit[0]() is not model or hit[1] != stamp:
-        hit = (weakref.ref(model), stamp, model_fingerprint(model))
-        _FINGERPRINTS[id(model)] = hit
-    return hit[2]
+    return _fingerprint_once(model, tuple(p._version for p in model.parameters()), model_fingerprint)
 
 
 def pair_identity(drafter, verifier, tokenizer) -> dict:
@@ -152,16 +157,9 @@ def pair_identity(drafter, verifier, tokenizer) -> dict:
     return out
 
 
-_TOKENIZER_PRINTS: dict = {}  # id(tokenizer) -> (the tokenizer, its size, fingerprint)
-
-
 def _cached_tokenizer_fingerprint(tokenizer) -> str:
     """tokenizer_fingerprint once per tokenizer object (again when tokens were added to it)."""
-    hit = _TOKENIZER_PRINTS.get(id(tokenizer))
-    if hit is None or hit[0] is not tokenizer or hit[1] != len(tokenizer):
-        hit = (tokenizer, len(tokenizer), tokenizer_fingerprint(tokenizer))
-        _TOKENIZER_PRINTS[id(tokenizer)] = hit
-    return hit[2]
+    return _fingerprint_once(tokenizer, len(tokenizer), tokenizer_fingerprint)
 
 
 def check_pair_is(pair, recorded: dict, where: str) -> None:
@@ -177,6 +175,18 @@ def check_pair_is(pair, recorded: dict, where: str) -> None:
             f"the loaded {' and '.join(wrong)} differ from the ones {where} was made with ({found}): use that "
             f"pair (drop a drafter=/verifier= override), or record and train with this one"
         )
+
+
+def one_pair(manifests: list[Manifest], folders: list) -> list[Manifest]:
+    """The manifests, refused when the folders come from two model pairs (a router learns one, and
+    one evaluation compares methods on one pair)."""
+    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
+    if len(pairs) > 1:
+        raise RecordsError(
+            f"the record folders {list(folders)} come from different model pairs ({sorted(pairs)}): "
+            f"use folders of one pair"
+        )
+    return manifests
 
 
 def check_same_tokenizer(drafter_tok, verifier_tok) -> None:

@@ -320,23 +320,33 @@ def load_records(folder: str | Path, split: str | None = None, mode: str | None 
 _VERIFIED: dict = {}  # (path, size, mtime) -> sha256, so a process checks each shard file once
 
 
+def shard_problem(folder: Path, shard: dict) -> str | None:
+    """Why a shard file is not the one the manifest recorded (missing, another size, another
+    checksum), or None; each file is hashed once per process while unchanged."""
+    path = Path(folder) / shard["file"]
+    if not path.exists():
+        return "missing"
+    stat = path.stat()
+    if "bytes" in shard and stat.st_size != shard["bytes"]:
+        return f"{stat.st_size} bytes, the manifest says {shard['bytes']}"
+    if "sha256" in shard:
+        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        if key not in _VERIFIED:
+            _VERIFIED[key] = file_sha256(path)
+        if _VERIFIED[key] != shard["sha256"]:
+            return "its checksum differs from the manifest's"
+    return None
+
+
 def _checked_shard(folder: Path, shard: dict):
     """A shard as a Dataset, after checking it is the one the manifest recorded (size, checksum, rows)."""
     import datasets
 
     path = folder / shard["file"]
     damaged = f"{path} is damaged ({{}}): its records cannot be trusted; {REPAIR}"
-    if not path.exists():
-        raise RecordsError(damaged.format("missing"))
-    stat = path.stat()
-    if "bytes" in shard and stat.st_size != shard["bytes"]:
-        raise RecordsError(damaged.format(f"{stat.st_size} bytes, the manifest says {shard['bytes']}"))
-    if "sha256" in shard:
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
-        if key not in _VERIFIED:
-            _VERIFIED[key] = file_sha256(path)
-        if _VERIFIED[key] != shard["sha256"]:
-            raise RecordsError(damaged.format("its checksum differs from the manifest's"))
+    problem = shard_problem(folder, shard)
+    if problem:
+        raise RecordsError(damaged.format(problem))
     try:
         ds = datasets.Dataset.from_file(str(path))
     except Exception as err:  # pyarrow raises several types for a cut or garbled stream
@@ -344,18 +354,6 @@ def _checked_shard(folder: Path, shard: dict):
     if len(ds) != shard["rows"]:
         raise RecordsError(damaged.format(f"{len(ds)} rows, the manifest says {shard['rows']}"))
     return ds
-
-
-def one_pair(manifests: list[Manifest], folders: list) -> list[Manifest]:
-    """The manifests, refused when the folders come from two model pairs (a router learns one, and
-    one evaluation compares methods on one pair)."""
-    pairs = {json.dumps(m.pair, sort_keys=True) for m in manifests}
-    if len(pairs) > 1:
-        raise RecordsError(
-            f"the record folders {list(folders)} come from different model pairs ({sorted(pairs)}): "
-            f"use folders of one pair"
-        )
-    return manifests
 
 
 def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:

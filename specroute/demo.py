@@ -188,7 +188,7 @@ def run_demo(
     seconds = {}
     folders = _timed(seconds, "recording", lambda: record(out, p))
     trained = _timed(seconds, "training", lambda: train(out, p, folders))
-    methods = choose_online_methods(trained)
+    methods = choose_online_methods(trained, out)
     results = _timed(seconds, "evaluation", lambda: evaluate(out, p, folders, methods))
     summary = {
         "preset": preset,

@@ -138,14 +138,15 @@ def train(out: Path, p: Preset, folders: dict) -> dict:
     return trained
 
 
-def choose_online_methods(trained: dict) -> list[str]:
+def choose_online_methods(trained: dict, out: Path) -> list[str]:
     """The best learned router that can decode (gru routers are offline-only) and the best plug-in
     rule of each form, by *validation* area in the greedy view (online decoding is greedy; the test
     split stays untouched for the comparison), plus lossless."""
+    from router.model import load_router
     from router.rules import rules_of_form
 
     # greedy-view area first; the temperature-1 area breaks ties (e.g. a pair that never writes gold)
-    decodable = [n for n in trained if ROUTERS[n].get("arch") != "gru"]
+    decodable = [n for n in trained if not load_router(out / "routers" / n).offline_only]
     best_router = max(decodable, key=lambda n: (trained[n]["router"]["greedy_area"], trained[n]["router"]["area"]))
     first = next(iter(trained.values()))
     greedy, t1 = first["plugins_greedy"], first["plugins"]  # validation areas of every rule with an offline score

@@ -17,7 +17,8 @@ import torch
 from router.infra.config import ConfigError, check_minimum, config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
 from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, save_router
-from router.records import Manifest, one_pair, read_manifest
+from router.pair import one_pair
+from router.records import Manifest, read_manifest
 from router.infra.console import summary_table, wandb_offline
 from router.infra.files import output_lock, write_csv, write_json
 from router.offline.inputs import router_scores
