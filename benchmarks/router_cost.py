@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router import reduce  # noqa: E402
 from router.machine.costs import measure_verify_curve  # noqa: E402
-from router.decoding import logit_kwargs  # noqa: E402
+from router.engine.policy_call import logit_kwargs  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.engine.loop import check_pair  # noqa: E402
 from router.model import load_router  # noqa: E402

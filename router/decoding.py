@@ -38,6 +38,7 @@ from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings
 from router.engine.options import DecodeOptions
 from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
+from router.engine.policy_call import hidden_kwargs, logit_kwargs, policy_target
 from router.sampling import accept_drafts, next_after, sample
 
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
@@ -71,13 +72,6 @@ class Block:
     def whole(self) -> torch.Tensor:
         """(B,) rows that accepted every draft (their next token is the bonus token)."""
         return self.n_accepted == self.g
-
-
-def _hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, after=None) -> dict:
-    """Extra target() arguments for policies that read hidden states (plug-in rules get none)."""
-    if not policy.hidden_inputs:
-        return {}
-    return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden, "after": after}}
 
 
 def draft(
@@ -124,16 +118,7 @@ def verify(verifier: CachedModel, layout: Layout, block: Block, opts: DecodeOpti
     block.verifier_hidden = verifier.last_hidden if verifier.want_hidden else None
 
 
-def logit_kwargs(policy: DeferralPolicy, q_logits, p_logits, next_p_logits=None) -> dict:
-    """The logits behind q_raw, p_raw (and a judge's next_p_raw) for a policy that reads them
-    (`reads_logits`, learned routers: cheaper features); nothing for the others."""
-    if not policy.reads_logits:
-        return {}
-    extra = {} if next_p_logits is None else {"next_p_logits": next_p_logits}
-    return {"q_logits": q_logits, "p_logits": p_logits, **extra}
-
-
-def form_target(policy: DeferralPolicy, alpha: float, block: Block) -> None:
+def form_target(policy: DeferralPolicy, alpha: float, block: Block, greedy: bool = False) -> None:
     """Step 3: the deferral policy's target pi at each draft.
 
     A judge (policy form "judge") decides each drafted token d_j from what the verification forward
@@ -144,13 +129,15 @@ def form_target(policy: DeferralPolicy, alpha: float, block: Block) -> None:
     judge = {"drafts": block.drafts, "next_p_raw": block.p_raw[:, 1 : g + 1]} if policy.form == "judge" else {}
     nxt_logits = block.p_logits[:, 1 : g + 1] if judge else None
     logits = logit_kwargs(policy, block.q_logits, block.p_logits[:, :g], nxt_logits)
-    block.pi = policy.target(
+    block.pi = policy_target(
+        policy,
+        alpha,
         block.q,
         block.p[:, :g],
-        alpha,
-        q_raw=block.q_raw,
-        p_raw=block.p_raw[:, :g],
-        **_hidden_kwargs(policy, block.drafter_hidden, v_hidden, after),
+        block.q_raw,
+        block.p_raw[:, :g],
+        greedy,
+        **hidden_kwargs(policy, block.drafter_hidden, v_hidden, after),
         **judge,
         **logits,
     )
@@ -186,13 +173,15 @@ def block_end(
         bq_logits = drafter.feed(layout, layout.length, keep=1)  # (B, 1, V)
         bq_raw, bq = opts.probs(bq_logits)
         v_hidden = None if block.verifier_hidden is None else block.verifier_hidden[:, g:]
-        bonus_pi = policy.target(
+        bonus_pi = policy_target(
+            policy,
+            alpha,
             bq,
             block.p[:, g:],
-            alpha,
-            q_raw=bq_raw,
-            p_raw=block.p_raw[:, g:],
-            **_hidden_kwargs(policy, drafter.last_hidden, v_hidden),
+            bq_raw,
+            block.p_raw[:, g:],
+            opts.temperature == 0,
+            **hidden_kwargs(policy, drafter.last_hidden, v_hidden),
             **logit_kwargs(policy, bq_logits, block.p_logits[:, g:]),
         )[:, 0]
         bonus_q = bq[:, 0]
@@ -334,7 +323,7 @@ def _speculative_block(policy, alpha: float, d, v, layout, opts: DecodeOptions, 
     verify(v, layout, block, opts)
     stats["block_drafts"] += block.g
     ticked = clock.now()
-    form_target(policy, alpha, block)
+    form_target(policy, alpha, block, greedy=opts.temperature == 0)
     stats["rule_seconds"] += clock.now() - ticked
     block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
     ticked, drafter_before = clock.now(), d.seconds

@@ -194,6 +194,7 @@ class LearnedRouter:
         # generate() passes the logits q_raw and p_raw are the softmax of: the features then skip two
         # logs over the vocabulary (router.features.log_probs_into)
         self.reads_logits = True
+        self.greedy_mode = False  # its pi is one-hot at temperature 0 already (cascade_mix/token_mix of one-hots)
         check_feature_names(self.cfg.feature_names, name)
 
     def check_alpha(self, alpha: float) -> float:
@@ -338,6 +339,9 @@ def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
     exported = {**asdict(net.cfg), "weights_sha256": file_sha256(folder / "model.safetensors")}  # checked on load
     (folder / "config.json").write_text(json.dumps(exported, indent=2, default=str))
+    from router.hf.folder import write_custom_generate
+
+    write_custom_generate(folder)  # the folder also decodes through transformers' generate(custom_generate=...)
     return folder
 
 

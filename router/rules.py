@@ -131,6 +131,8 @@ class DeferralPolicy(Protocol):
     trained_pair: dict | None  # the drafter/verifier/tokenizer fingerprints it was trained on (None: any pair)
     reads_logits: bool  # True: the loop also passes the logits behind q_raw and p_raw (q_logits,
     #   p_logits, and next_p_logits for a judge), as learned routers want
+    greedy_mode: bool  # True: at temperature 0 the loop decodes the mode of pi formed from the raw
+    #   distributions (a pi that mixes q and p, e.g. `mixture`, is not one-hot even when q and p are)
 
     def target(
         self,
@@ -170,6 +172,7 @@ class Rule:
     trained_pair: dict | None = None
     hidden_inputs: tuple = ()
     reads_logits: bool = False
+    greedy_mode: bool = False
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
@@ -284,6 +287,13 @@ def _lossy(q, p, alpha, q_raw, p_raw):
     return (kept + rejected_mass * safe_normalize((p32 - q32).clamp_min(0), p32)).to(q.dtype)
 
 
+def _mixture(q, p, alpha, q_raw, p_raw):
+    # DIVERSE's static ensemble verification (arXiv 2604.07622; transformers' assistant_ensemble_weight):
+    # verify against pi = w p + (1 - w) q with w = alpha, so a draft d is kept with probability
+    # 1 - w + w p(d) / q(d) (capped at 1), and a rejection resamples from normalize(max(0, p - q))
+    return alpha * p + (1 - alpha) * q
+
+
 def _lossless(q, p, alpha, q_raw, p_raw):
     return p.clone()
 
@@ -362,6 +372,16 @@ _BUILT_IN = (
         _entropy_gate_score,
     ),
     Rule("lossy", "lossy", (0.0, 1.0), "lossy speculative decoding, accept min(1, p / ((1-alpha) q))", _lossy),
+    # greedy: the argmax of w p_raw + (1 - w) q_raw, as transformers decodes assistant_ensemble_weight greedily
+    Rule(
+        "mixture",
+        "lossy",
+        (1.0, 0.0),
+        "pi = alpha p + (1 - alpha) q (static ensemble, transformers' assistant_ensemble_weight = alpha)",
+        _mixture,
+        online=False,
+        greedy_mode=True,
+    ),
     # pi = p everywhere, so the bonus position needs no q: the drafter forward there is skipped
     Rule("lossless", "fixed", None, "pi = p (standard speculative decoding)", _lossless, bonus_needs_drafter=False),
     # the drafter-only rule; online, eval runs the faster drafter-only baseline of that name instead
@@ -461,6 +481,7 @@ class _CustomPolicy:
     offline_only: str | None = None
     trained_pair: dict | None = None
     reads_logits: bool = False
+    greedy_mode: bool = False
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
         return self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)

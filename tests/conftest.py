@@ -4,10 +4,15 @@ session, and the sandbox mode code-task tests run under."""
 from __future__ import annotations
 
 import os
+import tempfile
 
-import pytest
+# before transformers is imported: the modules it copies for custom_generate=<folder> go into a
+# temporary folder, not the user's ~/.cache (transformers reads the variable once, at import)
+os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="specroute-test-hf-modules-")
 
-from router.tasks import sandbox as executor
+import pytest  # noqa: E402
+
+from router.tasks import sandbox as executor  # noqa: E402
 
 if not (
     executor.bwrap_works() or executor.unshare_works()

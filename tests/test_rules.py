@@ -27,6 +27,7 @@ def test_registry_names_and_unknown_rule():
         "kl_gate",
         "entropy_gate",
         "lossy",
+        "mixture",
         "lossless",
         "drafter",
     )
@@ -180,3 +181,26 @@ def test_trusted_inputs_skip_content_checks_only_inside_the_block():
             get_rule("opt").target(good, torch.tensor([[0.2, 0.3, 0.5]]), 0.0)
     with pytest.raises(ValueError, match="sum to 1"):
         get_rule("opt").target(bad, good, 0.0)
+
+
+def test_mixture_is_the_static_ensemble_and_decodes_its_mode_greedily():
+    """pi = w p + (1 - w) q with w = alpha (0 drafter, 1 lossless); at temperature 0 the loop takes
+    the mode of the raw mixture (router.engine.policy_call.policy_target), not a mix of one-hots."""
+    from router.engine.policy_call import policy_target
+
+    q = torch.tensor([[0.6, 0.3, 0.1]])
+    p = torch.tensor([[0.1, 0.5, 0.4]])
+    rule = get_rule("mixture")
+    assert torch.allclose(rule.target(q, p, 0.25), 0.25 * p + 0.75 * q)
+    assert torch.equal(rule.target(q, p, 1.0), p) and torch.equal(rule.target(q, p, 0.0), q)
+    with pytest.raises(ValueError, match="outside mixture's range"):
+        rule.target(q, p, 1.5)
+    one_hot_q, one_hot_p = torch.tensor([[1.0, 0, 0]]), torch.tensor([[0, 1.0, 0]])
+    # raw mixture at w = 0.7: [0.25, 0.44, 0.31] -> token 1; at w = 0.2: [0.5, 0.34, 0.16] -> token 0
+    assert policy_target(rule, 0.7, one_hot_q, one_hot_p, q, p, greedy=True).tolist() == [[0.0, 1.0, 0.0]]
+    assert policy_target(rule, 0.2, one_hot_q, one_hot_p, q, p, greedy=True).tolist() == [[1.0, 0.0, 0.0]]
+    # other rules are untouched by greedy mode (their pi is already one-hot there)
+    assert torch.equal(
+        policy_target(get_rule("opt"), 0.3, one_hot_q, one_hot_p, q, p, greedy=True),
+        get_rule("opt").target(one_hot_q, one_hot_p, 0.3, q, p),
+    )

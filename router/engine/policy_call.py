@@ -1,0 +1,40 @@
+"""How the decoding loop calls a deferral policy: the extra inputs it reads and its greedy mode.
+
+A policy's `target(q, p, alpha, q_raw, p_raw)` may also read hidden states (`hidden_inputs`), the
+logits behind the raw distributions (`reads_logits`) and, at temperature 0, be decoded by the mode of
+its pi (`greedy_mode`); these helpers give each policy exactly what it declares.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from router.reduce import fast_argmax
+from router.rules import DeferralPolicy
+
+
+def hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, after=None) -> dict:
+    """Extra target() arguments for policies that read hidden states (plug-in rules get none)."""
+    if not policy.hidden_inputs:
+        return {}
+    return {"hidden": {"drafter": drafter_hidden, "verifier": verifier_hidden, "after": after}}
+
+
+def logit_kwargs(policy: DeferralPolicy, q_logits, p_logits, next_p_logits=None) -> dict:
+    """The logits behind q_raw, p_raw (and a judge's next_p_raw) for a policy that reads them
+    (`reads_logits`, learned routers: cheaper features); nothing for the others."""
+    if not policy.reads_logits:
+        return {}
+    extra = {} if next_p_logits is None else {"next_p_logits": next_p_logits}
+    return {"q_logits": q_logits, "p_logits": p_logits, **extra}
+
+
+def policy_target(policy: DeferralPolicy, alpha: float, q, p, q_raw, p_raw, greedy: bool, **kwargs) -> torch.Tensor:
+    """pi (..., V) from the policy. Greedy decoding (temperature 0: q and p are one-hot) of a policy
+    whose pi mixes the two (`greedy_mode`, e.g. `mixture`) takes the mode of its pi over the raw
+    distributions, which is what greedy decoding of that mixture means (and what transformers does
+    for assistant_ensemble_weight); every other policy's pi is already one-hot there."""
+    if greedy and policy.greedy_mode:
+        mixed = policy.target(q_raw, p_raw, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)  # (..., V)
+        return torch.zeros_like(mixed).scatter_(-1, fast_argmax(mixed)[..., None], 1.0)
+    return policy.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)

@@ -1,0 +1,123 @@
+"""An exported router folder is also a Hugging Face `custom_generate` folder.
+
+    verifier.generate(**inputs, assistant_model=drafter, custom_generate="runs/demo/routers/mlp",
+                      trust_remote_code=True, alpha=0.2, max_new_tokens=64)
+
+`write_custom_generate` adds `custom_generate/generate.py` (and a requirements.txt naming specroute)
+to every export. transformers copies that file into its modules cache and calls its `generate` with
+every argument of the call but `custom_generate` itself, so the function does not know where its
+weights are. It finds them where transformers keeps the value: the `custom_generate` argument of the
+`generate` call it was loaded from (a local folder, or a Hub id resolved through huggingface_hub's
+cache). `router=<folder or loaded router>` given in the call overrides that. Then the call goes back
+through transformers with `router.hf.cascade_generate`, so both routes share one implementation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+from router.hf.settings import GenerationSettingError
+
+GENERATE_PY = '''"""Decode with the specroute router in this folder through Hugging Face `generate`.
+
+    verifier.generate(**inputs, assistant_model=drafter, custom_generate=<this folder or its Hub id>,
+                      trust_remote_code=True, alpha=0.2, max_new_tokens=64)
+
+Written by specroute's export; the router is this folder's config.json + model.safetensors.
+The decision contract: docs/router-format.md in specroute.
+"""
+
+try:
+    from router.hf.folder import folder_generate
+except ImportError as err:  # transformers checks requirements.txt first; this covers a specroute too old
+    raise ImportError("this router folder decodes with specroute: pip install -U specroute") from err
+
+
+def generate(model, *args, **kwargs):
+    return folder_generate(model, *args, **kwargs)
+'''
+
+
+def write_custom_generate(folder: str | Path) -> Path:
+    """custom_generate/generate.py + requirements.txt inside a router folder; returns the subfolder."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    sub = Path(folder) / "custom_generate"
+    sub.mkdir(parents=True, exist_ok=True)
+    (sub / "generate.py").write_text(GENERATE_PY)
+    try:
+        requirement = f"specroute>={version('specroute')}"
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        requirement = "specroute"
+    (sub / "requirements.txt").write_text(requirement + "\n")
+    return sub
+
+
+def folder_generate(
+    model,
+    *args,
+    router=None,
+    assistant_model=None,
+    stop_strings=None,
+    tokenizer=None,
+    streamer=None,
+    negative_prompt_ids=None,
+    negative_prompt_attention_mask=None,
+    **kwargs,
+):
+    """What an exported folder's generate.py runs: the router of this call, then cascade_generate."""
+    from router.hf.generate import cascade_generate, resolve_policy
+
+    if assistant_model is None:
+        raise GenerationSettingError(
+            "a specroute router decodes a drafter/verifier pair: pass assistant_model=<the drafter> to "
+            "verifier.generate(..., custom_generate=<router folder>, trust_remote_code=True)"
+        )
+    if streamer is not None or negative_prompt_ids is not None:
+        what = "streamer" if streamer is not None else "negative_prompt_ids"
+        raise GenerationSettingError(f"{what} is not supported by specroute's decoding loop: drop it")
+    if kwargs.get("top_k") not in (None, 0):
+        raise GenerationSettingError(
+            f"top_k={kwargs['top_k']} is not supported: specroute samples from the temperature / top-p "
+            f"distribution; drop top_k (or pass top_k=0)"
+        )
+    policy = resolve_policy(router if router is not None else router_folder())
+    stop = None
+    if stop_strings:
+        if tokenizer is None:
+            raise GenerationSettingError("stop_strings needs tokenizer=<the tokenizer>, as in transformers")
+        stop, kwargs["stop_tokenizer"] = ([stop_strings] if isinstance(stop_strings, str) else stop_strings), tokenizer
+    return model.generate(
+        *args, custom_generate=cascade_generate, drafter=assistant_model, rule=policy, stop=stop, **kwargs
+    )
+
+
+def router_folder() -> Path:
+    """The router folder of the `generate(..., custom_generate=X)` call on the stack: X itself when it
+    is a local folder, else the Hub snapshot of X (huggingface_hub's cache; no download when cached)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        value = frame.f_locals.get("custom_generate") if frame.f_code.co_name == "generate" else None
+        if isinstance(value, (str, os.PathLike)):
+            return _local(str(value))
+        frame = frame.f_back
+    raise GenerationSettingError(
+        "could not tell which router folder this custom_generate call came from (a transformers version "
+        "whose generate() no longer names it custom_generate?): pass router=<the router folder> as well"
+    )
+
+
+def _local(source: str) -> Path:
+    if Path(source).is_dir():
+        return Path(source)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=source))
+    except Exception as err:  # offline, unknown repo, no access: one message naming the source
+        raise GenerationSettingError(
+            f"custom_generate={source!r} is neither a local router folder nor a Hub repo that could be fetched "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); pass the folder, or router=<folder>"
+        ) from None

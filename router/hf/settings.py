@@ -1,0 +1,101 @@
+"""Hugging Face generation settings -> specroute's DecodeOptions, refusing what the loop cannot do.
+
+transformers merges a call's keywords, the model's `generation_config` and its global defaults into
+one GenerationConfig and builds the logits processors and stopping criteria from it before it calls a
+custom generation function. specroute's loop samples from the temperature / top-p distribution and
+stops at EOS, the length limit or stop strings; anything else (beam search, repetition penalties,
+min_new_tokens, an explicit top_k, output_scores, a streamer, ...) would be silently ignored, so it
+is refused here with the setting that asked for it and the fix.
+"""
+
+from __future__ import annotations
+
+from transformers import GenerationConfig
+
+# transformers applies top_k=50 to every sampled call where neither the call nor the model sets it
+# (GenerationConfig._get_default_generation_params); specroute does not truncate to top-k, and an
+# implicit default is not a request, so it alone is let through
+DEFAULT_TOP_K = GenerationConfig._get_default_generation_params()["top_k"]
+ALLOWED_PROCESSORS = ("TemperatureLogitsWarper", "TopPLogitsWarper")  # read from the config instead
+ALLOWED_STOPPING = ("MaxLengthCriteria", "EosTokenCriteria")  # the loop's own EOS and length limit
+# the setting behind a processor or criterion, for the error message
+SETTING_OF = {
+    "TopKLogitsWarper": "top_k",
+    "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
+    "MinLengthLogitsProcessor": "min_length / min_new_tokens",
+    "MinNewTokensLengthLogitsProcessor": "min_new_tokens",
+    "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
+    "NoBadWordsLogitsProcessor": "bad_words_ids",
+    "SequenceBiasLogitsProcessor": "sequence_bias",
+    "MinPLogitsWarper": "min_p",
+    "TypicalLogitsWarper": "typical_p",
+    "EpsilonLogitsWarper": "epsilon_cutoff",
+    "EtaLogitsWarper": "eta_cutoff",
+    "PrefixConstrainedLogitsProcessor": "prefix_allowed_tokens_fn",
+    "SuppressTokensLogitsProcessor": "suppress_tokens",
+    "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
+    "ForcedBOSTokenLogitsProcessor": "forced_bos_token_id",
+    "ForcedEOSTokenLogitsProcessor": "forced_eos_token_id",
+    "MaxTimeCriteria": "max_time",
+    "StopStringCriteria": "stop_strings",
+}
+NEUTRAL = {"top_k": "0", "repetition_penalty": "1.0", "min_length / min_new_tokens": "0", "no_repeat_ngram_size": "0"}
+UNSUPPORTED_FLAGS = ("output_scores", "output_logits", "output_attentions", "output_hidden_states")
+
+
+class GenerationSettingError(ValueError):
+    """A generation setting specroute's loop cannot honour, with the fix."""
+
+
+def decode_settings(generation_config, logits_processor, stopping_criteria, prompt_len: int) -> dict:
+    """temperature, top_p and max_new_tokens for `router.decoding.generate` from what transformers
+    prepared; a GenerationSettingError names any setting the loop would otherwise ignore."""
+    gc = generation_config
+    if (gc.num_beams or 1) > 1 or getattr(gc, "constraints", None) or getattr(gc, "force_words_ids", None):
+        raise GenerationSettingError(
+            f"beam search (num_beams={gc.num_beams}) and constrained decoding are not speculative cascades: "
+            f"specroute decodes greedily (do_sample=False) or by sampling (do_sample=True, temperature, top_p)"
+        )
+    asked = [flag for flag in UNSUPPORTED_FLAGS if getattr(gc, flag, False)]
+    if asked:
+        raise GenerationSettingError(
+            f"{asked[0]}=True is not available from specroute's loop: it returns sequences (and, with "
+            f"return_dict_in_generate=True, its stats, the source of every token and the verifier's "
+            f"log-probabilities of them); drop {asked[0]}"
+        )
+    for step in [*(logits_processor or []), *(stopping_criteria or [])]:
+        _check_step(step)
+    sampling = bool(gc.do_sample)
+    max_new = int(gc.max_length) - prompt_len
+    if max_new < 1:
+        raise GenerationSettingError(
+            f"max_length={gc.max_length} leaves no room after the prompt ({prompt_len} tokens): set max_new_tokens"
+        )
+    return {
+        "temperature": float(gc.temperature) if sampling else 0.0,
+        "top_p": float(gc.top_p if gc.top_p is not None else 1.0) if sampling else 1.0,
+        "max_new_tokens": max_new,
+    }
+
+
+def _check_step(step) -> None:
+    """Refuse a logits processor or stopping criterion the loop does not implement."""
+    kind = type(step).__name__
+    if kind in ALLOWED_PROCESSORS or kind in ALLOWED_STOPPING:
+        return
+    if kind == "TopKLogitsWarper" and step.top_k == DEFAULT_TOP_K:
+        return
+    setting = SETTING_OF.get(kind)
+    if setting == "stop_strings":
+        fix = "pass stop=[...] with stop_tokenizer=tokenizer instead (specroute checks stop strings itself)"
+    elif setting in NEUTRAL:
+        fix = f"drop {setting} or pass its neutral value ({setting.split(' ')[0]}={NEUTRAL[setting]})"
+    elif setting:
+        fix = f"drop {setting}"
+    else:
+        fix = "drop the custom logits_processor / stopping_criteria"
+    raise GenerationSettingError(
+        f"{kind}{f' (from {setting})' if setting else ''} is not supported by specroute's decoding loop, "
+        f"which samples from the temperature / top-p distribution and stops at EOS, max_new_tokens or stop "
+        f"strings: {fix}; the setting may come from the model's generation_config"
+    )
