@@ -15,7 +15,12 @@ from router.rules import get_rule, online_rules, rule_names
 
 BASELINES = ("verifier", "drafter", "token_cascade", "sequence_cascade")
 # methods without an offline curve to match alphas on (verifier/drafter/lossless take no alpha)
-DEFAULT_ALPHAS = {"token_cascade": [0.1, 0.3, 0.5], "sequence_cascade": [0.1, 0.3, 0.5], "lossy": [0.3, 0.6, 0.9], "mixture": [0.9, 0.7, 0.5]}
+DEFAULT_ALPHAS = {
+    "token_cascade": [0.1, 0.3, 0.5],
+    "sequence_cascade": [0.1, 0.3, 0.5],
+    "lossy": [0.3, 0.6, 0.9],
+    "mixture": [0.9, 0.7, 0.5],
+}
 
 
 def known_method(name: str, routers: dict) -> bool:
