@@ -50,6 +50,8 @@ _SCRATCH = threading.local()
 def _scratch(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Two reusable V-sized buffers shaped like `like`, per thread. A fresh 3.6 MB tensor costs
     more in page faults than the pass that fills it: reusing them halves the features' cost."""
+    if torch.compiler.is_exporting():  # a traced graph (ONNX export) gets its own tensors, never cached ones
+        return torch.empty_like(like), torch.empty_like(like)
     key = (tuple(like.shape), like.dtype, like.device, torch.is_inference_mode_enabled())
     cached = getattr(_SCRATCH, "bufs", None)
     if cached is None or cached[0] != key:
@@ -199,7 +201,9 @@ def token_class_table(tokenizer, vocab: int):
 def class_bits(table: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """(..., 6) float class indicators of token ids (...), from a class table (V,) of bits."""
     bits = table.long()[tokens.long()]  # (...)
-    return ((bits[..., None] >> torch.arange(len(TOKEN_CLASS_NAMES), device=bits.device)) & 1).float()
+    # bit i as (bits // 2^i) % 2: the same values as shifts and masks, in ops ONNX has for integers
+    powers = 2 ** torch.arange(len(TOKEN_CLASS_NAMES), device=bits.device)  # (6,)
+    return ((bits[..., None] // powers) % 2).float()
 
 
 # A judge router reads, for the drafted token d: the position's features, d's own candidate
@@ -251,7 +255,8 @@ def shifted_lookahead(
     moved on by one position (two views of one verification forward): the position features already
     hold max and entropy of all but its last row, so only that row is computed (same values)."""
     shifted = (
-        p_raw.dim() >= 2
+        not torch.compiler.is_exporting()  # a traced graph has no data pointers to compare
+        and p_raw.dim() >= 2
         and next_p_raw.shape == p_raw.shape
         and p_raw.shape[-2] > 1
         and next_p_raw.stride() == p_raw.stride()

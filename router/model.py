@@ -35,6 +35,7 @@ from router.features import (
     position_stats,
     shifted_lookahead,
 )
+from router.export.hub import RouterHubMixin
 from router.infra.files import file_sha256
 from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_topk_ids
@@ -69,6 +70,7 @@ class RouterConfig:
     pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
     alpha_grid: list = field(default_factory=list)
     metrics: dict = field(default_factory=dict)
+    trained_on: dict = field(default_factory=dict)  # records, tasks, models, label, examples (the model card's)
     format: int = ROUTER_FORMAT
 
     def __post_init__(self):
@@ -116,9 +118,7 @@ class RouterNet(nn.Module):
         d = cfg.input_dim
         self.register_buffer("mean", torch.zeros(d))  # input standardisation, set from training data
         self.register_buffer("std", torch.ones(d))
-        if (
-            cfg.head == "judge"
-        ):  # class bits per token id (router.features.token_class_table): decoding has no tokenizer
+        if cfg.head == "judge":  # class bits per token id (router.features.token_class_table): no tokenizer online
             self.register_buffer("token_classes", torch.zeros(cfg.vocab, dtype=torch.uint8))
         if cfg.arch == "linear":
             self.body = nn.Linear(d, 1)
@@ -166,17 +166,16 @@ def check_feature_names(names, who: str) -> None:
         )
 
 
-class LearnedRouter:
-    """A trained RouterNet behind the plug-in rules' `target` interface."""
+class LearnedRouter(RouterHubMixin):
+    """A trained RouterNet behind the plug-in rules' `target` interface; `save_pretrained`,
+    `from_pretrained` (a folder or a Hub id) and `push_to_hub` come from `router.export.hub`."""
 
     def __init__(self, net: RouterNet, name: str = "router"):
         self.net = net.eval()
         self.cfg = net.cfg
         self.name = name
         self.hidden_inputs = tuple(self.cfg.hidden_inputs)  # generate() supplies these hidden states
-        self.form = (
-            self.cfg.head
-        )  # "cascade", "token" or "judge": the form of pi it gives (router.rules.DeferralPolicy)
+        self.form = self.cfg.head  # "cascade", "token" or "judge": the form of pi (router.rules.DeferralPolicy)
         # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
         self.bonus_needs_drafter = self.cfg.head != "judge"
         self.exact_bonus = False  # a learned policy follows bonus_from
@@ -318,30 +317,42 @@ class LearnedRouter:
         return parts
 
     @torch.no_grad()
-    def _keep_set(self, q, q_raw, p_raw, feats, alpha, q_arg=None, p_arg=None) -> torch.Tensor:
-        """Boolean keep set A (..., V): candidates whose predicted gap is at most alpha."""
+    def candidate_scores(self, q, q_raw, p_raw, feats, q_arg=None, p_arg=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token head: (candidate ids (..., K), predicted gap of keeping each (..., K)); the candidates are
+        the drafter's top K of q (the distribution drafts are drawn from)."""
         k = min(self.cfg.token_candidates, q.shape[-1])
         cand = fast_topk_ids(q, k)  # (..., K) the drafter tokens that can be drafted
         x = torch.cat(
             [feats[..., None, :].expand(*cand.shape, feats.shape[-1]), candidates_of(q_raw, p_raw, cand, q_arg, p_arg)],
             -1,
         )  # (..., K, D)
-        gap = self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
+        return cand, self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
+
+    def _keep_set(self, q, q_raw, p_raw, feats, alpha, q_arg=None, p_arg=None) -> torch.Tensor:
+        """Boolean keep set A (..., V): candidates whose predicted gap is at most alpha."""
+        cand, gap = self.candidate_scores(q, q_raw, p_raw, feats, q_arg, p_arg)
         keep = torch.zeros_like(q, dtype=torch.bool)
         return keep.scatter(-1, cand, gap <= alpha)
 
 
 def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
-    """Write model.safetensors + config.json into folder; returns the folder."""
+    """Write the router folder (docs/router-format.md): model.safetensors + config.json, golden vectors
+    (not for a gru), a model card (README.md) and custom_generate/ (transformers' generate); returns it."""
+    from router.export.card import write_model_card
+    from router.export.golden import write_golden
+    from router.hf.folder import write_custom_generate
+
     net = router.net if isinstance(router, LearnedRouter) else router
+    name = router.name if isinstance(router, LearnedRouter) else Path(folder).name
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
     exported = {**asdict(net.cfg), "weights_sha256": file_sha256(folder / "model.safetensors")}  # checked on load
     (folder / "config.json").write_text(json.dumps(exported, indent=2, default=str))
-    from router.hf.folder import write_custom_generate
-
     write_custom_generate(folder)  # the folder also decodes through transformers' generate(custom_generate=...)
+    write_model_card(net.cfg, name, folder)
+    if net.cfg.arch != "gru":  # a gru has no stateless decision to pin (offline-only)
+        write_golden(LearnedRouter(net, name=name), folder)
     return folder
 
 

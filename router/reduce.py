@@ -13,6 +13,8 @@ import torch
 
 
 def _block_width(v: int) -> int | None:
+    if torch.compiler.is_exporting():  # an exported graph (ONNX) takes any vocabulary: plain reductions
+        return None
     return next((w for w in (128, 64, 256, 32) if v % w == 0 and v // w >= 2), None)
 
 

@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
     add_decode_flags(demo, None, only=("gamma", "draft_stop", "bonus_from"))  # unset: the preset's
+    onnx = sub.add_parser("export-onnx", help="a router's decision as ONNX, checked on its golden vectors")
+    onnx.add_argument("folder", help="an exported router folder (e.g. runs/demo/cpu/routers/mlp)")
+    onnx.add_argument("--output", help="the .onnx file to write (default FOLDER/decision.onnx)")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
@@ -276,6 +279,25 @@ def _compare_with_verifier(verifier, tokenizer, input_ids, mask, stop, stops, op
     ]
 
 
+def cmd_export_onnx(args) -> int:
+    from router.export.onnx import export_onnx
+    from router.infra.console import summary_table
+
+    try:
+        report = export_onnx(args.folder, args.output)
+    except ImportError as err:
+        raise SystemExit(f"error: {err}") from None
+    rows = [
+        ("onnx graph", report["onnx"]),
+        ("inputs", ", ".join(report["inputs"])),
+        ("outputs", ", ".join(report["outputs"])),
+        ("golden vectors", f"{report['checked']} values; decisions equal: {report['decisions_equal']}"),
+        ("largest score difference", f"{report['max_score_diff']:.3g} (onnxruntime vs torch)"),
+    ]
+    print(summary_table(rows) + f"\n  check written to {report['onnx']}.json")
+    return 0 if report["ok"] else 1
+
+
 def cmd_rules(_args) -> int:
     w = max(len(n) for n in rule_names()) + 1
     print(f"{'rule':<{w}} {'form':<8} {'alpha: lossless end -> drafter end':<36} decision")
@@ -295,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         "train": cmd_train,
         "eval": cmd_eval,
         "demo": cmd_demo,
+        "export-onnx": cmd_export_onnx,
     }
     clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:

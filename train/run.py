@@ -173,7 +173,21 @@ def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifes
         pair=manifests[0].pair,
         alpha_grid=list(cfg.alpha_grid),
         vocab=len(train.token_classes) if cfg.head == "judge" else 0,
+        trained_on=_trained_on(cfg, train, manifests),
     )
+
+
+def _trained_on(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest]) -> dict:
+    """What the router learned from, for its model card: records, tasks, models, label and size."""
+    return {
+        "records": [str(r) for r in cfg.records],
+        "tasks": sorted({m.task for m in manifests}),
+        "models": {role: manifests[0].models.get(role, {}).get("name") for role in ("drafter", "verifier")},
+        "target": cfg.target,
+        "loss": cfg.loss,
+        "train_rows": len(train),
+        "examples": {m.id: m.splits for m in manifests},
+    }
 
 
 def _trainer(cfg: TrainConfig, out: Path):

@@ -1,0 +1,9 @@
+"""Exporting routers for other engines and for the Hub.
+
+  decision.py  the stateless decision of a router head from the two models' logits (torch module)
+  golden.py    golden vectors written with every export, and `reproduce` to check a port against them
+  onnx.py      `specroute export-onnx DIR`: the decision as ONNX, checked with onnxruntime
+  card.py      the model card (README.md) of every export
+  hub.py       save_pretrained / from_pretrained / push_to_hub (huggingface_hub's ModelHubMixin)
+The contract: docs/router-format.md.
+"""

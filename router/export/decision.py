@@ -1,0 +1,68 @@
+"""The stateless decision of a router head, from the two models' logits: what an engine port runs.
+
+`Decision(router)` is a torch module over exactly the code the decoding loop runs (the features of
+`router.features`, the router's own scoring methods), so its outputs are the loop's decisions at
+temperature 1 without top-p. It is what golden vectors record and what `specroute export-onnx`
+exports. Inputs, per scored position n (all float32 but the draft ids):
+  q_logits, p_logits (N, V)   the drafter's and the verifier's logits at the position
+  alpha ()                    the trade-off
+  drafts (N,) int64, next_p_logits (N, V)   judge only: the drafted token, the verifier's logits after it
+  hidden_<role> (N, H)        the hidden states the router reads (`hidden_inputs` order)
+Outputs: cascade: score (N,), tv (N,), defer (N,) = score > alpha * tv; token: candidates (N, K) (the
+drafter's top K), score (N, K), keep (N, K) = score <= alpha; judge: score (N,), keep (N,) = score <= alpha.
+docs/router-format.md says how a decision becomes the target pi.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from router.features import FEATURE_NAMES, position_stats
+
+TV = FEATURE_NAMES.index("tv")
+OUTPUTS = {"cascade": ("score", "tv", "defer"), "token": ("candidates", "score", "keep"), "judge": ("score", "keep")}
+
+
+def input_names(cfg) -> list[str]:
+    """The decision's inputs, in call order, for a RouterConfig."""
+    judge = ["drafts", "next_p_logits"] if cfg.head == "judge" else []
+    return ["q_logits", "p_logits", "alpha", *judge, *(f"hidden_{role}" for role in cfg.hidden_inputs)]
+
+
+def output_names(cfg) -> tuple[str, ...]:
+    return OUTPUTS[cfg.head]
+
+
+class Decision(nn.Module):
+    """A router's decision from logits (see the module docstring); gru routers have none (offline-only)."""
+
+    def __init__(self, router):
+        super().__init__()
+        if router.offline_only:
+            raise ValueError(router.offline_only)
+        self.router = router
+        self.net = router.net  # registered, so exporters see its parameters
+        self.cfg = router.cfg
+
+    def forward(self, q_logits: torch.Tensor, p_logits: torch.Tensor, alpha: torch.Tensor, *rest: torch.Tensor):
+        q_logits, p_logits = q_logits.float(), p_logits.float()
+        q_raw, p_raw = q_logits.softmax(-1), p_logits.softmax(-1)  # (N, V) each
+        if self.cfg.head == "judge":
+            drafts, next_p_logits, *hidden = rest
+            next_p_logits = next_p_logits.float()
+            score = self.router.judge_scores(
+                q_raw, p_raw, drafts, next_p_logits.softmax(-1), self._hidden(hidden), q_logits, p_logits, next_p_logits
+            )  # (N,)
+            return score, score <= alpha
+        stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (N, F), (N,), (N,)
+        feats = self.router._inputs(stats, self._hidden(list(rest)))  # (N, D)
+        if self.cfg.head == "cascade":
+            score = self.router.score_positions(feats)  # (N,)
+            tv = stats[..., TV]
+            return score, tv, score > alpha * tv
+        candidates, score = self.router.candidate_scores(q_raw, q_raw, p_raw, feats, q_arg, p_arg)  # (N, K) each
+        return candidates, score, score <= alpha
+
+    def _hidden(self, tensors: list) -> dict | None:
+        return dict(zip(self.cfg.hidden_inputs, tensors)) if tensors else None

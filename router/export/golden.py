@@ -1,0 +1,125 @@
+"""Golden vectors: a few positions of decision inputs -> expected scores and decisions, per export.
+
+Every export writes `golden.safetensors`: seeded logits (and drafts, lookahead logits and hidden
+states where the head reads them), the alphas, and what `router.export.decision.Decision` -- the
+decoding loop's own code -- gives there. A port to another engine (or the ONNX export) reproduces
+them: `reproduce(folder, run)` runs any implementation on the stored inputs and compares.
+Tensor names: `input.<name>` in `decision.input_names` order, `alphas` (A,), `output.<name>` with a
+leading alpha axis (A, ...) for the decisions (score-like outputs do not depend on alpha: (...)).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from router.export.decision import Decision, input_names, output_names
+
+GOLDEN_FILE = "golden.safetensors"
+POSITIONS, VOCAB = 8, 512
+DECISIONS = ("defer", "keep")  # outputs that depend on alpha
+SCORE_TOLERANCE = 1e-4  # absolute, on scores (float32 features over V entries, another engine's kernels)
+
+
+def golden_inputs(cfg, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Seeded inputs: logits of varied sharpness that agree at some positions and not at others."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = min(cfg.vocab, VOCAB) if cfg.head == "judge" else VOCAB
+    sharp = torch.linspace(0.5, 4.0, POSITIONS)[:, None]  # (N, 1)
+    base = torch.randn(POSITIONS, vocab, generator=g)
+    p_logits = sharp * (base + 0.3 * torch.randn(POSITIONS, vocab, generator=g))
+    q_logits = sharp * (base + torch.randn(POSITIONS, vocab, generator=g))
+    out = {"q_logits": q_logits, "p_logits": p_logits}
+    if cfg.head == "judge":
+        sampled = torch.multinomial(q_logits.softmax(-1), 1, generator=g).squeeze(-1)
+        half = torch.arange(POSITIONS) < POSITIONS // 2
+        out["drafts"] = torch.where(half, q_logits.argmax(-1), sampled)  # greedy drafts, then sampled ones
+        out["next_p_logits"] = 3 * torch.randn(POSITIONS, vocab, generator=g)
+    for role in cfg.hidden_inputs:
+        out[f"hidden_{role}"] = torch.randn(POSITIONS, cfg.hidden_sizes[role], generator=g)
+    return out
+
+
+def _alphas(cfg, outputs: tuple) -> torch.Tensor:
+    """Three alphas between consecutive values of the decision statistic, so decisions are mixed and
+    no position sits on a threshold (another engine's rounding cannot flip them)."""
+    score = outputs[output_names(cfg).index("score")].flatten()
+    stat = score / outputs[1].clamp_min(1e-6) if cfg.head == "cascade" else score
+    s = stat.sort().values
+    picks = [len(s) // 4, len(s) // 2, 3 * len(s) // 4]
+    return torch.tensor([float((s[i - 1] + s[i]) / 2) for i in picks])
+
+
+@torch.no_grad()
+def compute(router, inputs: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(alphas (A,), outputs) of the loop's decision code on golden inputs."""
+    decide = Decision(router).eval()
+    args = [inputs[n] for n in input_names(router.cfg) if n != "alpha"]
+    probe = decide(*args[:2], torch.tensor(0.0), *args[2:])
+    alphas = _alphas(router.cfg, probe)
+    per_alpha = [decide(*args[:2], a, *args[2:]) for a in alphas]
+    outputs = {}
+    for i, name in enumerate(output_names(router.cfg)):
+        outputs[name] = torch.stack([o[i] for o in per_alpha]) if name in DECISIONS else probe[i]
+    return alphas, outputs
+
+
+def write_golden(router, folder: str | Path) -> Path:
+    """golden.safetensors in the router folder (gru routers, offline-only, get none)."""
+    inputs = golden_inputs(router.cfg)
+    alphas, outputs = compute(router, inputs)
+    tensors = {f"input.{k}": v.contiguous() for k, v in inputs.items()}
+    tensors.update({f"output.{k}": v.contiguous() for k, v in outputs.items()}, alphas=alphas)
+    path = Path(folder) / GOLDEN_FILE
+    save_file(tensors, str(path))
+    return path
+
+
+def read_golden(folder: str | Path) -> tuple[dict, torch.Tensor, dict]:
+    """(inputs, alphas, expected outputs) of a router folder's golden vectors."""
+    path = Path(folder) / GOLDEN_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: re-export the router (save_router writes it)")
+    t = load_file(str(path))
+    inputs = {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("input.")}
+    outputs = {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("output.")}
+    return inputs, t["alphas"], outputs
+
+
+def reproduce(folder: str | Path, cfg, run) -> dict:
+    """Run `run(alpha, inputs) -> outputs in output_names order` at every golden alpha and compare:
+    {max_score_diff, decisions_equal, checked}; scores within SCORE_TOLERANCE and equal decisions pass."""
+    inputs, alphas, expected = read_golden(folder)
+    names = output_names(cfg)
+    worst, equal, checked = 0.0, True, 0
+    for i, alpha in enumerate(alphas):
+        got = dict(zip(names, run(alpha, inputs)))
+        for name in names:
+            want = expected[name][i] if name in DECISIONS else expected[name]
+            value = torch.as_tensor(got[name])
+            if name in DECISIONS or name == "candidates":
+                equal = equal and bool(torch.equal(value.to(want.dtype), want))
+            else:
+                worst = max(worst, float((value.float() - want.float()).abs().max()))
+            checked += want.numel()
+    return {
+        "max_score_diff": worst,
+        "decisions_equal": equal,
+        "checked": checked,
+        "ok": equal and worst <= SCORE_TOLERANCE,
+    }
+
+
+def torch_runner(router):
+    """`reproduce`'s run function for a loaded router (the decoding loop's own code)."""
+    decide = Decision(router).eval()
+    order = [n for n in input_names(router.cfg) if n != "alpha"]
+
+    def run(alpha, inputs):
+        with torch.no_grad():
+            args = [inputs[n] for n in order]
+            return decide(*args[:2], alpha, *args[2:])
+
+    return run

@@ -1,0 +1,54 @@
+"""Hub conventions for routers: `save_pretrained`, `from_pretrained` (a folder or a Hub id) and
+`push_to_hub`, through huggingface_hub's ModelHubMixin. A router folder on the Hub is the same
+folder `save_router` writes (weights, config, golden vectors, model card, custom_generate/), so a Hub
+id works wherever a folder does: `LearnedRouter.from_pretrained("user/router")`, or
+`verifier.generate(..., custom_generate="user/router", trust_remote_code=True)`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from huggingface_hub import ModelHubMixin
+
+
+class RouterHubMixin(
+    ModelHubMixin,
+    library_name="specroute",
+    tags=["specroute", "speculative-decoding", "custom_generate"],
+    pipeline_tag="text-generation",
+):
+    """save_pretrained / from_pretrained / push_to_hub for `router.model.LearnedRouter`."""
+
+    def _save_pretrained(self, save_directory: Path) -> None:
+        from router.model import save_router
+
+        save_router(self, save_directory)
+
+    @classmethod
+    def _from_pretrained(
+        cls,
+        *,
+        model_id: str,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        force_download: bool = False,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
+        **kwargs,
+    ):
+        from router.model import load_router
+
+        if Path(model_id).is_dir():
+            return load_router(model_id)
+        from huggingface_hub import snapshot_download
+
+        folder = snapshot_download(
+            repo_id=model_id,
+            revision=revision,
+            cache_dir=cache_dir,
+            force_download=force_download,
+            local_files_only=local_files_only,
+            token=token,
+        )
+        return load_router(folder)
