@@ -5,6 +5,7 @@ return conventions, and refuse what the loop cannot do; the `mixture` rule match
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -135,13 +136,26 @@ def test_stop_strings_on_both_routes(tiny, routers, batch):
     assert want.shape[1] < ids.shape[1] + 24
 
 
+@contextlib.contextmanager
+def fixed_drafts(drafter, gamma: int):
+    """transformers' assistant drafts exactly gamma tokens per block (no schedule, no confidence stop),
+    as specroute's loop does with a fixed gamma; restored afterwards (the tiny pair is shared)."""
+    gen = drafter.generation_config
+    names = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+    saved = [getattr(gen, n) for n in names]
+    for name, value in zip(names, (gamma, "constant", 0.0)):
+        setattr(gen, name, value)
+    try:
+        yield
+    finally:
+        for name, value in zip(names, saved):
+            setattr(gen, name, value)
+
+
 def test_mixture_is_transformers_ensemble_verification_greedy(tiny):
     """Greedy: identical tokens to assisted generation with assistant_ensemble_weight = alpha."""
     ids = torch.tensor([tiny.tokenizer.encode("Hello there, how")])
-    gen = tiny.drafter.generation_config
-    saved = (gen.num_assistant_tokens, gen.num_assistant_tokens_schedule, gen.assistant_confidence_threshold)
-    gen.num_assistant_tokens, gen.num_assistant_tokens_schedule, gen.assistant_confidence_threshold = 4, "constant", 0.0
-    try:
+    with fixed_drafts(tiny.drafter, 4):
         for w in (0.3, 0.7):
             theirs = tiny.verifier.generate(
                 ids,
@@ -153,8 +167,6 @@ def test_mixture_is_transformers_ensemble_verification_greedy(tiny):
             )
             ours = generate(tiny.drafter, tiny.verifier, ids, rule="mixture", alpha=w, gamma=4, max_new_tokens=40)
             assert torch.equal(theirs, ours.sequences)
-    finally:
-        gen.num_assistant_tokens, gen.num_assistant_tokens_schedule, gen.assistant_confidence_threshold = saved
 
 
 def test_mixture_samples_the_ensemble_distribution(tiny):
@@ -179,11 +191,8 @@ def test_mixture_samples_the_ensemble_distribution(tiny):
         temperature=temperature,
         seed=1,
     ).sequences[:, ids.shape[1]]
-    gen = tiny.drafter.generation_config
-    saved = (gen.num_assistant_tokens, gen.num_assistant_tokens_schedule, gen.assistant_confidence_threshold)
-    gen.num_assistant_tokens, gen.num_assistant_tokens_schedule, gen.assistant_confidence_threshold = 1, "constant", 0.0
     torch.manual_seed(0)
-    try:
+    with fixed_drafts(tiny.drafter, 1):
         theirs = torch.tensor(
             [
                 int(
@@ -201,8 +210,6 @@ def test_mixture_samples_the_ensemble_distribution(tiny):
                 for _ in range(600)
             ]
         )
-    finally:
-        gen.num_assistant_tokens, gen.num_assistant_tokens_schedule, gen.assistant_confidence_threshold = saved
     for draws in (ours, theirs):
         assert _chi_square_p(draws, nu) > 1e-3
         assert _chi_square_p(draws, p) < 1e-3 and _chi_square_p(draws, q) < 1e-3

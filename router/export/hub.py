@@ -39,16 +39,23 @@ class RouterHubMixin(
     ):
         from router.model import load_router
 
-        if Path(model_id).is_dir():
-            return load_router(model_id)
-        from huggingface_hub import snapshot_download
+        download = dict(revision=revision, cache_dir=cache_dir, force_download=force_download, token=token)
+        return load_router(local_folder(model_id, local_files_only=local_files_only, **download))
 
-        folder = snapshot_download(
-            repo_id=model_id,
-            revision=revision,
-            cache_dir=cache_dir,
-            force_download=force_download,
-            local_files_only=local_files_only,
-            token=token,
-        )
-        return load_router(folder)
+
+def local_folder(source: str | Path, **download) -> Path:
+    """A router folder on this machine: `source` itself when it is a folder, else the snapshot of the
+    Hub repo `source` (huggingface_hub's cache: no download when it is cached), with a clear error."""
+    if Path(source).is_dir():
+        return Path(source)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=str(source), **download))
+    except Exception as err:  # offline, unknown repo, no access: one message naming the source
+        from router.model import RouterError
+
+        raise RouterError(
+            f"{source!r} is neither a local router folder nor a Hub repo that could be fetched "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}): pass a folder, or check the id and network"
+        ) from None

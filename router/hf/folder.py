@@ -101,23 +101,11 @@ def router_folder() -> Path:
     while frame is not None:
         value = frame.f_locals.get("custom_generate") if frame.f_code.co_name == "generate" else None
         if isinstance(value, (str, os.PathLike)):
-            return _local(str(value))
+            from router.export.hub import local_folder
+
+            return local_folder(str(value))
         frame = frame.f_back
     raise GenerationSettingError(
         "could not tell which router folder this custom_generate call came from (a transformers version "
         "whose generate() no longer names it custom_generate?): pass router=<the router folder> as well"
     )
-
-
-def _local(source: str) -> Path:
-    if Path(source).is_dir():
-        return Path(source)
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(repo_id=source))
-    except Exception as err:  # offline, unknown repo, no access: one message naming the source
-        raise GenerationSettingError(
-            f"custom_generate={source!r} is neither a local router folder nor a Hub repo that could be fetched "
-            f"({type(err).__name__}: {str(err).splitlines()[0][:160]}); pass the folder, or router=<folder>"
-        ) from None
