@@ -63,6 +63,12 @@ def view_sections(views: dict) -> list[str]:
     return parts
 
 
+def out_of_fold_section(results: dict | None) -> list[str]:
+    from eval.crossfit import out_of_fold_section as section
+
+    return section(results or {})
+
+
 def consequence_section(catch: dict | None) -> list[str]:
     """Offline on consequence labels: the share of important mismatches each method catches."""
     if not catch:
@@ -118,6 +124,7 @@ def offline_sections(offline: dict) -> list[str]:
         "",
         *view_sections(offline["views"]),
         *consequence_section(offline["consequence"]),
+        *out_of_fold_section(offline.get("out_of_fold")),
     ]
 
 

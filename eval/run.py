@@ -45,6 +45,7 @@ from router.infra.console import wandb_offline
 from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
 from router.infra.files import output_lock, write_json
 from router.machine.hardware import machine_kind, resolve_dtype
+from router.offline.folds import is_cross_fitted
 from router.offline.inputs import RecordView
 from router.pair import one_pair
 from router.records import Manifest, RecordsError, read_examples, read_heldout, read_manifest
@@ -76,7 +77,9 @@ def _run_eval(cfg: EvalConfig) -> dict:
         write_json(out / "eval_config.json", config_to_dict(cfg))
     manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     task = _task_of(manifests) if cfg.online else ",".join(sorted({m.task for m in manifests}))
-    routers = load_routers(cfg.routers, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
+    crossed = [r for r in cfg.routers if is_cross_fitted(r)]  # scored out of fold, offline (eval/crossfit.py)
+    plain = [r for r in cfg.routers if r not in crossed]
+    routers = load_routers(plain, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
     held_out = load_held_out(cfg.records)
     curves, greedy = method_curves(held_out, routers), greedy_curves(held_out, routers)
     pair, gamma = None, None
@@ -95,7 +98,9 @@ def _run_eval(cfg: EvalConfig) -> dict:
     metrics = {
         "task": task,
         "config": config_to_dict(cfg),
-        "offline": _offline_results(cfg, held_out, curves, routers, cost_ratio, source) if cfg.offline else None,
+        "offline": _offline_results(cfg, held_out, curves, routers, cost_ratio, source, crossed)
+        if cfg.offline
+        else None,
         "online": _online_results(cfg, online, out, curves, greedy, cost_ratio) if online else None,
         "gamma": gamma.as_dict() if gamma else {"gamma": cfg.gamma, "source": "the config"},
     }
@@ -124,8 +129,15 @@ def _auto_gamma(cfg: EvalConfig, manifest: Manifest, out: Path, ranks: Ranks):
     return pair, gamma
 
 
-def _offline_results(cfg: EvalConfig, held_out, curves: dict, routers: dict, cost_ratio: float, source: str) -> dict:
+def _offline_results(
+    cfg: EvalConfig, held_out, curves: dict, routers: dict, cost_ratio: float, source: str, crossed: list
+) -> dict:
+    from eval.crossfit import out_of_fold, summarise as summarise_folds
+
     return {
+        "out_of_fold": {
+            Path(f).name: summarise_folds(out_of_fold(f, cfg.records), reps=cfg.bootstrap) for f in crossed
+        },
         "positions": len(held_out.cols["tv"]),
         "cost_ratio": cost_ratio,
         "cost_ratio_source": source,
@@ -220,7 +232,8 @@ def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, st
     """What a finished online point depends on; a point file with another fingerprint is redone."""
     weights = {
         name: hashlib.sha256((Path(folder) / "model.safetensors").read_bytes()).hexdigest()[:16]
-        for name, folder in zip(routers, cfg.routers)
+        for name, folder in ((Path(f).name, f) for f in cfg.routers)
+        if name in routers  # cross-fitted folders are scored offline only
     }  # a retrained router invalidates old points
     return {
         "models": manifest.models,

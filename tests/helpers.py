@@ -74,9 +74,14 @@ class StubLM(torch.nn.Module):
         return type("Out", (), {"logits": logits, "cache": cache})()
 
 
-def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0, manifest_extra=None, keep=None):
+def synthetic_token_records(
+    folder, n_examples=60, positions=30, vocab=6, seed=0, manifest_extra=None, keep=None, consequence=False
+):
     """Records over a vocab of 6 where the gold token is the verifier's argmax 90% of the time:
-    keeping exactly the verifier's favourite candidate (what token_v2 does at alpha 0) is right."""
+    keeping exactly the verifier's favourite candidate (what token_v2 does at alpha 0) is right.
+    consequence=True: consequence-mode rows whose label at a mismatch (argmax q != argmax p) is
+    IMPORTANT where the verifier's argmax is the gold token and the drafter's is not, else HARMLESS
+    (one mismatch in ten UNTESTED)."""
     g = torch.Generator().manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
     shards = []
@@ -116,9 +121,20 @@ def synthetic_token_records(folder, n_examples=60, positions=30, vocab=6, seed=0
             "p_at_q_topk_logprobs": p.gather(-1, ids).log().numpy(),
             "features": token_features(q.float(), p.float()).numpy(),
         }
+        if consequence:
+            cols["mode"] = ["consequence"] * n
+            cols["consequence"] = _consequence_labels(q.argmax(-1), p.argmax(-1), y, g)
         shards.append(write_split(folder, split, cols))
     write_synthetic_manifest(folder, shards, **(manifest_extra or {}))
     return folder
+
+
+def _consequence_labels(q_arg, p_arg, y, g) -> np.ndarray:
+    from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED
+
+    label = torch.where((p_arg == y) & (q_arg != y), IMPORTANT, HARMLESS)
+    label = torch.where(torch.rand(len(y), generator=g) < 0.1, UNTESTED, label)
+    return torch.where(q_arg == p_arg, AGREE, label).numpy().astype(np.int8)
 
 
 def write_split(folder, split: str, cols: dict) -> dict:

@@ -146,3 +146,38 @@ def test_consequence_search_on_real_gsm8k(pair):
         for t, kind in s.labels.items():
             answer, correct = s.branches[t]
             assert (kind == HARMLESS) == (correct == s.correct) and answer
+
+
+def test_a_router_decodes_alike_from_the_shell_and_from_hf_generate(pair, tmp_path):
+    """`specroute generate --router DIR` and `verifier.generate(custom_generate=DIR)` give the same tokens
+    for one router on the embedded pair, greedy, same prompt, alpha and gamma."""
+    import json
+
+    from router.model import LearnedRouter, RouterConfig, RouterNet, save_router
+    from router.pair import pair_identity
+    from specroute.cli import _encode, main
+
+    drafter, verifier, tok = pair
+    torch.manual_seed(0)
+    folder = save_router(
+        LearnedRouter(RouterNet(RouterConfig(pair=pair_identity(drafter, verifier, tok)))), tmp_path / "mlp"
+    )
+    prompt, flags = "What is 12 * 7?", ["--alpha", "0.0", "--gamma", "4", "--max-new-tokens", "16", "--chat"]
+    assert (
+        main(["generate", "--router", str(folder), "--prompt", prompt, *flags, "--output", str(tmp_path / "g.json")])
+        == 0
+    )
+    shell = json.loads((tmp_path / "g.json").read_text())["tokens"]
+    ids, mask = _encode(tok, prompt, True, 4096, "cpu")
+    out = verifier.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        assistant_model=drafter,
+        custom_generate=str(folder),
+        trust_remote_code=True,
+        alpha=0.0,
+        gamma=4,
+        max_new_tokens=16,
+        do_sample=False,
+    )
+    assert out[0, ids.shape[1] :].tolist() == shell

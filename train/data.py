@@ -31,6 +31,7 @@ class RecordSplit(RecordView):
         window: int = 1,
         max_rows: int | None = None,
         head: str = "cascade",
+        examples: set | None = None,
     ):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(
@@ -48,7 +49,7 @@ class RecordSplit(RecordView):
                 f"target {target!r} with mode {mode!r}: consequence labels exist on consequence-mode "
                 f"rows only: use target {CONSEQUENCE_TARGET} with mode consequence"
             )
-        super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows)
+        super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows, examples)
         self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
@@ -127,8 +128,12 @@ class RecordDataModule(L.LightningDataModule):
         window: int = 1,
         head: str = "cascade",
         max_train_rows: int | None = None,
+        examples: dict | None = None,
     ):
+        """examples: {"train": ids, "validation": ids} to fit on those examples of every split (a
+        cross-fitting fold) instead of the records' train and validation splits."""
         super().__init__()
+        self.examples = examples
         self.args = dict(
             folders=folders, mode=mode, target=target, hidden_inputs=hidden_inputs, window=window, head=head
         )
@@ -138,8 +143,13 @@ class RecordDataModule(L.LightningDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         if self.train is None:
-            self.train = RecordSplit(split="train", max_rows=self.max_train_rows, **self.args)
-            self.val = RecordSplit(split="validation", **self.args)
+            if self.examples is None:
+                self.train = RecordSplit(split="train", max_rows=self.max_train_rows, **self.args)
+                self.val = RecordSplit(split="validation", **self.args)
+            else:
+                train, val = (set(self.examples[k]) for k in ("train", "validation"))
+                self.train = RecordSplit(split="all", max_rows=self.max_train_rows, examples=train, **self.args)
+                self.val = RecordSplit(split="all", examples=val, **self.args)
             # built once: the training iterable counts epochs to reshuffle each one differently
             self._batches = {
                 name: BatchIterable(data, self.batch_size, name == "train", self.seed)

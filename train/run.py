@@ -60,6 +60,12 @@ class TrainConfig:
     precision: str = "32-true"  # Lightning's: 32-true | bf16-mixed | 16-mixed ...
     baselines: bool = True  # sklearn logistic regression + gradient boosting
     alpha_grid: list = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
+    # cross-fitting (router/offline/folds.py): K > 0 trains K routers, fold f on every labelled example
+    # outside fold f (all splits) minus an inner validation share, into output/fold-f; eval then scores
+    # every example out of fold. 0: train on the records' train split, validate on their validation split
+    cross_fit: int = 0
+    cross_fit_seed: int = 0
+    cross_fit_validation: float = 0.2
     output: str = "runs/routers/mlp"
 
     def __post_init__(self):
@@ -67,7 +73,12 @@ class TrainConfig:
             raise ConfigError("records is empty: name the record folder(s) to train on")
         check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
-        check_minimum(self, 0, "patience", "weight_decay")
+        check_minimum(self, 0, "patience", "weight_decay", "cross_fit")
+        if self.cross_fit == 1 or not 0 < self.cross_fit_validation < 1:
+            raise ConfigError(
+                f"cross_fit must be 0 (the records' splits) or K >= 2 folds (got {self.cross_fit}), and "
+                f"cross_fit_validation in (0, 1) (got {self.cross_fit_validation})"
+            )
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         choices = {
@@ -115,12 +126,22 @@ def run_train(cfg: TrainConfig) -> dict:
 
 
 def _run_train(cfg: TrainConfig) -> dict:
-    import lightning as L
-
-    L.seed_everything(cfg.seed, verbose=False)
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "train_config.json", config_to_dict(cfg))
+    if cfg.cross_fit:
+        from train.crossfit import train_folds
+
+        return train_folds(cfg, out, fit_router)
+    return fit_router(cfg, out)
+
+
+def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dict:
+    """Fit one router into `out` on the records' train split (validated on their validation split),
+    or, given examples {"train": ids, "validation": ids} (a cross-fitting fold), on those examples."""
+    import lightning as L
+
+    L.seed_everything(cfg.seed, verbose=False)
     manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     window = cfg.window if cfg.arch == "gru" else 1
     data = RecordDataModule(
@@ -133,6 +154,7 @@ def _run_train(cfg: TrainConfig) -> dict:
         window,
         cfg.head,
         cfg.max_train_rows,
+        examples,
     )
     data.setup("fit")
     train, val = data.train, data.val
@@ -144,7 +166,7 @@ def _run_train(cfg: TrainConfig) -> dict:
     if cfg.head == "judge":
         train.judge_columns()  # reads the token class table the judge carries into its export
     module = RouterModule(
-        config_to_dict(_router_config(cfg, train, manifests)), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y
+        config_to_dict(_router_config(cfg, train, manifests, examples)), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y
     )
     if cfg.head == "judge":
         module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
@@ -158,7 +180,7 @@ def _run_train(cfg: TrainConfig) -> dict:
     return _finish(cfg, module, train, val, trainer, out)
 
 
-def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest]) -> RouterConfig:
+def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest], examples=None) -> RouterConfig:
     """What the exported router is: its network, its inputs, and the records and pair it learned."""
     return RouterConfig(
         arch=cfg.arch,
@@ -173,13 +195,15 @@ def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifes
         pair=manifests[0].pair,
         alpha_grid=list(cfg.alpha_grid),
         vocab=len(train.token_classes) if cfg.head == "judge" else 0,
-        trained_on=_trained_on(cfg, train, manifests),
+        trained_on=_trained_on(cfg, train, manifests, examples),
     )
 
 
-def _trained_on(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest]) -> dict:
-    """What the router learned from, for its model card: records, tasks, models, label and size."""
+def _trained_on(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest], examples=None) -> dict:
+    """What the router learned from, for its model card and eval's leakage check: records, tasks,
+    models, label, size and (cross-fitting) the example ids it was trained and validated on."""
     return {
+        "example_ids": examples or {"train": "the records' train split", "validation": "their validation split"},
         "records": [str(r) for r in cfg.records],
         "tasks": sorted({m.task for m in manifests}),
         "models": {role: manifests[0].models.get(role, {}).get("name") for role in ("drafter", "verifier")},

@@ -54,6 +54,12 @@ VIEW_COLUMNS = (
 )
 
 
+def _only_examples(ds, examples: set):
+    """The rows of these example ids (an index selection: rows of a trajectory stay consecutive)."""
+    ids = np.asarray(ds.select_columns(["example_id"])[:]["example_id"]).astype(str)  # through ds's own index
+    return ds.select(np.nonzero(np.isin(ids, np.asarray(sorted(examples), dtype=str)))[0])
+
+
 class RecordView:
     """One split and mode of record folders, concatenated in folder order (rows of a trajectory
     stay consecutive and in position order)."""
@@ -61,9 +67,17 @@ class RecordView:
     head: str | None = None  # the router head its labels are for (train.data.RecordSplit sets it)
 
     def __init__(
-        self, folders: list[str], split: str, mode: str = "gold", hidden_inputs: tuple = (), max_rows: int | None = None
+        self,
+        folders: list[str],
+        split: str,
+        mode: str = "gold",
+        hidden_inputs: tuple = (),
+        max_rows: int | None = None,
+        examples: set | None = None,
     ):
-        """hidden_inputs: hidden states the folders must hold (checked now, read later, on demand)."""
+        """hidden_inputs: hidden states the folders must hold (checked now, read later, on demand).
+        split "all" reads every split; `examples` keeps only those example ids (cross-fitting folds,
+        router.offline.folds)."""
         import datasets
 
         self.folders, self.split, self.mode = list(folders), split, mode
@@ -78,12 +92,14 @@ class RecordView:
             for role in hidden_inputs:
                 require_hidden_states(folder, manifest, role)
             self.manifests.append(manifest)
-            if not any(s["split"] == split for s in manifest.shards):
+            if split != "all" and not any(s["split"] == split for s in manifest.shards):
                 continue  # this folder recorded no example of that split (a damaged shard is an error below)
-            parts.append(load_records(folder, split=split, mode=mode))
+            part = load_records(folder, split=None if split == "all" else split, mode=mode)
+            parts.append(part if examples is None else _only_examples(part, examples))
         if not parts or not sum(len(p) for p in parts):
+            chosen = "" if examples is None else f" among the {len(examples)} examples asked for"
             raise RecordsError(
-                f"no {mode}-mode rows in the {split} split of {self.folders}: record with modes "
+                f"no {mode}-mode rows in the {split} split of {self.folders}{chosen}: record with modes "
                 f"including {mode} and enough examples for a {split} split"
             )
         ds = datasets.concatenate_datasets(parts) if len(parts) > 1 else parts[0]

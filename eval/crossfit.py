@@ -1,0 +1,219 @@
+"""Out-of-fold evaluation of cross-fitted routers (`specroute train cross_fit=K`), no model calls.
+
+Every labelled example is scored once, by the fold router that never saw it (checked: a router whose
+training or validation examples include one it would be scored on is refused). Greedy view (the
+drafter drafts its argmax d; a method keeps d or takes the verifier's argmax). For each fold and each
+method (the router, every plug-in rule with an offline score), the threshold is chosen on the fold's
+inner validation examples to reach each target rejection rate, a fraction of the verifier's own
+(lossless defers at every mismatch), and applied to the fold's scored examples. The best rule is
+chosen per fold on the same validation examples, by the same measure. Measures per example:
+- gold mode: emitted tokens equal to the gold one (quality, higher is better);
+- consequence mode (answer-level): of the tested mismatches, the share of IMPORTANT ones the method
+  keeps (lower is better) and of HARMLESS ones (higher is better). An untested mismatch counts
+  toward the rejection rate like any other (deferring there costs a verifier step) and in neither
+  share (its consequence is unknown).
+Intervals: paired percentile bootstrap over examples, method minus the per-fold best rule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from router.model import RouterError, load_router
+from router.offline.folds import fold_folder, read_plan
+from router.offline.inputs import RecordView, router_scores
+from router.offline.views import greedy_columns, greedy_score
+from router.records import HARMLESS, IMPORTANT
+from router.rules import get_rule, offline_rules
+
+TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
+BOOTSTRAP = 2000
+
+
+def _mode(folder: Path) -> str:
+    path = folder / "train_config.json"
+    return json.loads(path.read_text()).get("mode", "gold") if path.exists() else "gold"
+
+
+def check_no_leak(router, fold: dict, name: str) -> None:
+    """Refuse a fold router that trained or validated on an example of the fold it is scored on."""
+    seen = router.cfg.trained_on.get("example_ids", {})
+    if not isinstance(seen.get("train"), list):
+        raise RouterError(f"{name} was not trained on cross-fitting folds (no example ids): retrain with cross_fit=K")
+    overlap = set(fold["scored"]) & (set(seen["train"]) | set(seen.get("validation", [])))
+    if overlap:
+        raise RouterError(
+            f"{name} was trained on {len(overlap)} of the examples it would be scored on out of fold (e.g. "
+            f"{sorted(overlap)[:3]}): its folder does not belong to this fold; retrain the cross-fit"
+        )
+
+
+def _scores(view: RecordView, router, name: str) -> dict[str, np.ndarray]:
+    """Greedy-view defer scores (N,) per method on a view: every rule with an offline score, the router."""
+    out = {}
+    for rule in offline_rules():
+        s = get_rule(rule).offline_score(view.cols, view.cand)
+        out[rule] = s[:, 0] if np.ndim(s) == 2 else s
+    out[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
+    return out
+
+
+def _per_example(view: RecordView, defer: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-example sums (E,) of rejections, positions, quality and (consequence) kept mismatches."""
+    g = greedy_columns(view)
+    _, index = np.unique(view.traj, return_inverse=True)
+    n = int(index.max()) + 1
+
+    def total(x):
+        return np.bincount(index, weights=np.asarray(x, np.float64), minlength=n)
+
+    out = {
+        "rejections": total(g["cost"] * defer),
+        "positions": total(np.ones_like(defer, dtype=np.float64)),
+        "quality": total(g["q_val"] + defer * (g["p_val"] - g["q_val"])),
+    }
+    if "consequence" in view.cols:
+        label = view.cols["consequence"]
+        for kind, value in (("important", IMPORTANT), ("harmless", HARMLESS)):
+            out[kind] = total(label == value)
+            out[f"{kind}_kept"] = total((label == value) & ~defer)
+    return out
+
+
+def _threshold(score: np.ndarray, cost: np.ndarray, target: float) -> float:
+    """t with 'defer iff score > t' reaching about `target` rejections per position on these rows: just
+    below the n-th largest score among the rows where deferring costs a rejection."""
+    costly = np.sort(np.asarray(score, np.float64)[cost > 0])[::-1]
+    n = int(round(target * len(score)))
+    if n <= 0:
+        return np.inf
+    if n > len(costly):
+        return -np.inf
+    return float(np.nextafter(costly[n - 1], -np.inf))
+
+
+def _value(sums: dict, consequence: bool) -> float:
+    """The measure a best rule is chosen by (higher is better)."""
+    if consequence:
+        return -sums["important_kept"].sum() / max(sums["important"].sum(), 1)
+    return sums["quality"].sum() / max(sums["positions"].sum(), 1)
+
+
+def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS) -> dict:
+    """Every example scored out of fold: per target, per method, per-example sums over all folds."""
+    folder = Path(folder)
+    plan, mode, name = read_plan(folder), _mode(folder), folder.name
+    consequence = mode == "consequence"
+    sums: dict = {t: {} for t in targets}
+    chosen: dict = {t: [] for t in targets}
+    for f, fold in enumerate(plan["folds"]):
+        router = load_router(fold_folder(folder, f))
+        check_no_leak(router, fold, f"{name}/fold-{f}")
+        val = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["validation"]))
+        scored = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["scored"]))
+        s_val, s_scored = _scores(val, router, name), _scores(scored, router, name)
+        cost = greedy_columns(val)["cost"]
+        for t in targets:
+            best, best_value = None, -np.inf
+            for method in s_val:
+                thr = _threshold(s_val[method], cost, t * cost.mean())
+                here = _per_example(scored, s_scored[method] > thr)
+                if method != name:
+                    value = _value(_per_example(val, s_val[method] > thr), consequence)
+                    best, best_value = (method, value) if value > best_value else (best, best_value)
+                _append(sums[t], method, here)
+            chosen[t].append(best)
+            _append(sums[t], "best_rule", _fold_sums_of(sums[t], best, here))
+    return {"router": name, "mode": mode, "k": plan["k"], "sums": sums, "best_rule_per_fold": chosen}
+
+
+def _append(table: dict, method: str, per_example: dict) -> None:
+    """Concatenate one fold's per-example sums onto a method's (folds in order, examples in fold order)."""
+    if method not in table:
+        table[method] = {k: v.copy() for k, v in per_example.items()}
+        table[method]["_folds"] = [len(next(iter(per_example.values())))]
+        return
+    for k, v in per_example.items():
+        table[method][k] = np.concatenate([table[method][k], v])
+    table[method]["_folds"].append(len(next(iter(per_example.values()))))
+
+
+def _fold_sums_of(table: dict, method: str, like: dict) -> dict:
+    """The last appended fold's per-example sums of `method` (the fold's chosen best rule)."""
+    n = len(next(iter(like.values())))
+    return {k: v[-n:] for k, v in table[method].items() if k != "_folds"}
+
+
+def _share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
+    """(R,) ratio of sums under example weights (R, E): quality per position, or a kept share."""
+    num, den = ("quality", "positions") if what == "quality" else (f"{what}_kept", what)
+    return (weights @ sums[num]) / np.maximum(weights @ sums[den], 1e-12)
+
+
+def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
+    """Per target and method: rejection rate, the measures, and the paired bootstrap interval of
+    method minus the per-fold best rule, over examples (the same resampled examples for both)."""
+    consequence = result["mode"] == "consequence"
+    measures = ("important", "harmless") if consequence else ("quality",)
+    rng = np.random.default_rng(seed)
+    out = {"router": result["router"], "mode": result["mode"], "k": result["k"], "targets": {}}
+    for t, table in result["sums"].items():
+        n = len(table["best_rule"]["positions"])
+        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(np.float64)  # (R, E)
+        ones = np.ones((1, n))
+        rows = {}
+        for method, sums in table.items():
+            row = {"rejection": float(sums["rejections"].sum() / max(sums["positions"].sum(), 1)), "examples": n}
+            for m in measures:
+                row[m] = float(_share(sums, m, ones)[0])
+                diff = _share(sums, m, weights) - _share(table["best_rule"], m, weights)
+                point = row[m] - float(_share(table["best_rule"], m, ones)[0])
+                lo, hi = np.percentile(diff, [2.5, 97.5])
+                row[f"{m}_vs_best_rule"] = {"diff": point, "low": float(lo), "high": float(hi)}
+            rows[method] = row
+        out["targets"][str(t)] = {"methods": rows, "best_rule_per_fold": result["best_rule_per_fold"][t]}
+    return out
+
+
+def out_of_fold_section(results: dict) -> list[str]:
+    """report.md: each cross-fitted router against every rule and the per-fold best rule, out of fold."""
+    from eval.tables import markdown_table
+
+    parts = []
+    for name, res in (results or {}).items():
+        measures = ("important", "harmless") if res["mode"] == "consequence" else ("quality",)
+        parts += [
+            f"### Out of fold: {name} ({res['k']}-fold cross-fitting, {res['mode']} rows, greedy view)",
+            "",
+            "Every labelled example scored once, by the fold router that never saw it; alphas and the best rule "
+            "chosen per fold on inner validation examples at each target rejection rate (a fraction of the "
+            "verifier's). "
+            + (
+                "important / harmless: the share of the tested important / harmless mismatches a method keeps "
+                "(lower / higher is better); untested mismatches count toward the rejection rate only. "
+                if res["mode"] == "consequence"
+                else "quality: the share of emitted tokens equal to the gold one. "
+            )
+            + "Intervals: paired bootstrap over examples, method minus the per-fold best rule.",
+            "",
+        ]
+        for target, block in res["targets"].items():
+            rows = []
+            for method, row in block["methods"].items():
+                cells = [method, row["rejection"]]
+                for m in measures:
+                    d = row[f"{m}_vs_best_rule"]
+                    cells += [row[m], f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"]
+                rows.append(cells)
+            header = ["method", "rejection", *[h for m in measures for h in (m, f"{m} - best rule [95%]")]]
+            parts += [
+                f"At {float(target):.0%} of the verifier's rejection rate (best rule per fold: "
+                f"{', '.join(block['best_rule_per_fold'])}):",
+                "",
+                markdown_table(header, rows),
+                "",
+            ]
+    return parts

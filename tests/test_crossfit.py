@@ -1,0 +1,152 @@
+"""Cross-fitting (router/offline/folds.py, train/crossfit.py, eval/crossfit.py): every labelled example
+scored once out of fold, no leakage, and the pairing exact (a router that copies a rule scores as it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from eval.crossfit import out_of_fold, summarise
+from helpers import synthetic_token_records
+from router.features import FEATURE_NAMES
+from router.model import LearnedRouter, RouterConfig, RouterError, RouterNet, save_router
+from router.offline.folds import fold_folder, fold_plan, read_plan, write_plan
+from train.crossfit import labelled_examples
+
+
+def test_folds_score_every_example_once_and_never_train_on_it():
+    ids = [f"ex{i}" for i in range(53)]
+    plan = fold_plan(ids, 5, seed=3)
+    scored = [i for fold in plan for i in fold["scored"]]
+    assert sorted(scored) == sorted(ids) and len(set(scored)) == len(ids)
+    assert {len(f["scored"]) for f in plan} <= {10, 11}  # balanced
+    for fold in plan:
+        assert not set(fold["scored"]) & (set(fold["train"]) | set(fold["validation"]))
+        assert sorted(fold["train"] + fold["validation"] + fold["scored"]) == sorted(ids)
+    assert fold_plan(list(reversed(ids)), 5, seed=3) == plan  # the records' order does not matter
+    assert fold_plan(ids, 5, seed=4) != plan
+    with pytest.raises(ValueError, match="at least 2 examples per fold"):
+        fold_plan(ids[:5], 5)
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory):
+    return synthetic_token_records(tmp_path_factory.mktemp("cf") / "rec", n_examples=60)
+
+
+@pytest.fixture(scope="module")
+def consequence_records(tmp_path_factory):
+    return synthetic_token_records(tmp_path_factory.mktemp("cfc") / "rec", n_examples=60, consequence=True)
+
+
+def _copy_of_opt() -> RouterNet:
+    """A linear cascade router whose predicted gap is max p - max q: its defer score (gap / TV) is
+    exactly `opt`'s, (max p - max q) / TV."""
+    net = RouterNet(RouterConfig(arch="linear"))
+    with torch.no_grad():
+        net.body.weight.zero_()
+        net.body.bias.zero_()
+        net.body.weight[0, FEATURE_NAMES.index("p_max_minus_q_max")] = 1.0
+    return net
+
+
+def _hand_cross_fit(folder, records, mode: str = "gold", k: int = 2, make=_copy_of_opt):
+    """A cross-fitted folder built by hand: folds.json and one router per fold recording its examples."""
+    plan = fold_plan(labelled_examples([str(records)], mode), k)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_plan(folder, plan, 0, 0.2, [str(records)])
+    (folder / "train_config.json").write_text(json.dumps({"mode": mode}))
+    for f, fold in enumerate(plan):
+        net = make()
+        net.cfg.trained_on = {"example_ids": {"train": fold["train"], "validation": fold["validation"]}}
+        save_router(LearnedRouter(net, name=folder.name), fold_folder(folder, f))
+    return folder
+
+
+def test_a_router_that_copies_a_rule_scores_as_that_rule_out_of_fold(records, tmp_path):
+    folder = _hand_cross_fit(tmp_path / "opt-copy", records)
+    result = out_of_fold(folder, [str(records)])
+    for t, table in result["sums"].items():
+        for key in ("rejections", "quality", "positions"):
+            assert np.array_equal(table["opt-copy"][key], table["opt"][key]), (t, key)
+    summary = summarise(result, reps=200)
+    for block in summary["targets"].values():
+        mine, opt = block["methods"]["opt-copy"], block["methods"]["opt"]
+        assert mine["quality"] == opt["quality"] and mine["rejection"] == opt["rejection"]
+        assert mine["examples"] == 60  # every example, once
+
+
+def test_a_fold_router_scored_on_examples_it_saw_is_refused(records, tmp_path):
+    folder = _hand_cross_fit(tmp_path / "swapped", records)
+    shutil.move(fold_folder(folder, 0), folder / "tmp")
+    shutil.move(fold_folder(folder, 1), fold_folder(folder, 0))
+    shutil.move(folder / "tmp", fold_folder(folder, 1))  # each fold now holds the other fold's router
+    with pytest.raises(RouterError, match="trained on .* of the examples it would be scored on"):
+        out_of_fold(folder, [str(records)])
+
+
+def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_records, tmp_path):
+    """Kept shares are over tested mismatches (untested ones count as rejections only), and the
+    out-of-fold run reports them at every target with the best rule paired against itself at 0."""
+    from eval.crossfit import _per_example
+    from router.offline.inputs import RecordView
+    from router.records import HARMLESS, IMPORTANT, UNTESTED
+
+    view = RecordView([str(consequence_records)], "all", "consequence")
+    label = view.cols["consequence"]
+    mismatch = view.cols["q_argmax"] != view.cols["p_argmax"]
+    keep_all = _per_example(view, np.zeros(len(label), dtype=bool))
+    defer_all = _per_example(view, np.ones(len(label), dtype=bool))
+    assert keep_all["important_kept"].sum() == keep_all["important"].sum() == (label == IMPORTANT).sum()
+    assert defer_all["important_kept"].sum() == 0 and defer_all["harmless_kept"].sum() == 0
+    assert keep_all["harmless"].sum() == (label == HARMLESS).sum()
+    # an untested mismatch is a rejection when deferred, and in neither share
+    assert defer_all["rejections"].sum() == mismatch.sum() > (label == IMPORTANT).sum() + (label == HARMLESS).sum()
+    assert (label == UNTESTED).sum() > 0
+    folder = _hand_cross_fit(tmp_path / "opt-copy", consequence_records, mode="consequence")
+    summary = summarise(out_of_fold(folder, [str(consequence_records)]), reps=100)
+    for block in summary["targets"].values():
+        best = block["methods"]["best_rule"]
+        assert 0 <= best["important"] <= 1 and 0 <= best["harmless"] <= 1
+        assert best["important_vs_best_rule"] == {"diff": 0.0, "low": 0.0, "high": 0.0}
+    half = summary["targets"]["0.5"]["methods"]
+    assert half["opt-copy"]["important"] == half["opt"]["important"]
+
+
+def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
+    from eval.config import EvalConfig
+    from eval.run import run_eval
+    from train.run import TrainConfig, run_train
+
+    out = tmp_path / "mlp-cf"
+    cfg = TrainConfig(
+        records=[str(records)], cross_fit=2, max_epochs=2, batch_size=256, baselines=False, output=str(out)
+    )
+    run_train(cfg)
+    plan = read_plan(out)
+    for f, fold in enumerate(plan["folds"]):
+        seen = json.loads((fold_folder(out, f) / "config.json").read_text())["trained_on"]["example_ids"]
+        assert seen == {"train": fold["train"], "validation": fold["validation"]}
+    run_train(cfg)  # a rerun keeps the finished folds
+    assert capsys.readouterr().out.count("is finished, kept") == 2
+    with pytest.raises(ValueError, match="other folds"):
+        run_train(TrainConfig(records=[str(records)], cross_fit=3, max_epochs=1, baselines=False, output=str(out)))
+    metrics = run_eval(
+        EvalConfig(
+            records=[str(records)],
+            routers=[str(out)],
+            online=False,
+            bootstrap=100,
+            cost_ratio=0.3,
+            output=str(tmp_path / "ev"),
+        )
+    )
+    block = metrics["offline"]["out_of_fold"]["mlp-cf"]["targets"]["0.5"]
+    assert {"mlp-cf", "best_rule", "opt", "token_v2"} <= set(block["methods"])
+    assert len(block["best_rule_per_fold"]) == 2
+    report = (tmp_path / "ev" / "report.md").read_text()
+    assert "### Out of fold: mlp-cf (2-fold cross-fitting" in report
