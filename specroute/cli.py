@@ -292,7 +292,7 @@ def cmd_export_onnx(args) -> int:
         ("inputs", ", ".join(report["inputs"])),
         ("outputs", ", ".join(report["outputs"])),
         ("golden vectors", f"{report['checked']} values; decisions equal: {report['decisions_equal']}"),
-        ("largest score difference", f"{report['max_score_diff']:.3g} (onnxruntime vs torch)"),
+        ("largest score error", f"{report['max_score_error']:.3g} (|onnxruntime - torch| / max(1, |torch|))"),
     ]
     print(summary_table(rows) + f"\n  check written to {report['onnx']}.json")
     return 0 if report["ok"] else 1

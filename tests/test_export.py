@@ -59,7 +59,7 @@ def test_load_paths_reproduce_the_golden_vectors(folders, tmp_path, head):
     routers.append(LearnedRouter.from_pretrained(str(tmp_path / "again")))
     for router in routers:
         check = reproduce(folders[head], router.cfg, torch_runner(router))
-        assert check["ok"] and check["max_score_diff"] == 0.0, check
+        assert check["ok"] and check["max_score_error"] == 0.0, check
 
 
 def test_golden_vectors_catch_a_changed_router(folders):
@@ -67,7 +67,7 @@ def test_golden_vectors_catch_a_changed_router(folders):
     with torch.no_grad():
         router.net.body[-1].bias.add_(0.5)  # another router: its scores move
     check = reproduce(folders["cascade"], router.cfg, torch_runner(router))
-    assert not check["ok"] and check["max_score_diff"] > 0.4
+    assert not check["ok"] and check["max_score_error"] > 0.4
 
 
 @pytest.mark.parametrize("head", list(CONFIGS))
@@ -100,7 +100,7 @@ def test_onnx_export_reproduces_the_golden_vectors(folders, head):
     from router.export.onnx import export_onnx, onnx_runner
 
     report = export_onnx(folders[head])
-    assert report["ok"] and report["decisions_equal"] and report["max_score_diff"] < 1e-5, report
+    assert report["ok"] and report["decisions_equal"] and report["max_score_error"] < 1e-5, report
     # any vocabulary and number of positions: the graph is not fixed to the golden shapes
     router = load_router(folders[head])
     run = onnx_runner(report["onnx"], input_names(router.cfg))
