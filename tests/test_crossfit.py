@@ -150,3 +150,35 @@ def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
     assert len(block["best_rule_per_fold"]) == 2
     report = (tmp_path / "ev" / "report.md").read_text()
     assert "### Out of fold: mlp-cf (2-fold cross-fitting" in report
+
+
+def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, monkeypatch):
+    """studies/snapshot_records.py: the finished shards of a folder without a manifest (a recording
+    still running) are copied with the manifest a finished run would write, and read like any folder."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from data_gen.config import GenConfig
+    from data_gen.run import run_gen
+    from router.infra.config import load_config
+    from router.records import load_records, read_manifest
+
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path / "running"
+    run_gen(load_config(GenConfig, root / "configs/gen/tiny.yaml", [f"output={src}", "max_examples=24"]))
+    shards = read_manifest(src).shards
+    (src / "manifest.json").unlink()  # as if the run were still going: no manifest, one shard not yet written
+    (src / shards[-1]["file"]).unlink()
+    spec = importlib.util.spec_from_file_location("snapshot_records", root / "studies/snapshot_records.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    monkeypatch.setattr(sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "snap")])
+    assert study.main() == 0
+    snap = read_manifest(tmp_path / "snap")
+    assert [s["file"] for s in snap.shards] == [s["file"] for s in shards[:-1]]
+    assert len(load_records(tmp_path / "snap")) == sum(s["rows"] for s in shards[:-1])
+    assert not (src / "manifest.json").exists()  # the source is only read
+    monkeypatch.setattr(sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "snap")])
+    with pytest.raises(SystemExit, match="exists"):
+        study.main()
