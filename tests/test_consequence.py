@@ -335,3 +335,25 @@ def test_the_search_reports_its_rounds(pair):
     found = search.run(prompts, [{}] * 3)
     assert said[0] == "answering 3" and said[1].startswith("round 1: ")
     assert len(said) - 1 == max(s.tested for s in found) <= MISMATCHES  # one line per round that decoded branches
+
+
+def test_horizon_study_scores_every_tested_mismatch(recorded, pair, tmp_path):
+    """studies/horizon_labels.py: a SelfJudge score per tested mismatch, against the full-answer label."""
+    import importlib.util
+    from pathlib import Path
+
+    cfg, manifest = recorded
+    spec = importlib.util.spec_from_file_location(
+        "horizon_study", Path(__file__).resolve().parents[1] / "studies/horizon_labels.py"
+    )
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    assert study.main([cfg.output, "--out", str(tmp_path / "hz")], recorder=Recorder(cfg, *pair)) == 0
+    result = json.loads((tmp_path / "hz" / "horizon.json").read_text())
+    counts = manifest.consequence
+    assert (
+        result["mismatches"] == counts["harmless"] + counts["important"] and result["important"] == counts["important"]
+    )
+    assert set(result["horizons"]) == {"0", "5", "10", "20"}
+    rows = (tmp_path / "hz" / "horizon.csv").read_text().splitlines()
+    assert len(rows) == result["mismatches"] + 1 and rows[0].startswith("example_id,position,important,score_0")

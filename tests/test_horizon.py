@@ -1,0 +1,69 @@
+"""Short-horizon (SelfJudge) scores, data_gen/horizon.py: the cached computation equals one plain
+forward per mismatch, and the score means what it says."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from data_gen.horizon import HORIZONS, horizon_scores
+
+
+def _plain(verifier, prompt, answer, t, d, h):
+    """score_H from two full forwards (the original sequence and the swapped one), no cache."""
+    with torch.no_grad():
+        orig = verifier(torch.tensor([prompt + answer])).logits[0].float().log_softmax(-1)
+        swapped = answer[:t] + [d] + answer[t + 1 :]
+        alt = verifier(torch.tensor([prompt + swapped])).logits[0].float().log_softmax(-1)
+    a = len(prompt) + t
+    k = min(h, len(answer) - 1 - t)
+    o = orig[a - 1 : a + k].max(-1).values.mean()
+    s = torch.cat([orig[a - 1, d : d + 1], alt[a : a + k].max(-1).values]).mean()
+    return float(o - s)
+
+
+def test_cached_scores_equal_plain_forwards(tiny):
+    tok, verifier = tiny.tokenizer, tiny.verifier
+    prompt = tok.encode("Question: 2 + 3 = ?\nAnswer:")
+    with torch.no_grad():
+        out = verifier.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=30,
+        )
+    answer = out[0, len(prompt) :].tolist()
+    mismatches = [(3, 40), (10, 77), (len(answer) - 4, 55), (len(answer) - 1, 60)]  # the last: no continuation
+    got = horizon_scores(verifier, prompt, answer, mismatches)
+    assert got.shape == (4, len(HORIZONS))
+    for i, (t, d) in enumerate(mismatches):
+        for j, h in enumerate(HORIZONS):
+            assert abs(got[i, j] - _plain(verifier, prompt, answer, t, d, h)) < 1e-4, (t, h)
+    assert (got > -1e-6).all()  # the verifier's own token is its argmax: the swap never raises confidence at 0
+    # horizon 0 is the log-probability gap between the verifier's token and the drafter's
+    with torch.no_grad():
+        logp = verifier(torch.tensor([prompt + answer])).logits[0].float().log_softmax(-1)
+    t, d = mismatches[0]
+    a = len(prompt) + t
+    assert np.isclose(got[0, 0], float(logp[a - 1].max() - logp[a - 1, d]), atol=1e-5)
+    assert horizon_scores(verifier, prompt, answer, []).shape == (0, len(HORIZONS))
+
+
+def test_a_continuation_the_answer_lacks_is_regenerated(tiny):
+    """Where the recorded answer kept the drafter's token (a harmless substitution), the verifier's
+    continuation after its own token is written greedily: the same scores as on its own answer."""
+    tok, verifier = tiny.tokenizer, tiny.verifier
+    prompt = tok.encode("Question: 7 * 6 = ?\nAnswer:")
+    with torch.no_grad():
+        out = verifier.generate(
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=40,
+        )
+    answer = out[0, len(prompt) :].tolist()
+    t, d = 6, 50
+    recorded = answer[:t] + [d] + [60] * (len(answer) - t - 1)  # the search went on after d
+    want = horizon_scores(verifier, prompt, answer, [(t, d)])
+    got = horizon_scores(verifier, prompt, recorded, [(t, d)], regenerate={(t, d): answer[t]})
+    assert np.allclose(got, want, atol=1e-4)
