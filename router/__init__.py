@@ -12,8 +12,11 @@ The method and the public API (design.md), at the top:
 The machinery, by role:
   engine/      what every decoding loop shares (loop, layout, prefix, lookup, baselines, teacher, tiny)
   machine/     this machine (hardware, costs, calibrate)
-  offline/     record inputs for routers, trade-off curves, views (inputs, tradeoff, views)
+  offline/     record inputs for routers, trade-off curves, views, cross-fitting folds
   tasks/       prompt formats, stop strings, metrics, the sandbox (prompts, metrics, sandbox)
   infra/       files, config, console, clock, distributed
+The front ends and exports:
+  hf/          Hugging Face generate: cascade_generate, router folders as custom_generate folders
+  export/      the decision contract: decision module, golden vectors, ONNX, model card, Hub
 Method: docs/method.md.
 """
