@@ -46,6 +46,8 @@ class GenConfig:
     consequence_batch_size: int = 4  # branches (and answers) decoded per batch
     consequence_lookup: int = 4  # branches decoded with drafts looked up in their answer, this many
     # per verifier pass (router.engine.lookup; same tokens); 0: one token per pass
+    consequence_horizon: int = 0  # > 0: also a short-horizon score of every mismatch (data_gen/horizon.py,
+    # SelfJudge's likelihood difference over this many tokens; column horizon_score), tested or not
     metric: str | None = None  # consequence: the task metric judging answers (default: the task's)
     sandbox: str = "auto"  # consequence on code tasks: where generated programs run
     stop: list | None = None  # consequence: stop strings (default: the prompt format's)
@@ -78,7 +80,7 @@ class GenConfig:
             "consequence_batch_size",
         )
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
-        check_minimum(self, 0, "rollout_temperature", "consequence_lookup")
+        check_minimum(self, 0, "rollout_temperature", "consequence_lookup", "consequence_horizon")
         if self.task == "custom" and not self.data_path:
             raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
         check_task_settings(self.task, self.metric, self.sandbox, self.device)

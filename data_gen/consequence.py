@@ -45,6 +45,9 @@ class Searched:
     labels: dict[int, int] = field(default_factory=dict)  # position -> HARMLESS | IMPORTANT
     branches: dict[int, tuple[str, int]] = field(default_factory=dict)  # position -> (answer, correct)
     argmax: np.ndarray | None = None  # the drafter's argmax along `tokens`
+    # position -> (the verifier's token, its continuation) where a harmless substitution replaced them:
+    # what a short-horizon label (data_gen/horizon.py) reads there, since `tokens` goes on after d
+    originals: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
     next_position: int = 0  # where the search for the next mismatch starts
 
     @property
@@ -52,6 +55,7 @@ class Searched:
         return len(self.labels)
 
 
+ORIGINAL_TOKENS = 32  # the verifier's continuation kept at a harmless substitution (short-horizon labels)
 LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.engine.lookup)
 
 
@@ -112,6 +116,7 @@ class ConsequenceSearch:
                 if correct == s.correct:  # harmless: keep the drafter's token, search on along the new answer
                     s.labels[t] = HARMLESS
                     if branch != s.tokens:
+                        s.originals[t] = (s.tokens[t], s.tokens[t + 1 : t + 1 + ORIGINAL_TOKENS])
                         s.tokens = branch
                         changed.append(i)
                 else:

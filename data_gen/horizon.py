@@ -69,11 +69,14 @@ def horizon_scores(
     mismatches: list[tuple[int, int]],
     horizons=HORIZONS,
     regenerate: dict | None = None,
+    continuations: dict | None = None,
 ) -> np.ndarray:
     """(M, len(horizons)) score_H of each mismatch (t, d): answer[t] is the verifier's token v there and
     answer[t + 1:] its continuation, d the drafter's token; or, for a mismatch listed in `regenerate`
     as {(t, d): v}, the answer holds another token at t and the continuation after v is written
-    greedily first. Mismatches are taken latest first, so one cache serves them all."""
+    greedily first; `continuations` {(t, d): (v, c_1..c_H)} gives that continuation instead (the
+    consequence search keeps it when it substitutes d). Mismatches are taken latest first, so one
+    cache serves them all."""
     if not mismatches:
         return np.zeros((0, len(horizons)))
     run, most = _Cached(verifier, torch.tensor([prompt + answer], device=verifier.device)), max(horizons)
@@ -82,12 +85,15 @@ def horizon_scores(
     for i in sorted(range(len(mismatches)), key=lambda j: -mismatches[j][0]):
         t, d = mismatches[i]
         a = len(prompt) + t  # absolute index of the mismatched token
-        v = (regenerate or {}).get((t, d))
+        v, cont = (regenerate or {}).get((t, d)), None
+        if (t, d) in (continuations or {}):
+            v, cont = continuations[(t, d)]
+            cont = list(cont)[:most]
         if v is None:  # the answer continues after the verifier's own token: its confidence is in `best`
             cont = answer[t + 1 : t + 1 + most]
             orig = best[a : a + len(cont)]
         else:
-            cont = run.greedy(a, v, most)
+            cont = run.greedy(a, v, most) if cont is None else cont
             orig = run.feed(a, [v, *cont[:-1]]).max(-1).values if cont else best[:0]
         alter = run.feed(a, [d, *cont[:-1]]).max(-1).values if cont else best[:0]  # predicting c_1.. after d
         for j, h in enumerate(horizons):

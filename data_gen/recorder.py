@@ -6,6 +6,8 @@ models (data_gen/scoring.py).
 
 from __future__ import annotations
 
+import numpy as np
+
 from data_gen.config import GenConfig
 from data_gen.consequence import ConsequenceSearch, Searched, consequence_columns, untested_columns
 from data_gen.scoring import example_seed, score_batch
@@ -16,7 +18,8 @@ from router.engine.loop import check_pair
 from router.engine.prefix import SharedPrefix
 from router.machine.hardware import DtypeChoice, resolve_dtype
 from router.pair import load_pair
-from router.records import HARMLESS, IMPORTANT
+from router.infra import clock
+from router.records import HARMLESS, IMPORTANT, UNTESTED
 from router.tasks.metrics import get_metric
 from router.tasks.prompts import context_length, default_stops, fit_prompt, prompt_limit, prompt_text
 
@@ -125,8 +128,9 @@ class Recorder:
 
     def consequence(self, batch: list[Example], prompts: list[list[int]]) -> list[Searched]:
         """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""
-        before = self.search.branch_tokens, self.search.branch_verifier_passes
+        before, started = (self.search.branch_tokens, self.search.branch_verifier_passes), clock.now()
         found = self.search.run(prompts, [ex.meta for ex in batch])
+        self.counts["consequence_seconds"] = self.counts.get("consequence_seconds", 0.0) + clock.now() - started
         for key, now, was in (
             ("tokens", self.search.branch_tokens, before[0]),
             ("verifier_passes", self.search.branch_verifier_passes, before[1]),
@@ -138,6 +142,25 @@ class Recorder:
                     v == kind for v in s.labels.values()
                 )
         return found
+
+    def horizon(self, prompt: list[int], s: Searched, row: dict) -> np.ndarray:
+        """(n,) the short-horizon score of every mismatch of a searched answer (NaN elsewhere): where a
+        harmless substitution kept the drafter's token, from the verifier's continuation the search kept."""
+        from data_gen.horizon import horizon_scores
+
+        started = clock.now()
+        out = np.full(len(row["token"]), np.nan, dtype=np.float32)
+        at = [t for t in range(len(out)) if row["consequence"][t] in (HARMLESS, IMPORTANT, UNTESTED)]
+        pairs = [(t, int(row["q_argmax"][t])) for t in at]
+        given = {(t, int(row["q_argmax"][t])): s.originals[t] for t in at if t in s.originals}
+        if pairs:
+            scores = horizon_scores(
+                self.verifier, prompt, s.tokens, pairs, (self.cfg.consequence_horizon,), continuations=given
+            )
+            out[at] = scores[:, 0]
+        self.counts["horizon_seconds"] = self.counts.get("horizon_seconds", 0.0) + clock.now() - started
+        self.counts["horizon_mismatches"] = self.counts.get("horizon_mismatches", 0) + len(pairs)
+        return out
 
     def record_batch(self, batch: list[Example], split: str, mode: str) -> list[dict]:
         pairs = [(ex, self.prepare(ex, mode)) for ex in batch]
@@ -173,6 +196,10 @@ class Recorder:
             n = len(row["token"])
             if "consequence" in self.cfg.modes:  # every row of such a folder has the columns (shards mix modes)
                 row.update(consequence_columns(searched[b], row["q_argmax"]) if searched else untested_columns(n))
+                if self.cfg.consequence_horizon:
+                    row["horizon_score"] = (
+                        self.horizon(prompts[b], searched[b], row) if searched else np.full(n, np.nan)
+                    )
             if self.cfg.judge:  # the argmax and the sample, where each differs from the trajectory's token
                 self.counts["judge_tree_tokens"] += int(
                     (row["q_argmax"] != row["token"]).sum() + (row["draft_token"] != row["token"]).sum()

@@ -76,6 +76,7 @@ OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {
     "branch_correct": pa.int8(),
     "answer_correct": pa.int8(),
     "branch_answer": pa.string(),
+    "horizon_score": pa.float32(),  # consequence_horizon > 0: the short-horizon score of a mismatch, else NaN
 }
 
 

@@ -357,3 +357,65 @@ def test_horizon_study_scores_every_tested_mismatch(recorded, pair, tmp_path):
     assert set(result["horizons"]) == {"0", "5", "10", "20"}
     rows = (tmp_path / "hz" / "horizon.csv").read_text().splitlines()
     assert len(rows) == result["mismatches"] + 1 and rows[0].startswith("example_id,position,important,score_0")
+
+
+def test_short_horizon_scores_are_recorded_at_every_mismatch(tmp_path, pair, monkeypatch):
+    """consequence_horizon=H: every mismatch of a searched answer gets SelfJudge's score (tested by the
+    full search or not), NaN elsewhere; an important or untested one equals a direct computation on the
+    recorded answer; the costs are counted; a judge trains on the scores and decodes."""
+    from data_gen.horizon import horizon_scores
+    from data_gen.plan import load_examples
+
+    monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
+    data = tmp_path / "qa.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps(
+                {"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
+            )
+            + "\n"
+            for i in range(6)
+        )
+    )
+    cfg = _gen_config(tmp_path, data, consequence_horizon=5)
+    recorder = Recorder(cfg, *pair)
+    manifest = run_gen(cfg, recorder)
+    cons = load_records(cfg.output, mode="consequence")
+    label, score = np.asarray(cons["consequence"]), np.asarray(cons["horizon_score"])
+    mismatch = np.isin(label, [HARMLESS, IMPORTANT, UNTESTED])
+    assert np.isfinite(score[mismatch]).all() and np.isnan(score[~mismatch]).all() and mismatch.any()
+    assert np.isnan(np.asarray(load_records(cfg.output, mode="gold")["horizon_score"])).all()
+    counts = manifest.counts
+    assert counts["horizon_mismatches"] == int(mismatch.sum()) and counts["horizon_seconds"] > 0
+    assert counts["consequence_seconds"] > 0  # the full search is timed too
+    examples = {ex.example_id: ex for ex in load_examples(cfg)}
+    ids, pos, tok, q_arg = (np.asarray(cons[c]) for c in ("example_id", "position", "token", "q_argmax"))
+    row = int(np.nonzero(np.isin(label, [IMPORTANT, UNTESTED]))[0][0])  # the answer holds the verifier's token there
+    rows = np.nonzero(ids == ids[row])[0]
+    answer = tok[rows[np.argsort(pos[rows])]].tolist()
+    prompt = recorder.prepare(examples[ids[row]], "consequence")[0]
+    direct = horizon_scores(pair[1], prompt, answer, [(int(pos[row]), int(q_arg[row]))], (5,))
+    assert abs(direct[0, 0] - score[row]) < 1e-4
+    out = tmp_path / "judge-horizon"
+    run_train(
+        TrainConfig(
+            records=[cfg.output],
+            mode="consequence",
+            target="horizon_score",
+            head="judge",
+            loss="mse",
+            max_epochs=2,
+            batch_size=64,
+            output=str(out),
+        )
+    )
+    got = generate(
+        pair[0],
+        pair[1],
+        torch.tensor([[5, 17, 33, 41, 8]]),
+        rule=load_router(out),
+        alpha=0.5,
+        gamma=3,
+        max_new_tokens=8,
+    )
+    assert got.stats["new_tokens"] == 8

@@ -15,7 +15,7 @@ import torch
 
 from router.offline.inputs import RecordView
 from router.records import load_records, read_manifest, require_hidden_states
-from train.targets import CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
+from train.targets import ANSWER_TARGETS, CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
 
 
 class RecordSplit(RecordView):
@@ -38,16 +38,16 @@ class RecordSplit(RecordView):
                 f"target {target!r} with head {head!r}: the token head learns target {TOKEN_TARGET} "
                 f"and that target needs head: token"
             )
-        if head == "judge" and target not in (JUDGE_TARGET, CONSEQUENCE_TARGET):
+        if head == "judge" and target not in (JUDGE_TARGET, *ANSWER_TARGETS):
             raise ValueError(
                 f"target {target!r} with head judge: a judge decides the drafter's argmax d and learns "
                 f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d) or "
                 f"{CONSEQUENCE_TARGET} (whether keeping d changes the answer)"
             )
-        if (target == CONSEQUENCE_TARGET) != (mode == "consequence"):
+        if mode == "consequence" and target not in ANSWER_TARGETS or target in ANSWER_TARGETS and mode != "consequence":
             raise ValueError(
-                f"target {target!r} with mode {mode!r}: consequence labels exist on consequence-mode "
-                f"rows only: use target {CONSEQUENCE_TARGET} with mode consequence"
+                f"target {target!r} with mode {mode!r}: consequence and short-horizon labels exist on "
+                f"consequence-mode rows only: use target {' or '.join(ANSWER_TARGETS)} with mode consequence"
             )
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows, examples)
         self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)

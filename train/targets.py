@@ -15,7 +15,12 @@ JUDGE_TARGET = "greedy_01_gap"  # the judge head's label: the greedy gap of keep
 # consequence-mode records (data_gen/consequence.py): 1 where keeping the drafter's argmax changes the
 # answer's correctness, 0 where it does not (or where it is the token anyway); untested rows weigh 0
 CONSEQUENCE_TARGET = "consequence"
-TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap", TOKEN_TARGET, CONSEQUENCE_TARGET)
+# consequence-mode records with consequence_horizon > 0 (data_gen/horizon.py): SelfJudge's short-horizon score
+# of keeping the drafter's argmax where it is not the token (regression: larger = the swap derails more), 0
+# where it is the token; every mismatch is scored, tested by the full search or not
+HORIZON_TARGET = "horizon_score"
+TARGETS = ("logloss_gap", "expected_01_gap", "greedy_01_gap", TOKEN_TARGET, CONSEQUENCE_TARGET, HORIZON_TARGET)
+ANSWER_TARGETS = (CONSEQUENCE_TARGET, HORIZON_TARGET)  # labels of consequence-mode rows
 EPS = 1e-12
 
 
@@ -23,6 +28,9 @@ def weights(cols: dict, target: str) -> np.ndarray:
     """Per-row weights: 1, except rows the consequence search did not test (weight 0: no label)."""
     if target == CONSEQUENCE_TARGET and "consequence" in cols:
         return (np.asarray(cols["consequence"]) != UNTESTED).astype(np.float32)
+    if target == HORIZON_TARGET and "horizon_score" in cols:  # a mismatch the score missed weighs 0
+        agree = np.asarray(cols["q_argmax"]) == np.asarray(cols["token"])
+        return (agree | np.isfinite(np.asarray(cols["horizon_score"], np.float64))).astype(np.float32)
     return np.ones(len(cols["token"]), np.float32)
 
 
@@ -45,6 +53,13 @@ def labels(cols: dict, target: str) -> np.ndarray:
                 "with mode: consequence"
             )
         return (np.asarray(cols["consequence"]) == IMPORTANT).astype(np.float32)
+    if target == HORIZON_TARGET:
+        if "horizon_score" not in cols:
+            raise ValueError(
+                "target horizon_score needs short-horizon scores: record with modes: [consequence] and "
+                "consequence_horizon: 5 (or more), and train with mode: consequence"
+            )
+        return np.nan_to_num(np.asarray(cols["horizon_score"], np.float32), nan=0.0)
     if target == TOKEN_TARGET:
         raise ValueError(f"{TOKEN_TARGET} is a per-candidate label: train it with head: token")
     raise KeyError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")

@@ -108,8 +108,9 @@ class RecordView:
         self.ds = ds.with_format("numpy")
         small = self.ds.select_columns(sorted({*VIEW_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id", "mode"}))[:]
         self.cols = {k: np.asarray(small[k]) for k in VIEW_COLUMNS}  # (N,) each
-        if "consequence" in self.ds.column_names:  # consequence labels (data_gen/consequence.py)
-            self.cols["consequence"] = np.asarray(self.ds.select_columns(["consequence"])[:]["consequence"])
+        for name in ("consequence", "horizon_score"):  # answer-level and short-horizon labels, where recorded
+            if name in self.ds.column_names:
+                self.cols[name] = np.asarray(self.ds.select_columns([name])[:][name])
         self.cand = candidates_from_columns(small)  # the drafter's top-k, column 0 = its argmax
         self.features = np.asarray(small["features"], dtype=np.float32)  # (N, F)
         self.traj = np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str))
