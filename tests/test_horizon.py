@@ -22,17 +22,18 @@ def _plain(verifier, prompt, answer, t, d, h):
     return float(o - s)
 
 
-def test_cached_scores_equal_plain_forwards(tiny):
-    tok, verifier = tiny.tokenizer, tiny.verifier
-    prompt = tok.encode("Question: 2 + 3 = ?\nAnswer:")
+def _greedy_answer(tiny, text: str, n: int) -> tuple[list[int], list[int]]:
+    """(prompt ids, the tiny verifier's greedy answer of n tokens)."""
+    prompt = tiny.tokenizer.encode(text)
     with torch.no_grad():
-        out = verifier.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=30,
-        )
-    answer = out[0, len(prompt) :].tolist()
+        mask = torch.ones(1, len(prompt), dtype=torch.long)
+        out = tiny.verifier.generate(torch.tensor([prompt]), attention_mask=mask, do_sample=False, max_new_tokens=n)
+    return prompt, out[0, len(prompt) :].tolist()
+
+
+def test_cached_scores_equal_plain_forwards(tiny):
+    verifier = tiny.verifier
+    prompt, answer = _greedy_answer(tiny, "Question: 2 + 3 = ?\nAnswer:", 30)
     mismatches = [(3, 40), (10, 77), (len(answer) - 4, 55), (len(answer) - 1, 60)]  # the last: no continuation
     got = horizon_scores(verifier, prompt, answer, mismatches)
     assert got.shape == (4, len(HORIZONS))
@@ -52,16 +53,8 @@ def test_cached_scores_equal_plain_forwards(tiny):
 def test_a_continuation_the_answer_lacks_is_regenerated(tiny):
     """Where the recorded answer kept the drafter's token (a harmless substitution), the verifier's
     continuation after its own token is written greedily: the same scores as on its own answer."""
-    tok, verifier = tiny.tokenizer, tiny.verifier
-    prompt = tok.encode("Question: 7 * 6 = ?\nAnswer:")
-    with torch.no_grad():
-        out = verifier.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-            do_sample=False,
-            max_new_tokens=40,
-        )
-    answer = out[0, len(prompt) :].tolist()
+    verifier = tiny.verifier
+    prompt, answer = _greedy_answer(tiny, "Question: 7 * 6 = ?\nAnswer:", 40)
     t, d = 6, 50
     recorded = answer[:t] + [d] + [60] * (len(answer) - t - 1)  # the search went on after d
     want = horizon_scores(verifier, prompt, answer, [(t, d)])
