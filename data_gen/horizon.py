@@ -11,7 +11,7 @@ replaces v, the continuation c_1..c_H (the verifier's own, after v) teacher-forc
 
 A large score says the swap derails the verifier; a mismatch is labelled important where the score
 exceeds a threshold chosen on full-answer labels. The horizon is cut at the answer's end. Cost: one
-teacher-forced verifier pass over prompt + answer per example, then H tokens per side and mismatch
+teacher-forced verifier pass over prompt + answer per example (log-probs of the answer's positions only), then H tokens per side and mismatch
 from its KV cache (cropped back after each), instead of a whole regenerated answer per mismatch.
 Where the answer does not continue after v (a consequence search that kept d there), `regenerate`
 has the verifier write c_1..c_H greedily first, H one-token steps from the same cache.
@@ -30,10 +30,12 @@ HORIZONS = (0, 5, 10, 20)
 class _Cached:
     """The verifier over one sequence's KV cache, rolled back to any prefix length."""
 
-    def __init__(self, verifier, seq: torch.Tensor):
+    def __init__(self, verifier, seq: torch.Tensor, keep: int):
+        """One forward over seq (1, L), keeping the log-probs of its last `keep` positions only (the
+        answer's: the prompt's are never read, and a vocabulary-wide log-softmax over it is costly)."""
         self.model, self.arg = verifier, cache_argument(verifier)
-        out = verifier(input_ids=seq, use_cache=True, **{self.arg: None})
-        self.logp = out.logits[0].float().log_softmax(-1)  # (L, V): row i predicts token i + 1
+        out = verifier(input_ids=seq, use_cache=True, logits_to_keep=keep, **{self.arg: None})
+        self.logp = out.logits[0, -keep:].float().log_softmax(-1)  # (keep, V): row i predicts token L - keep + i + 1
         self.cache = returned_cache(out)
 
     def feed(self, at: int, tokens: list[int]) -> torch.Tensor:
@@ -79,26 +81,27 @@ def horizon_scores(
     cache serves them all."""
     if not mismatches:
         return np.zeros((0, len(horizons)))
-    run, most = _Cached(verifier, torch.tensor([prompt + answer], device=verifier.device)), max(horizons)
-    best = run.logp.max(-1).values  # (P + A,) the verifier's confidence at every position
+    seq = torch.tensor([prompt + answer], device=verifier.device)
+    run, most = _Cached(verifier, seq, len(answer) + 1), max(horizons)  # rows from the prompt's last position on
+    best = run.logp.max(-1).values  # (A + 1,) the verifier's confidence at each of those positions
     scores = np.zeros((len(mismatches), len(horizons)))
     for i in sorted(range(len(mismatches)), key=lambda j: -mismatches[j][0]):
         t, d = mismatches[i]
-        a = len(prompt) + t  # absolute index of the mismatched token
+        a = len(prompt) + t  # sequence position of the mismatched token; row t of run.logp predicts it
         v, cont = (regenerate or {}).get((t, d)), None
         if (t, d) in (continuations or {}):
             v, cont = continuations[(t, d)]
             cont = list(cont)[:most]
         if v is None:  # the answer continues after the verifier's own token: its confidence is in `best`
             cont = answer[t + 1 : t + 1 + most]
-            orig = best[a : a + len(cont)]
+            orig = best[t + 1 : t + 1 + len(cont)]
         else:
             cont = run.greedy(a, v, most) if cont is None else cont
             orig = run.feed(a, [v, *cont[:-1]]).max(-1).values if cont else best[:0]
         alter = run.feed(a, [d, *cont[:-1]]).max(-1).values if cont else best[:0]  # predicting c_1.. after d
         for j, h in enumerate(horizons):
             k = min(h, len(cont))
-            kept = torch.cat([best[a - 1 : a], orig[:k]]).mean()  # predicting v, then c_1..c_k after v
-            swapped = torch.cat([run.logp[a - 1, d : d + 1], alter[:k]]).mean()
+            kept = torch.cat([best[t : t + 1], orig[:k]]).mean()  # predicting v, then c_1..c_k after v
+            swapped = torch.cat([run.logp[t, d : d + 1], alter[:k]]).mean()
             scores[i, j] = float(kept - swapped)
     return scores

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.tables import markdown_table
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
-from router.offline.views import greedy_columns, greedy_score
+from router.offline.views import example_index, greedy_columns, greedy_score
 from router.records import HARMLESS, IMPORTANT
 from router.rules import get_rule, offline_rules
 
@@ -61,26 +62,35 @@ def _scores(view: RecordView, router, name: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _per_example(view: RecordView, defer: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-example sums (E,) of rejections, positions, quality and (consequence) kept mismatches."""
+def _example_sums(view: RecordView):
+    """defer (N,) -> per-example sums (E,) of rejections, positions, quality and (consequence rows)
+    the tested mismatches and those kept; the view's columns and example index are read once."""
     g = greedy_columns(view)
-    _, index = np.unique(view.traj, return_inverse=True)
-    n = int(index.max()) + 1
+    index, n = example_index(view)
+    tested = {}
+    if "consequence" in view.cols:
+        tested = {
+            kind: view.cols["consequence"] == value
+            for kind, value in (("important", IMPORTANT), ("harmless", HARMLESS))
+        }
 
     def total(x):
         return np.bincount(index, weights=np.asarray(x, np.float64), minlength=n)
 
-    out = {
-        "rejections": total(g["cost"] * defer),
-        "positions": total(np.ones_like(defer, dtype=np.float64)),
-        "quality": total(g["q_val"] + defer * (g["p_val"] - g["q_val"])),
-    }
-    if "consequence" in view.cols:
-        label = view.cols["consequence"]
-        for kind, value in (("important", IMPORTANT), ("harmless", HARMLESS)):
-            out[kind] = total(label == value)
-            out[f"{kind}_kept"] = total((label == value) & ~defer)
-    return out
+    positions = total(np.ones(len(index)))
+
+    def sums(defer: np.ndarray) -> dict[str, np.ndarray]:
+        out = {
+            "rejections": total(g["cost"] * defer),
+            "positions": positions,
+            "quality": total(g["q_val"] + defer * (g["p_val"] - g["q_val"])),
+        }
+        for kind, mask in tested.items():
+            out[kind] = total(mask)
+            out[f"{kind}_kept"] = total(mask & ~defer)
+        return out
+
+    return sums
 
 
 def _threshold(score: np.ndarray, cost: np.ndarray, target: float) -> float:
@@ -115,36 +125,28 @@ def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS) -> dict
         val = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["validation"]))
         scored = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["scored"]))
         s_val, s_scored = _scores(val, router, name), _scores(scored, router, name)
-        cost = greedy_columns(val)["cost"]
+        on_val, on_scored, cost = _example_sums(val), _example_sums(scored), greedy_columns(val)["cost"]
         for t in targets:
-            best, best_value = None, -np.inf
+            here, value = {}, {}
             for method in s_val:
                 thr = _threshold(s_val[method], cost, t * cost.mean())
-                here = _per_example(scored, s_scored[method] > thr)
-                if method != name:
-                    value = _value(_per_example(val, s_val[method] > thr), consequence)
-                    best, best_value = (method, value) if value > best_value else (best, best_value)
-                _append(sums[t], method, here)
+                here[method] = on_scored(s_scored[method] > thr)
+                if method != name:  # the best rule of this fold, chosen on its validation examples
+                    value[method] = _value(on_val(s_val[method] > thr), consequence)
+            best = max(value, key=value.get)  # the first of equals, in registry order
             chosen[t].append(best)
-            _append(sums[t], "best_rule", _fold_sums_of(sums[t], best, here))
+            for method, per_example in {**here, "best_rule": here[best]}.items():
+                _append(sums[t], method, per_example)
     return {"router": name, "mode": mode, "k": plan["k"], "sums": sums, "best_rule_per_fold": chosen}
 
 
 def _append(table: dict, method: str, per_example: dict) -> None:
     """Concatenate one fold's per-example sums onto a method's (folds in order, examples in fold order)."""
     if method not in table:
-        table[method] = {k: v.copy() for k, v in per_example.items()}
-        table[method]["_folds"] = [len(next(iter(per_example.values())))]
+        table[method] = dict(per_example)
         return
     for k, v in per_example.items():
         table[method][k] = np.concatenate([table[method][k], v])
-    table[method]["_folds"].append(len(next(iter(per_example.values()))))
-
-
-def _fold_sums_of(table: dict, method: str, like: dict) -> dict:
-    """The last appended fold's per-example sums of `method` (the fold's chosen best rule)."""
-    n = len(next(iter(like.values())))
-    return {k: v[-n:] for k, v in table[method].items() if k != "_folds"}
 
 
 def _share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
@@ -180,10 +182,8 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
 
 def out_of_fold_section(results: dict) -> list[str]:
     """report.md: each cross-fitted router against every rule and the per-fold best rule, out of fold."""
-    from eval.tables import markdown_table
-
     parts = []
-    for name, res in (results or {}).items():
+    for name, res in results.items():
         measures = ("important", "harmless") if res["mode"] == "consequence" else ("quality",)
         parts += [
             f"### Out of fold: {name} ({res['k']}-fold cross-fitting, {res['mode']} rows, greedy view)",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.crossfit import out_of_fold_section
 from eval.online_report import online_lines, online_sections
 from eval.tables import ci, markdown_table
 from router.infra.console import summary_table
@@ -61,12 +62,6 @@ def view_sections(views: dict) -> list[str]:
             "",
         ]
     return parts
-
-
-def out_of_fold_section(results: dict | None) -> list[str]:
-    from eval.crossfit import out_of_fold_section as section
-
-    return section(results or {})
 
 
 def consequence_section(catch: dict | None) -> list[str]:
@@ -124,7 +119,7 @@ def offline_sections(offline: dict) -> list[str]:
         "",
         *view_sections(offline["views"]),
         *consequence_section(offline["consequence"]),
-        *out_of_fold_section(offline.get("out_of_fold")),
+        *out_of_fold_section(offline.get("out_of_fold") or {}),
     ]
 
 

@@ -342,17 +342,16 @@ def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
     from router.export.golden import write_golden
     from router.hf.folder import write_custom_generate
 
-    net = router.net if isinstance(router, LearnedRouter) else router
-    name = router.name if isinstance(router, LearnedRouter) else Path(folder).name
-    folder = Path(folder)
+    router = router if isinstance(router, LearnedRouter) else LearnedRouter(router, name=Path(folder).name)
+    net, folder = router.net, Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
     exported = {**asdict(net.cfg), "weights_sha256": file_sha256(folder / "model.safetensors")}  # checked on load
     (folder / "config.json").write_text(json.dumps(exported, indent=2, default=str))
     write_custom_generate(folder)  # the folder also decodes through transformers' generate(custom_generate=...)
-    write_model_card(net.cfg, name, folder)
-    if net.cfg.arch != "gru":  # a gru has no stateless decision to pin (offline-only)
-        write_golden(LearnedRouter(net, name=name), folder)
+    write_model_card(net.cfg, router.name, folder)
+    if not router.offline_only:  # an offline-only router (a gru) has no stateless decision to pin
+        write_golden(router, folder)
     return folder
 
 

@@ -92,15 +92,15 @@ def test_a_fold_router_scored_on_examples_it_saw_is_refused(records, tmp_path):
 def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_records, tmp_path):
     """Kept shares are over tested mismatches (untested ones count as rejections only), and the
     out-of-fold run reports them at every target with the best rule paired against itself at 0."""
-    from eval.crossfit import _per_example
+    from eval.crossfit import _example_sums
     from router.offline.inputs import RecordView
     from router.records import HARMLESS, IMPORTANT, UNTESTED
 
     view = RecordView([str(consequence_records)], "all", "consequence")
     label = view.cols["consequence"]
     mismatch = view.cols["q_argmax"] != view.cols["p_argmax"]
-    keep_all = _per_example(view, np.zeros(len(label), dtype=bool))
-    defer_all = _per_example(view, np.ones(len(label), dtype=bool))
+    keep_all = _example_sums(view)(np.zeros(len(label), dtype=bool))
+    defer_all = _example_sums(view)(np.ones(len(label), dtype=bool))
     assert keep_all["important_kept"].sum() == keep_all["important"].sum() == (label == IMPORTANT).sum()
     assert defer_all["important_kept"].sum() == 0 and defer_all["harmless_kept"].sum() == 0
     assert keep_all["harmless"].sum() == (label == HARMLESS).sum()

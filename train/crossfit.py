@@ -11,6 +11,7 @@ fold routers already finished (a fold folder with config.json and metrics.json) 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +54,6 @@ def train_folds(cfg, out: Path, fit) -> dict:
         where = fold_folder(out, f)
         if (where / "config.json").exists() and (where / "metrics.json").exists():
             print(f"[specroute] cross-fit: fold {f} is finished, kept ({where})")
-            import json
-
             per_fold[f] = json.loads((where / "metrics.json").read_text())
             continue
         print(

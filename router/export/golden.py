@@ -60,14 +60,12 @@ def _alphas(cfg, outputs: tuple) -> torch.Tensor:
     return torch.tensor([float((s[i - 1] + s[i]) / 2) for i in picks])
 
 
-@torch.no_grad()
 def compute(router, inputs: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """(alphas (A,), outputs) of the loop's decision code on golden inputs."""
-    decide = Decision(router).eval()
-    args = [inputs[n] for n in input_names(router.cfg) if n != "alpha"]
-    probe = decide(*args[:2], torch.tensor(0.0), *args[2:])
+    run = torch_runner(router)
+    probe = run(torch.tensor(0.0), inputs)
     alphas = _alphas(router.cfg, probe)
-    per_alpha = [decide(*args[:2], a, *args[2:]) for a in alphas]
+    per_alpha = [run(a, inputs) for a in alphas]
     outputs = {}
     for i, name in enumerate(output_names(router.cfg)):
         outputs[name] = torch.stack([o[i] for o in per_alpha]) if name in DECISIONS else probe[i]
