@@ -42,7 +42,8 @@ class GenConfig:
     # consequence mode (data_gen/consequence.py): the verifier's greedy answer, and at each drafter/verifier
     # mismatch along it (up to consequence_max_mismatches per example) a branch the verifier finishes
     consequence_max_new_tokens: int = 256  # answer budget (branches included)
-    consequence_max_mismatches: int = 8  # branches per example; later mismatches stay untested
+    consequence_max_mismatches: int = 8  # branches per example; later mismatches stay untested (0 with
+    # consequence_horizon > 0: no branches, short-horizon labels only -- the cheap labelling at scale)
     consequence_batch_size: int = 4  # branches (and answers) decoded per batch
     consequence_lookup: int = 4  # branches decoded with drafts looked up in their answer, this many
     # per verifier pass (router.engine.lookup; same tokens); 0: one token per pass
@@ -76,11 +77,18 @@ class GenConfig:
             "max_continuation_tokens",
             "rollout_max_new_tokens",
             "consequence_max_new_tokens",
-            "consequence_max_mismatches",
             "consequence_batch_size",
         )
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
-        check_minimum(self, 0, "rollout_temperature", "consequence_lookup", "consequence_horizon")
+        check_minimum(
+            self, 0, "rollout_temperature", "consequence_lookup", "consequence_horizon", "consequence_max_mismatches"
+        )
+        if "consequence" in self.modes and not self.consequence_max_mismatches and not self.consequence_horizon:
+            raise ValueError(
+                "consequence_max_mismatches is 0 and consequence_horizon is 0: the consequence mode would label "
+                "nothing; set consequence_max_mismatches >= 1 (full-answer labels) or consequence_horizon > 0 "
+                "(short-horizon labels only)"
+            )
         if self.task == "custom" and not self.data_path:
             raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
         check_task_settings(self.task, self.metric, self.sandbox, self.device)

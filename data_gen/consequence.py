@@ -45,8 +45,9 @@ class Searched:
     labels: dict[int, int] = field(default_factory=dict)  # position -> HARMLESS | IMPORTANT
     branches: dict[int, tuple[str, int]] = field(default_factory=dict)  # position -> (answer, correct)
     argmax: np.ndarray | None = None  # the drafter's argmax along `tokens`
-    # position -> (the verifier's token, its continuation) where a harmless substitution replaced them:
-    # what a short-horizon label (data_gen/horizon.py) reads there, since `tokens` goes on after d
+    # position -> (the verifier's token, its continuation) at every tested mismatch, as they stood when it
+    # was tested: what a short-horizon label (data_gen/horizon.py) reads there, since `tokens` may later
+    # go on after d (a harmless substitution there) or after a substitution a few tokens on
     originals: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
     next_position: int = 0  # where the search for the next mismatch starts
 
@@ -113,10 +114,10 @@ class ConsequenceSearch:
                 correct, answer = self._judge(branch, metas[i])
                 s.branches[t] = (answer, correct)
                 s.next_position = t + 1
+                s.originals[t] = (s.tokens[t], s.tokens[t + 1 : t + 1 + ORIGINAL_TOKENS])
                 if correct == s.correct:  # harmless: keep the drafter's token, search on along the new answer
                     s.labels[t] = HARMLESS
                     if branch != s.tokens:
-                        s.originals[t] = (s.tokens[t], s.tokens[t + 1 : t + 1 + ORIGINAL_TOKENS])
                         s.tokens = branch
                         changed.append(i)
                 else:

@@ -144,8 +144,9 @@ class Recorder:
         return found
 
     def horizon(self, prompt: list[int], s: Searched, row: dict) -> np.ndarray:
-        """(n,) the short-horizon score of every mismatch of a searched answer (NaN elsewhere): where a
-        harmless substitution kept the drafter's token, from the verifier's continuation the search kept."""
+        """(n,) the short-horizon score of every mismatch of a searched answer (NaN elsewhere): at a tested
+        one, from the verifier's token and continuation as they stood when it was tested (the answer may
+        have changed there since: a harmless substitution at it or shortly after it)."""
         from data_gen.horizon import horizon_scores
 
         started = clock.now()

@@ -130,16 +130,21 @@ def _gen_config(tmp_path, data, **kw):
     return GenConfig(**{**base, **kw})
 
 
-@pytest.fixture
-def recorded(tmp_path, pair, monkeypatch):
-    monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
+def _qa_data(tmp_path, n: int):
+    """n addition questions in a jsonl file (the custom task _gen_config reads)."""
     rows = [
         {"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
-        for i in range(10)
+        for i in range(n)
     ]
     data = tmp_path / "qa.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = _gen_config(tmp_path, data)
+    return data
+
+
+@pytest.fixture
+def recorded(tmp_path, pair, monkeypatch):
+    monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
+    cfg = _gen_config(tmp_path, _qa_data(tmp_path, 10))
     manifest = run_gen(cfg, Recorder(cfg, *pair))
     return cfg, manifest
 
@@ -367,17 +372,7 @@ def test_short_horizon_scores_are_recorded_at_every_mismatch(tmp_path, pair, mon
     from data_gen.plan import load_examples
 
     monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
-    data = tmp_path / "qa.jsonl"
-    data.write_text(
-        "".join(
-            json.dumps(
-                {"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
-            )
-            + "\n"
-            for i in range(6)
-        )
-    )
-    cfg = _gen_config(tmp_path, data, consequence_horizon=5)
+    cfg = _gen_config(tmp_path, _qa_data(tmp_path, 6), consequence_horizon=5)
     recorder = Recorder(cfg, *pair)
     manifest = run_gen(cfg, recorder)
     cons = load_records(cfg.output, mode="consequence")
@@ -390,7 +385,8 @@ def test_short_horizon_scores_are_recorded_at_every_mismatch(tmp_path, pair, mon
     assert counts["consequence_seconds"] > 0  # the full search is timed too
     examples = {ex.example_id: ex for ex in load_examples(cfg)}
     ids, pos, tok, q_arg = (np.asarray(cons[c]) for c in ("example_id", "position", "token", "q_argmax"))
-    row = int(np.nonzero(np.isin(label, [IMPORTANT, UNTESTED]))[0][0])  # the answer holds the verifier's token there
+    # untested mismatches follow the search's last substitution: the recorded answer is the verifier's own there
+    row = int(np.nonzero(label == UNTESTED)[0][0])
     rows = np.nonzero(ids == ids[row])[0]
     answer = tok[rows[np.argsort(pos[rows])]].tolist()
     prompt = recorder.prepare(examples[ids[row]], "consequence")[0]
@@ -419,3 +415,40 @@ def test_short_horizon_scores_are_recorded_at_every_mismatch(tmp_path, pair, mon
         max_new_tokens=8,
     )
     assert got.stats["new_tokens"] == 8
+
+
+def test_horizon_only_labelling_scores_every_mismatch_without_branches(tmp_path, pair, monkeypatch):
+    """consequence_max_mismatches=0 with consequence_horizon=H: no branch is decoded, every mismatch is
+    UNTESTED with its short-horizon score, and the first mismatch of each answer scores as in a folder
+    that also runs the full search (the answer is the same up to there). 0 and 0 is refused."""
+    monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
+    data = _qa_data(tmp_path, 6)
+    full = _gen_config(tmp_path, data, consequence_horizon=5, output=str(tmp_path / "full"))
+    run_gen(full, Recorder(full, *pair))
+    cheap = _gen_config(
+        tmp_path, data, consequence_horizon=5, consequence_max_mismatches=0, modes=["consequence"],
+        output=str(tmp_path / "cheap"),
+    )
+    manifest = run_gen(cheap, Recorder(cheap, *pair))
+    assert manifest.counts["consequence_branch_tokens"] == 0
+    assert manifest.counts["consequence_important"] == manifest.counts["consequence_harmless"] == 0
+    got, want = load_records(cheap.output), load_records(full.output, mode="consequence")
+    label, score = np.asarray(got["consequence"]), np.asarray(got["horizon_score"])
+    assert set(np.unique(label)) <= {AGREE, UNTESTED} and (label == UNTESTED).any()
+    assert np.isfinite(score[label == UNTESTED]).all() and np.isnan(score[label == AGREE]).all()
+
+    def first_mismatch(rec, mismatch_labels):
+        ids, pos, lab, sc = (np.asarray(rec[c]) for c in ("example_id", "position", "consequence", "horizon_score"))
+        out = {}
+        for i in np.argsort(pos, kind="stable"):
+            if lab[i] in mismatch_labels and ids[i] not in out:
+                out[ids[i]] = (int(pos[i]), float(sc[i]))
+        return out
+
+    cheap_first = first_mismatch(got, (UNTESTED,))
+    full_first = first_mismatch(want, (HARMLESS, IMPORTANT, UNTESTED))
+    assert cheap_first.keys() == full_first.keys() and cheap_first
+    for ex, (t, s) in cheap_first.items():
+        assert full_first[ex][0] == t and abs(full_first[ex][1] - s) < 1e-4
+    with pytest.raises(ValueError, match="label nothing"):
+        _gen_config(tmp_path, data, consequence_max_mismatches=0)
