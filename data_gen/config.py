@@ -47,6 +47,8 @@ class GenConfig:
     consequence_batch_size: int = 4  # branches (and answers) decoded per batch
     consequence_lookup: int = 4  # branches decoded with drafts looked up in their answer, this many
     # per verifier pass (router.engine.lookup; same tokens); 0: one token per pass
+    consequence_rejoin: int = 0  # > 0: a branch stops once it repeats this many consecutive tokens of the
+    # answer it left, the answer's remainder spliced on (data_gen/rejoin.py; cheaper, approximate); 0: decode to the end
     consequence_horizon: int = 0  # > 0: also a short-horizon score of every mismatch (data_gen/horizon.py,
     # SelfJudge's likelihood difference over this many tokens; column horizon_score), tested or not
     metric: str | None = None  # consequence: the task metric judging answers (default: the task's)
@@ -81,7 +83,8 @@ class GenConfig:
         )
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
         check_minimum(
-            self, 0, "rollout_temperature", "consequence_lookup", "consequence_horizon", "consequence_max_mismatches"
+            self, 0, "rollout_temperature", "consequence_lookup", "consequence_horizon", "consequence_max_mismatches",
+            "consequence_rejoin",
         )
         if "consequence" in self.modes and not self.consequence_max_mismatches and not self.consequence_horizon:
             raise ValueError(

@@ -33,6 +33,7 @@ from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop
 from router.records import AGREE, CONSEQUENCE_LABELS, HARMLESS, IMPORTANT, UNTESTED
 from router.engine.teacher import forward_tail, tail_layout
+from data_gen.rejoin import RejoinStop
 
 
 @dataclass
@@ -79,6 +80,7 @@ class ConsequenceSearch:
         batch_size: int,
         prefix: SharedPrefix | None = None,
         lookup: int = 4,
+        rejoin: int = 0,
     ):
         self.drafter, self.verifier, self.tok, self.metric = drafter, verifier, tokenizer, metric
         self.stops, self.vocab, self.pad_id, self.prefix = list(stops), vocab, pad_id, prefix
@@ -86,6 +88,9 @@ class ConsequenceSearch:
         self.eos = eos_ids(verifier)
         self.max_new_tokens, self.max_mismatches, self.batch_size = max_new_tokens, max_mismatches, batch_size
         self.lookup = lookup
+        self.rejoin = rejoin  # > 0: a branch ends once it repeats this many tokens of its answer (data_gen/rejoin.py)
+        self.rejoined_branches = 0  # branches ended that way
+        self.spliced_tokens = 0  # answer tokens spliced on instead of decoded
         self.report: Callable[[str], None] | None = None  # progress lines (the recorder's bar shows them)
         self.branch_tokens = 0  # verifier tokens decoded in branches (the search's main cost)
         self.branch_verifier_passes = 0  # verifier forwards per branch those tokens took, summed over branches
@@ -106,6 +111,7 @@ class ConsequenceSearch:
                 [self.max_new_tokens - len(start) for start in starts],
                 ended=starts,
                 references=[found[i].tokens for i, _ in todo],
+                departures=[t for _, t in todo],
             )
             changed = []
             for (i, t), start, tail in zip(todo, starts, tails):
@@ -150,23 +156,35 @@ class ConsequenceSearch:
         budgets: list[int],
         ended: list[list[int]] | None = None,
         references: list[list[int]] | None = None,
+        departures: list[int] | None = None,
     ) -> list[list[int]]:
         """The verifier's greedy continuation of each start (prompt + answer so far), up to its budget,
         ending at EOS or a stop string, in batches. A start whose answer already ended (its last
         token is EOS, or a stop string closes it, or no budget is left) gets no continuation. With
         `references` (the answer each branch departs from) and `lookup` gamma, the branches are
         decoded speculatively with drafts looked up in their references (router.engine.lookup): the same
-        tokens, fewer verifier passes where a branch rejoins its answer."""
+        tokens, fewer verifier passes where a branch rejoins its answer. With `rejoin` R and the
+        `departures` (the answer position each branch substitutes), a branch stops once it repeats R
+        tokens of its reference and the reference's remainder is spliced on (data_gen/rejoin.py)."""
         out: list[list[int]] = [[] for _ in starts]
         live = [i for i, b in enumerate(budgets) if b > 0 and not (ended and self._closed(ended[i]))]
         device = next(self.verifier.parameters()).device
         for lo in range(0, len(live), self.batch_size):
             rows = live[lo : lo + self.batch_size]
             ids, mask = left_pad([starts[i] for i in rows], self.pad_id)
+            stop = self.stop
+            if references is not None and self.rejoin:
+                stop = RejoinStop(
+                    self.stop,
+                    [references[i] for i in rows],
+                    [ended[i] for i in rows],
+                    [departures[i] for i in rows],
+                    self.rejoin,
+                )
             common = dict(
                 max_new_tokens=max(budgets[i] for i in rows),
                 attention_mask=mask.to(device),
-                stop=self.stop,
+                stop=stop,
                 prefix=self.prefix
                 if self.prefix is not None and self.prefix.covers([starts[i] for i in rows])
                 else None,
@@ -188,8 +206,13 @@ class ConsequenceSearch:
             width = ids.shape[1]
             for b, i in enumerate(rows):
                 new = gen.sequences[b, width:][gen.sources[b] >= 0].tolist()[: budgets[i]]
+                self.branch_tokens += len(new) if ended else 0  # decoded ones: spliced tokens cost nothing
+                if isinstance(stop, RejoinStop) and b in stop.rejoined:
+                    self.rejoined_branches += 1
+                    spliced = stop.remainder(b)[: max(0, budgets[i] - len(new))]
+                    self.spliced_tokens += len(spliced)
+                    new += spliced
                 out[i] = new
-                self.branch_tokens += len(new) if ended else 0
             self.branch_verifier_passes += gen.stats["verifier_row_forwards"] if ended else 0
         return out
 

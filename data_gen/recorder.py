@@ -73,6 +73,7 @@ class Recorder:
                 c.consequence_batch_size,
                 self.prefix,
                 c.consequence_lookup,
+                c.consequence_rejoin,
             )
 
     # ---- one example -> token ids -------------------------------------------------------------
@@ -128,14 +129,14 @@ class Recorder:
 
     def consequence(self, batch: list[Example], prompts: list[list[int]]) -> list[Searched]:
         """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""
-        before, started = (self.search.branch_tokens, self.search.branch_verifier_passes), clock.now()
+        counters = ("branch_tokens", "branch_verifier_passes", "rejoined_branches", "spliced_tokens")
+        before, started = [getattr(self.search, c) for c in counters], clock.now()
         found = self.search.run(prompts, [ex.meta for ex in batch])
         self.counts["consequence_seconds"] = self.counts.get("consequence_seconds", 0.0) + clock.now() - started
-        for key, now, was in (
-            ("tokens", self.search.branch_tokens, before[0]),
-            ("verifier_passes", self.search.branch_verifier_passes, before[1]),
-        ):
-            self.counts[f"consequence_branch_{key}"] = self.counts.get(f"consequence_branch_{key}", 0) + now - was
+        for key, was in zip(counters, before):
+            if key in ("branch_tokens", "branch_verifier_passes") or self.search.rejoin:  # the manifest's old keys stay
+                name = f"consequence_{key}"
+                self.counts[name] = self.counts.get(name, 0) + getattr(self.search, key) - was
         for s in found:
             for key, kind in (("important", IMPORTANT), ("harmless", HARMLESS)):
                 self.counts[f"consequence_{key}"] = self.counts.get(f"consequence_{key}", 0) + sum(

@@ -85,7 +85,7 @@ class Rows:
         if self.stop is None:
             return False
         self.tails[row] = (self.tails[row] + self.stop.text(tok))[-self.stop.window :]
-        return self.stop.found(self.tails[row])
+        return self.stop.found(self.tails[row]) or self.stop.ends(row, self.tokens[row])
 
     def new_tokens(self) -> int:
         return sum(len(t) for t in self.tokens)

@@ -93,6 +93,11 @@ class StopStrings:
     def found(self, tail: str) -> bool:
         return any(s in tail for s in self.strings)
 
+    def ends(self, row: int, tokens: list[int]) -> bool:
+        """Whether row `row` ends after its emitted `tokens` for a reason of its own (none here; the
+        consequence search's RejoinStop ends a branch that has re-joined the answer it left)."""
+        return False
+
 
 def cut_at_stop(text: str, stops: list[str]) -> str:
     """The text before the first stop string."""
