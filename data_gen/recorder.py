@@ -157,7 +157,13 @@ class Recorder:
         given = {(t, int(row["q_argmax"][t])): s.originals[t] for t in at if t in s.originals}
         if pairs:
             scores = horizon_scores(
-                self.verifier, prompt, s.tokens, pairs, (self.cfg.consequence_horizon,), continuations=given
+                self.verifier,
+                prompt,
+                s.tokens,
+                pairs,
+                (self.cfg.consequence_horizon,),
+                continuations=given,
+                prefix=self.prefix,
             )
             out[at] = scores[:, 0]
         self.counts["horizon_seconds"] = self.counts.get("horizon_seconds", 0.0) + clock.now() - started

@@ -172,3 +172,15 @@ def online_point(method: str, alpha: float, **measured):
         examples=[],
     )
     return OnlinePoint(method, alpha, **{**fields, **measured})
+
+
+def study_module(name: str):
+    """studies/<name>.py imported as a module (the studies are scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "studies" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"study_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -21,6 +21,7 @@ from router.engine.prefix import SharedPrefix
 from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED, load_records, read_manifest
 from router.engine.tiny import tiny_pair
 from train.run import TrainConfig, run_train
+from helpers import study_module
 
 BUDGET, MISMATCHES = 14, 3
 
@@ -344,15 +345,8 @@ def test_the_search_reports_its_rounds(pair):
 
 def test_horizon_study_scores_every_tested_mismatch(recorded, pair, tmp_path):
     """studies/horizon_labels.py: a SelfJudge score per tested mismatch, against the full-answer label."""
-    import importlib.util
-    from pathlib import Path
-
     cfg, manifest = recorded
-    spec = importlib.util.spec_from_file_location(
-        "horizon_study", Path(__file__).resolve().parents[1] / "studies/horizon_labels.py"
-    )
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+    study = study_module("horizon_labels")
     assert study.main([cfg.output, "--out", str(tmp_path / "hz")], recorder=Recorder(cfg, *pair)) == 0
     result = json.loads((tmp_path / "hz" / "horizon.json").read_text())
     counts = manifest.consequence
@@ -452,3 +446,23 @@ def test_horizon_only_labelling_scores_every_mismatch_without_branches(tmp_path,
         assert full_first[ex][0] == t and abs(full_first[ex][1] - s) < 1e-4
     with pytest.raises(ValueError, match="label nothing"):
         _gen_config(tmp_path, data, consequence_max_mismatches=0)
+
+
+def test_label_agreement_study_compares_mismatches_tested_on_the_same_answer(recorded, pair, tmp_path):
+    """studies/label_agreement.py: a folder against itself agrees everywhere; a re-join variant on the
+    same examples is compared only where both tested a mismatch on the same answer."""
+    cfg, manifest = recorded
+    study = study_module("label_agreement")
+    assert study.main([cfg.output, cfg.output, "--out", str(tmp_path / "self")]) == 0
+    same = json.loads((tmp_path / "self" / "agreement.json").read_text())
+    tested = manifest.consequence["important"] + manifest.consequence["harmless"]
+    assert same["compared"] == same["of_reference"] == tested and same["agreement"] == 1.0
+    assert same["confusion"]["both_important"] == manifest.consequence["important"]
+    cheap = _gen_config(tmp_path, Path(cfg.data_path), consequence_rejoin=2, output=str(tmp_path / "rejoin"))
+    run_gen(cheap, Recorder(cheap, *pair))
+    assert study.main([cfg.output, cheap.output, "--out", str(tmp_path / "rj")]) == 0
+    got = json.loads((tmp_path / "rj" / "agreement.json").read_text())
+    assert 0 < got["compared"] <= tested and sum(got["confusion"].values()) == got["compared"]
+    assert got["costs"]["candidate"]["rejoined_branches"] == read_manifest(cheap.output).counts.get(
+        "consequence_rejoined_branches", 0
+    )

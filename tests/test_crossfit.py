@@ -3,6 +3,7 @@ scored once out of fold, no leakage, and the pairing exact (a router that copies
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -13,9 +14,21 @@ import torch
 from eval.crossfit import out_of_fold, summarise
 from helpers import synthetic_token_records
 from router.features import FEATURE_NAMES
+from router.infra.config import ConfigError
 from router.model import LearnedRouter, RouterConfig, RouterError, RouterNet, save_router
-from router.offline.folds import fold_folder, fold_plan, read_plan, write_plan
+from router.offline.folds import fold_folder, fold_plan, read_plan, train_share, write_plan
 from train.crossfit import labelled_examples
+
+
+def test_training_shares_are_nested_and_seeded():
+    ids = [f"ex{i}" for i in range(40)]
+    quarter, half, whole = (train_share(ids, share, seed=1) for share in (0.25, 0.5, 1.0))
+    assert len(quarter) == 10 and len(half) == 20 and whole == sorted(ids)
+    assert set(quarter) < set(half) < set(whole)
+    assert train_share(list(reversed(ids)), 0.5, seed=1) == half and train_share(ids, 0.5, seed=2) != half
+    assert train_share(ids[:1], 0.1) == ["ex0"]  # at least one example
+    with pytest.raises(ValueError, match="share must be in"):
+        train_share(ids, 0.0)
 
 
 def test_folds_score_every_example_once_and_never_train_on_it():
@@ -135,6 +148,15 @@ def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
     assert capsys.readouterr().out.count("is finished, kept") == 2
     with pytest.raises(ValueError, match="other folds"):
         run_train(TrainConfig(records=[str(records)], cross_fit=3, max_epochs=1, baselines=False, output=str(out)))
+    half = tmp_path / "mlp-cf-half"  # a learning-curve point: half of each fold's training examples
+    run_train(dataclasses.replace(cfg, cross_fit_train_share=0.5, output=str(half)))
+    assert read_plan(half)["folds"] == plan["folds"]  # the same folds: curve points pair up example by example
+    for f, fold in enumerate(plan["folds"]):
+        seen = json.loads((fold_folder(half, f) / "config.json").read_text())["trained_on"]["example_ids"]
+        assert seen == {"train": train_share(fold["train"], 0.5), "validation": fold["validation"]}
+        assert set(seen["train"]) < set(fold["train"]) and len(seen["train"]) == round(len(fold["train"]) / 2)
+    with pytest.raises(ConfigError, match="only with cross_fit=K"):
+        TrainConfig(records=[str(records)], cross_fit_train_share=0.5)
     metrics = run_eval(
         EvalConfig(
             records=[str(records)],
@@ -182,3 +204,27 @@ def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, 
     monkeypatch.setattr(sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "snap")])
     with pytest.raises(SystemExit, match="exists"):
         study.main()
+
+
+def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, tmp_path):
+    """studies/learning_curve.py: one cross-fit per training share over the same folds, each scored out
+    of fold, written as curve.json / curve.csv / curve.png with a projection."""
+    from helpers import study_module
+
+    config = tmp_path / "cf.yaml"
+    config.write_text(
+        f"records: [{consequence_records}]\nmode: consequence\nhead: cascade\ntarget: consequence\n"
+        "max_epochs: 1\nbatch_size: 256\ncross_fit: 2\n"
+    )
+    out = tmp_path / "curve"
+    study = study_module("learning_curve")
+    assert study.main(["--config", str(config), "--shares", "0.5", "1.0", "--out", str(out)]) == 0
+    curve = json.loads((out / "curve.json").read_text())
+    assert [p["share"] for p in curve["points"]] == [0.5, 1.0]
+    small, full = (p["train_examples"] for p in curve["points"])
+    assert small < full
+    assert read_plan(out / "share-0.5")["folds"] == read_plan(out / "share-1")["folds"]
+    rows = (out / "curve.csv").read_text().splitlines()
+    assert rows[0].startswith("share,train_examples,target,measure") and len(rows) == 1 + 2 * 3 * 2  # shares x targets x measures
+    assert (out / "curve.png").stat().st_size > 0
+    assert curve["projection"]["measure"] == "important" and curve["projection"]["target"] == 0.5

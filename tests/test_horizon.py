@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from data_gen.horizon import HORIZONS, horizon_scores
+from router.engine.prefix import SharedPrefix
 
 
 def _plain(verifier, prompt, answer, t, d, h):
@@ -48,6 +49,10 @@ def test_cached_scores_equal_plain_forwards(tiny):
     a = len(prompt) + t
     assert np.isclose(got[0, 0], float(logp[a - 1].max() - logp[a - 1, d]), atol=1e-5)
     assert horizon_scores(verifier, prompt, answer, []).shape == (0, len(HORIZONS))
+    # from a shared prefix's cache (a few-shot context prefilled once): the same scores
+    shared = SharedPrefix(prompt[:-2])
+    assert np.allclose(horizon_scores(verifier, prompt, answer, mismatches, prefix=shared), got, atol=1e-4)
+    assert np.allclose(horizon_scores(verifier, prompt, answer, mismatches, prefix=SharedPrefix([1, 2])), got)  # not covering: unused
 
 
 def test_a_continuation_the_answer_lacks_is_regenerated(tiny):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from router.infra.files import write_json
-from router.offline.folds import fold_folder, fold_plan, read_plan, write_plan
+from router.offline.folds import fold_folder, fold_plan, read_plan, train_share, write_plan
 from router.records import load_records
 
 
@@ -56,12 +56,13 @@ def train_folds(cfg, out: Path, fit) -> dict:
             print(f"[specroute] cross-fit: fold {f} is finished, kept ({where})")
             per_fold[f] = json.loads((where / "metrics.json").read_text())
             continue
+        train = train_share(fold["train"], cfg.cross_fit_train_share, cfg.cross_fit_seed)
         print(
-            f"[specroute] cross-fit: fold {f + 1}/{len(plan)}: {len(fold['train'])} training, "
+            f"[specroute] cross-fit: fold {f + 1}/{len(plan)}: {len(train)} training, "
             f"{len(fold['validation'])} validation, {len(fold['scored'])} scored examples"
         )
-        fold_cfg = dataclasses.replace(cfg, cross_fit=0, output=str(where))
-        per_fold[f] = fit(fold_cfg, where, {"train": fold["train"], "validation": fold["validation"]})
+        fold_cfg = dataclasses.replace(cfg, cross_fit=0, cross_fit_train_share=1.0, output=str(where))  # the share is in `train`
+        per_fold[f] = fit(fold_cfg, where, {"train": train, "validation": fold["validation"]})
     summary = {"k": len(plan), "folds": per_fold, "examples": sum(len(f["scored"]) for f in plan)}
     write_json(out / "metrics.json", summary)
     print(f"  cross-fitted routers written to {out}/fold-0 .. fold-{len(plan) - 1} (plan: {out}/folds.json)")

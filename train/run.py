@@ -66,6 +66,8 @@ class TrainConfig:
     cross_fit: int = 0
     cross_fit_seed: int = 0
     cross_fit_validation: float = 0.2
+    cross_fit_train_share: float = 1.0  # learning curves: each fold trains on this share of its training
+    # examples (nested across shares; validation and scored examples unchanged, so curves pair up)
     output: str = "runs/routers/mlp"
 
     def __post_init__(self):
@@ -78,6 +80,11 @@ class TrainConfig:
             raise ConfigError(
                 f"cross_fit must be 0 (the records' splits) or K >= 2 folds (got {self.cross_fit}), and "
                 f"cross_fit_validation in (0, 1) (got {self.cross_fit_validation})"
+            )
+        if not 0 < self.cross_fit_train_share <= 1 or (self.cross_fit_train_share < 1 and not self.cross_fit):
+            raise ConfigError(
+                f"cross_fit_train_share must be in (0, 1] (got {self.cross_fit_train_share}) and below 1 only "
+                f"with cross_fit=K: it is the share of each fold's training examples a learning curve uses"
             )
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")

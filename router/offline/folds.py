@@ -41,6 +41,15 @@ def fold_plan(example_ids, k: int, seed: int = 0, validation: float = 0.2) -> li
     return plan
 
 
+def train_share(ids: list[str], share: float, seed: int = 0) -> list[str]:
+    """The first `share` of a fold's training ids in seeded hash order (at least one), sorted: nested
+    across shares (the examples of share 0.25 are among those of 0.5), for learning curves."""
+    if not 0 < share <= 1:
+        raise ValueError(f"the training share must be in (0, 1], got {share}")
+    order = sorted(ids, key=lambda i: _key(f"share:{i}", seed))
+    return sorted(order[: max(1, round(share * len(order)))])
+
+
 def write_plan(folder: str | Path, plan: list[dict], seed: int, validation: float, records: list[str]) -> Path:
     from router.infra.files import write_json
 
