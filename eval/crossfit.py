@@ -62,15 +62,23 @@ def _scores(view: RecordView, router, name: str) -> dict[str, np.ndarray]:
     return out
 
 
-def _example_sums(view: RecordView):
+def tested_rows(view: RecordView) -> np.ndarray:
+    """(N,) bool: the rows of tested mismatches (IMPORTANT or HARMLESS)."""
+    return np.isin(view.cols["consequence"], (IMPORTANT, HARMLESS))
+
+
+def _example_sums(view: RecordView, rows: np.ndarray | None = None):
     """defer (N,) -> per-example sums (E,) of rejections, positions, quality and (consequence rows)
-    the tested mismatches and those kept; the view's columns and example index are read once."""
-    g = greedy_columns(view)
+    the tested mismatches and those kept; the view's columns and example index are read once.
+    `rows` (N,) bool: only those rows count (defer then has one entry per such row)."""
+    keep = slice(None) if rows is None else rows
+    g = {k: np.asarray(v)[keep] for k, v in greedy_columns(view).items()}
     index, n = example_index(view)
+    index = index[keep]
     tested = {}
     if "consequence" in view.cols:
         tested = {
-            kind: view.cols["consequence"] == value
+            kind: view.cols["consequence"][keep] == value
             for kind, value in (("important", IMPORTANT), ("harmless", HARMLESS))
         }
 
@@ -112,8 +120,12 @@ def _value(sums: dict, consequence: bool) -> float:
     return sums["quality"].sum() / max(sums["positions"].sum(), 1)
 
 
-def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS) -> dict:
-    """Every example scored out of fold: per target, per method, per-example sums over all folds."""
+def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS, tested_only: bool = False) -> dict:
+    """Every example scored out of fold: per target, per method, per-example sums over all folds.
+    tested_only (consequence rows): the rejection rate and every measure over the tested mismatches
+    alone, so a method cannot look better by moving deferrals from untested mismatches (whose
+    consequence is unknown, and which a router may tell apart, e.g. by where they fall in an answer)
+    onto tested ones; the verifier's rejection rate there is 1 (it defers at every tested mismatch)."""
     folder = Path(folder)
     plan, mode, name = read_plan(folder), _mode(folder), folder.name
     consequence = mode == "consequence"
@@ -125,7 +137,11 @@ def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS) -> dict
         val = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["validation"]))
         scored = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["scored"]))
         s_val, s_scored = _scores(val, router, name), _scores(scored, router, name)
-        on_val, on_scored, cost = _example_sums(val), _example_sums(scored), greedy_columns(val)["cost"]
+        r_val, r_scored = (tested_rows(v) if tested_only else np.ones(len(v.traj), bool) for v in (val, scored))
+        s_val = {m: s[r_val] for m, s in s_val.items()}
+        s_scored = {m: s[r_scored] for m, s in s_scored.items()}
+        on_val, on_scored = _example_sums(val, r_val), _example_sums(scored, r_scored)
+        cost = np.asarray(greedy_columns(val)["cost"])[r_val]
         for t in targets:
             here, value = {}, {}
             for method in s_val:
@@ -137,7 +153,14 @@ def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS) -> dict
             chosen[t].append(best)
             for method, per_example in {**here, "best_rule": here[best]}.items():
                 _append(sums[t], method, per_example)
-    return {"router": name, "mode": mode, "k": plan["k"], "sums": sums, "best_rule_per_fold": chosen}
+    return {
+        "router": name,
+        "mode": mode,
+        "k": plan["k"],
+        "tested_only": tested_only,
+        "sums": sums,
+        "best_rule_per_fold": chosen,
+    }
 
 
 def _append(table: dict, method: str, per_example: dict) -> None:
@@ -161,7 +184,13 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     consequence = result["mode"] == "consequence"
     measures = ("important", "harmless") if consequence else ("quality",)
     rng = np.random.default_rng(seed)
-    out = {"router": result["router"], "mode": result["mode"], "k": result["k"], "targets": {}}
+    out = {
+        "router": result["router"],
+        "mode": result["mode"],
+        "k": result["k"],
+        "tested_only": result.get("tested_only", False),
+        "targets": {},
+    }
     for t, table in result["sums"].items():
         n = len(table["best_rule"]["positions"])
         weights = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(np.float64)  # (R, E)
@@ -180,6 +209,18 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     return out
 
 
+def out_of_fold_results(folders: list, records: list[str], reps: int = BOOTSTRAP) -> dict:
+    """metrics.json's offline.out_of_fold: each cross-fitted folder summarised, and for consequence
+    rows a second time over the tested mismatches alone ("<name> (tested only)")."""
+    out = {}
+    for folder in folders:
+        name = Path(folder).name
+        out[name] = summarise(out_of_fold(folder, records), reps=reps)
+        if out[name]["mode"] == "consequence":
+            out[f"{name} (tested only)"] = summarise(out_of_fold(folder, records, tested_only=True), reps=reps)
+    return out
+
+
 def out_of_fold_section(results: dict) -> list[str]:
     """report.md: each cross-fitted router against every rule and the per-fold best rule, out of fold."""
     parts = []
@@ -193,7 +234,12 @@ def out_of_fold_section(results: dict) -> list[str]:
             "verifier's). "
             + (
                 "important / harmless: the share of the tested important / harmless mismatches a method keeps "
-                "(lower / higher is better); untested mismatches count toward the rejection rate only. "
+                "(lower / higher is better); "
+                + (
+                    "rejection rates over the tested mismatches alone (untested ones left out). "
+                    if res.get("tested_only")
+                    else "untested mismatches count toward the rejection rate only. "
+                )
                 if res["mode"] == "consequence"
                 else "quality: the share of emitted tokens equal to the gold one. "
             )

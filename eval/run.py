@@ -132,12 +132,10 @@ def _auto_gamma(cfg: EvalConfig, manifest: Manifest, out: Path, ranks: Ranks):
 def _offline_results(
     cfg: EvalConfig, held_out, curves: dict, routers: dict, cost_ratio: float, source: str, crossed: list
 ) -> dict:
-    from eval.crossfit import out_of_fold, summarise as summarise_folds
+    from eval.crossfit import out_of_fold_results
 
     return {
-        "out_of_fold": {
-            Path(f).name: summarise_folds(out_of_fold(f, cfg.records), reps=cfg.bootstrap) for f in crossed
-        },
+        "out_of_fold": out_of_fold_results(crossed, cfg.records, cfg.bootstrap),
         "positions": len(held_out.cols["tv"]),
         "cost_ratio": cost_ratio,
         "cost_ratio_source": source,

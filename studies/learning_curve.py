@@ -13,8 +13,9 @@ of the same examples: folds are drawn over the training records' examples).
 
 Writes curve.json, curve.csv and curve.png to --out: per share and target rejection rate, the
 router's kept share of important (and harmless) mismatches, the best rule's, and the paired
-difference with its bootstrap interval. The projection at the end is a back-of-the-envelope
-reading, stated as such: a least-squares line of the difference at the middle target against
+difference with its bootstrap interval, with rejection rates over all mismatches and (population
+`tested`) over the tested mismatches alone. The projection at the end (over the tested mismatches
+where the records have them) is a back-of-the-envelope reading, stated as such: a least-squares line of the difference at the middle target against
 log(training examples), and the interval's half-width shrinking as 1/sqrt(scored examples), give the
 number of labelled examples at which the interval would exclude 0 if both trends held.
 Each share's fold routers are kept in --out/share-<s>; a rerun reuses the finished ones.
@@ -40,41 +41,48 @@ def curve_point(cfg, share: float, out: Path, eval_records: list[str]) -> dict:
 
     where = out / f"share-{share:g}"
     run_train(dataclasses.replace(cfg, cross_fit_train_share=share, output=str(where)))
-    summary = summarise(out_of_fold(where, eval_records))
-    return {"share": share, "folder": str(where), "summary": summary}
+    summaries = {"all": summarise(out_of_fold(where, eval_records))}
+    if summaries["all"]["mode"] == "consequence":  # and over the tested mismatches alone (eval/crossfit.py)
+        summaries["tested"] = summarise(out_of_fold(where, eval_records, tested_only=True))
+    return {"share": share, "folder": str(where), "summaries": summaries}
 
 
 def curve_rows(points: list[dict], router: str) -> list[dict]:
-    """One CSV row per share and target: the router, the best rule and their paired difference."""
+    """One CSV row per share, population (all / tested mismatches), target and measure: the router,
+    the best rule and their paired difference."""
     rows = []
     for p in points:
-        for target, block in p["summary"]["targets"].items():
-            mine, best = block["methods"][router], block["methods"]["best_rule"]
-            for measure in ("important", "harmless", "quality"):
-                if measure not in mine:
-                    continue
-                d = mine[f"{measure}_vs_best_rule"]
-                rows.append(
-                    {
-                        "share": p["share"],
-                        "train_examples": p["train_examples"],
-                        "target": float(target),
-                        "measure": measure,
-                        "router": mine[measure],
-                        "best_rule": best[measure],
-                        "diff": d["diff"],
-                        "low": d["low"],
-                        "high": d["high"],
-                        "scored_examples": mine["examples"],
-                    }
-                )
+        for population, summary in p["summaries"].items():
+            for target, block in summary["targets"].items():
+                rows += [
+                    _row(p, population, float(target), m, block["methods"][router], block["methods"]["best_rule"])
+                    for m in ("important", "harmless", "quality")
+                    if m in block["methods"][router]
+                ]
     return rows
 
 
-def projection(rows: list[dict], target: float, measure: str) -> dict:
+def _row(point: dict, population: str, target: float, measure: str, mine: dict, best: dict) -> dict:
+    d = mine[f"{measure}_vs_best_rule"]
+    return {
+        "share": point["share"],
+        "train_examples": point["train_examples"],
+        "population": population,
+        "target": target,
+        "measure": measure,
+        "router": mine[measure],
+        "best_rule": best[measure],
+        "diff": d["diff"],
+        "low": d["low"],
+        "high": d["high"],
+        "scored_examples": mine["examples"],
+    }
+
+
+def projection(rows: list[dict], target: float, measure: str, population: str) -> dict:
     """Labelled examples at which the interval would exclude 0, if the fitted trend and 1/sqrt(n) held.
     For `important` (lower is better) the router must get below the best rule: the sign is flipped."""
-    pts = [r for r in rows if r["target"] == target and r["measure"] == measure]
+    pts = [r for r in rows if r["target"] == target and r["measure"] == measure and r["population"] == population]
     if len(pts) < 2:
         return {"note": "fewer than two curve points"}
     sign = -1.0 if measure == "important" else 1.0
@@ -98,6 +106,7 @@ def plot(rows: list[dict], path: Path, router: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r["population"] == "all"]
     measures = sorted({r["measure"] for r in rows})
     fig, axes = plt.subplots(1, len(measures), figsize=(5 * len(measures), 3.6), squeeze=False)
     for ax, m in zip(axes[0], measures):
@@ -143,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += curve_rows([p], Path(p["folder"]).name)
     middle = sorted({r["target"] for r in rows})[len({r["target"] for r in rows}) // 2]
     measure = "important" if any(r["measure"] == "important" for r in rows) else "quality"
+    population = "tested" if any(r["population"] == "tested" for r in rows) else "all"  # the fair one (eval/crossfit.py)
     result = {
         "config": args.config,
         "overrides": args.overrides,
@@ -150,7 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         "eval_records": args.eval_records or list(cfg.records),
         "k": cfg.cross_fit,
         "points": points,
-        "projection": {"target": middle, "measure": measure, **projection(rows, middle, measure)},
+        "projection": {
+            "target": middle,
+            "measure": measure,
+            "population": population,
+            **projection(rows, middle, measure, population),
+        },
     }
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "curve.json", result)
@@ -159,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["target"] == middle:
             print(
-                f"  {r['train_examples']:7.1f} training examples/fold: {r['measure']} kept router {r['router']:.4f}, "
+                f"  {r['train_examples']:7.1f} training examples/fold, {r['population']} mismatches: {r['measure']} kept router {r['router']:.4f}, "
                 f"best rule {r['best_rule']:.4f}, diff {r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}] "
                 f"({r['scored_examples']} examples scored)"
             )

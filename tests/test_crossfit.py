@@ -128,6 +128,17 @@ def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_reco
         assert best["important_vs_best_rule"] == {"diff": 0.0, "low": 0.0, "high": 0.0}
     half = summary["targets"]["0.5"]["methods"]
     assert half["opt-copy"]["important"] == half["opt"]["important"]
+    # over the tested mismatches alone: the rejection rate is a share of them, untested rows count nowhere
+    tested = np.isin(label, (IMPORTANT, HARMLESS))
+    only = _example_sums(view, tested)(np.ones(int(tested.sum()), dtype=bool))
+    assert only["rejections"].sum() == only["positions"].sum() == tested.sum()
+    from eval.crossfit import out_of_fold_results
+
+    both = out_of_fold_results([folder], [str(consequence_records)], reps=100)
+    assert set(both) == {"opt-copy", "opt-copy (tested only)"} and both["opt-copy (tested only)"]["tested_only"]
+    half = both["opt-copy (tested only)"]["targets"]["0.5"]["methods"]
+    assert half["opt-copy"]["important"] == half["opt"]["important"]
+    assert abs(half["opt"]["rejection"] - 0.5) < 0.1  # half of the tested mismatches deferred (the verifier: all)
 
 
 def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
@@ -225,6 +236,15 @@ def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, 
     assert small < full
     assert read_plan(out / "share-0.5")["folds"] == read_plan(out / "share-1")["folds"]
     rows = (out / "curve.csv").read_text().splitlines()
-    assert rows[0].startswith("share,train_examples,target,measure") and len(rows) == 1 + 2 * 3 * 2  # shares x targets x measures
+    header = "share,train_examples,population,target,measure"
+    assert rows[0].startswith(header) and len(rows) == 1 + 2 * 2 * 3 * 2  # shares x populations x targets x measures
     assert (out / "curve.png").stat().st_size > 0
     assert curve["projection"]["measure"] == "important" and curve["projection"]["target"] == 0.5
+    # trained on one labelling, scored on another of the same examples (folds over the training records)
+    other = synthetic_token_records(tmp_path / "other", n_examples=60, seed=5, consequence=True)
+    args = ["--config", str(config), "--shares", "1.0", "--eval-records", str(other), "--out", str(tmp_path / "c2")]
+    assert study.main(args) == 0
+    moved = json.loads((tmp_path / "c2" / "curve.json").read_text())
+    assert moved["eval_records"] == [str(other)]
+    scored = moved["points"][0]["summaries"]["all"]["targets"]["0.5"]["methods"]["best_rule"]["examples"]
+    assert scored == 60 and moved["points"][0]["summaries"]["all"] != curve["points"][1]["summaries"]["all"]
