@@ -83,7 +83,12 @@ class GenConfig:
         )
         check_minimum(self, 1, "max_examples", "max_prompt_tokens", allow_none=True)
         check_minimum(
-            self, 0, "rollout_temperature", "consequence_lookup", "consequence_horizon", "consequence_max_mismatches",
+            self,
+            0,
+            "rollout_temperature",
+            "consequence_lookup",
+            "consequence_horizon",
+            "consequence_max_mismatches",
             "consequence_rejoin",
         )
         if "consequence" in self.modes and not self.consequence_max_mismatches and not self.consequence_horizon:

@@ -121,7 +121,10 @@ def horizon_scores(
     if not mismatches:
         return np.zeros((0, len(horizons)))
     seq = torch.tensor([prompt + answer], device=verifier.device)
-    run, most = _Cached(verifier, seq, len(answer) + 1, prefix), max(horizons)  # rows from the prompt's last position on
+    run, most = (
+        _Cached(verifier, seq, len(answer) + 1, prefix),
+        max(horizons),
+    )  # rows from the prompt's last position on
     best = run.logp.max(-1).values  # (A + 1,) the verifier's confidence at each of those positions
     scores = np.zeros((len(mismatches), len(horizons)))
     todo, feeds = [], []  # per mismatch: (i, t, d, orig or the index of its feed, the index of alter's feed, k max)

@@ -31,7 +31,9 @@ def tested_mismatches(folder: str) -> dict:
     from router.records import HARMLESS, IMPORTANT, load_records
 
     rec = load_records(folder, mode="consequence")
-    ids, pos, tok, q_arg, label = (np.asarray(rec[c]) for c in ("example_id", "position", "token", "q_argmax", "consequence"))
+    ids, pos, tok, q_arg, label = (
+        np.asarray(rec[c]) for c in ("example_id", "position", "token", "q_argmax", "consequence")
+    )
     out = {}
     for ex in np.unique(ids):
         rows = np.nonzero(ids == ex)[0]
@@ -69,8 +71,14 @@ def compare(reference: dict, candidate: dict) -> tuple[dict, list[dict]]:
         other = candidate.get(key)
         if other is None or other[0] != d or other[1] != prefix:
             continue
-        rows.append({"example_id": key[0], "position": key[1], "reference_important": int(lab == IMPORTANT),
-                     "candidate_important": int(other[2] == IMPORTANT)})
+        rows.append(
+            {
+                "example_id": key[0],
+                "position": key[1],
+                "reference_important": int(lab == IMPORTANT),
+                "candidate_important": int(other[2] == IMPORTANT),
+            }
+        )
     ref = np.array([r["reference_important"] for r in rows], dtype=bool)
     cand = np.array([r["candidate_important"] for r in rows], dtype=bool)
     table = {
@@ -98,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="runs/studies/label-agreement")
     args = parser.parse_args(argv)
     result, rows = compare(tested_mismatches(args.reference), tested_mismatches(args.candidate))
-    result.update(reference=args.reference, candidate=args.candidate,
-                  costs={"reference": costs(args.reference), "candidate": costs(args.candidate)})
+    result.update(
+        reference=args.reference,
+        candidate=args.candidate,
+        costs={"reference": costs(args.reference), "candidate": costs(args.candidate)},
+    )
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "agreement.json", result)

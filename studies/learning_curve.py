@@ -91,13 +91,19 @@ def projection(rows: list[dict], target: float, measure: str, population: str) -
     slope, intercept = np.polyfit(x, y, 1)
     last = pts[-1]
     half, n_scored, n_train = (last["high"] - last["low"]) / 2, last["scored_examples"], last["train_examples"]
-    per_scored = n_train / n_scored  # training examples per labelled example at share 1 (K-fold: (K-1)/K minus validation)
+    per_scored = (
+        n_train / n_scored
+    )  # training examples per labelled example at share 1 (K-fold: (K-1)/K minus validation)
     for n in np.unique(np.round(np.geomspace(n_scored, 100_000, 400))):
         gain = slope * math.log(n * per_scored) + intercept
         if gain > half * math.sqrt(n_scored / n):
             return {"slope_per_log_example": float(slope), "examples_needed": int(n), "half_width_now": half}
-    return {"slope_per_log_example": float(slope), "examples_needed": None, "half_width_now": half,
-            "note": "the fitted trend does not reach the interval below 100,000 labelled examples"}
+    return {
+        "slope_per_log_example": float(slope),
+        "examples_needed": None,
+        "half_width_now": half,
+        "note": "the fitted trend does not reach the interval below 100,000 labelled examples",
+    }
 
 
 def plot(rows: list[dict], path: Path, router: str) -> None:
@@ -113,8 +119,14 @@ def plot(rows: list[dict], path: Path, router: str) -> None:
         for target in sorted({r["target"] for r in rows}):
             pts = [r for r in rows if r["measure"] == m and r["target"] == target]
             x = [r["train_examples"] for r in pts]
-            ax.errorbar(x, [r["diff"] for r in pts], yerr=[[r["diff"] - r["low"] for r in pts],
-                        [r["high"] - r["diff"] for r in pts]], marker="o", capsize=3, label=f"{target:g} x verifier's rejections")
+            ax.errorbar(
+                x,
+                [r["diff"] for r in pts],
+                yerr=[[r["diff"] - r["low"] for r in pts], [r["high"] - r["diff"] for r in pts]],
+                marker="o",
+                capsize=3,
+                label=f"{target:g} x verifier's rejections",
+            )
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("training examples per fold")
@@ -134,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="a train config (its records, head, target)")
     parser.add_argument("--shares", type=float, nargs="+", default=[0.25, 0.5, 1.0])
-    parser.add_argument("--eval-records", nargs="*", default=None, help="score on these (default: the training records)")
+    parser.add_argument(
+        "--eval-records", nargs="*", default=None, help="score on these (default: the training records)"
+    )
     parser.add_argument("--out", default="runs/studies/curve")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of the train config")
     args = parser.parse_args(argv)
@@ -152,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         rows += curve_rows([p], Path(p["folder"]).name)
     middle = sorted({r["target"] for r in rows})[len({r["target"] for r in rows}) // 2]
     measure = "important" if any(r["measure"] == "important" for r in rows) else "quality"
-    population = "tested" if any(r["population"] == "tested" for r in rows) else "all"  # the fair one (eval/crossfit.py)
+    population = (
+        "tested" if any(r["population"] == "tested" for r in rows) else "all"
+    )  # the fair one (eval/crossfit.py)
     result = {
         "config": args.config,
         "overrides": args.overrides,

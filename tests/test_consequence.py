@@ -420,7 +420,11 @@ def test_horizon_only_labelling_scores_every_mismatch_without_branches(tmp_path,
     full = _gen_config(tmp_path, data, consequence_horizon=5, output=str(tmp_path / "full"))
     run_gen(full, Recorder(full, *pair))
     cheap = _gen_config(
-        tmp_path, data, consequence_horizon=5, consequence_max_mismatches=0, modes=["consequence"],
+        tmp_path,
+        data,
+        consequence_horizon=5,
+        consequence_max_mismatches=0,
+        modes=["consequence"],
         output=str(tmp_path / "cheap"),
     )
     manifest = run_gen(cheap, Recorder(cheap, *pair))

@@ -52,7 +52,9 @@ def test_cached_scores_equal_plain_forwards(tiny):
     # from a shared prefix's cache (a few-shot context prefilled once): the same scores
     shared = SharedPrefix(prompt[:-2])
     assert np.allclose(horizon_scores(verifier, prompt, answer, mismatches, prefix=shared), got, atol=1e-4)
-    assert np.allclose(horizon_scores(verifier, prompt, answer, mismatches, prefix=SharedPrefix([1, 2])), got)  # not covering: unused
+    assert np.allclose(
+        horizon_scores(verifier, prompt, answer, mismatches, prefix=SharedPrefix([1, 2])), got
+    )  # not covering: unused
 
 
 def test_a_continuation_the_answer_lacks_is_regenerated(tiny):

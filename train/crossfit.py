@@ -61,7 +61,9 @@ def train_folds(cfg, out: Path, fit) -> dict:
             f"[specroute] cross-fit: fold {f + 1}/{len(plan)}: {len(train)} training, "
             f"{len(fold['validation'])} validation, {len(fold['scored'])} scored examples"
         )
-        fold_cfg = dataclasses.replace(cfg, cross_fit=0, cross_fit_train_share=1.0, output=str(where))  # the share is in `train`
+        fold_cfg = dataclasses.replace(
+            cfg, cross_fit=0, cross_fit_train_share=1.0, output=str(where)
+        )  # the share is in `train`
         per_fold[f] = fit(fold_cfg, where, {"train": train, "validation": fold["validation"]})
     summary = {"k": len(plan), "folds": per_fold, "examples": sum(len(f["scored"]) for f in plan)}
     write_json(out / "metrics.json", summary)
