@@ -10,8 +10,10 @@ drafter token, and the same answer tokens up to it (after a verdict that differs
 walk different answers, and their later mismatches are different questions). Reports the agreement,
 the confusion table (important/harmless in each), the share of the reference's mismatches the
 candidate labelled the same way, and the seconds and decoded branch tokens per labelled mismatch of
-each folder (from their manifests: `consequence_seconds` over every tested mismatch). Writes
-agreement.json and the compared mismatches (agreement.csv) to --out.
+each folder (from their manifests: `consequence_seconds` over every tested mismatch). A CANDIDATE
+with no tested mismatch but short-horizon scores (configs/gen/gsm8k-horizon.yaml) is compared by its
+scores instead: ROC-AUC of the score against the reference's verdict on the same mismatches, and its
+seconds per scored mismatch. Writes agreement.json and the compared mismatches (agreement.csv) to --out.
 """
 
 from __future__ import annotations
@@ -45,6 +47,53 @@ def tested_mismatches(folder: str) -> dict:
     return out
 
 
+def scored_mismatches(folder: str) -> dict:
+    """{(example_id, position): (drafter token, answer prefix, horizon_score)} wherever a folder holds
+    a short-horizon score (e.g. configs/gen/gsm8k-horizon.yaml: every mismatch, none tested)."""
+    from router.records import load_records
+
+    rec = load_records(folder, mode="consequence")
+    if "horizon_score" not in rec.column_names:
+        return {}
+    ids, pos, tok, q_arg, score = (
+        np.asarray(rec[c]) for c in ("example_id", "position", "token", "q_argmax", "horizon_score")
+    )
+    out = {}
+    for ex in np.unique(ids):
+        rows = np.nonzero(ids == ex)[0]
+        rows = rows[np.argsort(pos[rows])]
+        answer = tok[rows].tolist()
+        for k, i in enumerate(rows):
+            if np.isfinite(score[i]):
+                out[(str(ex), int(pos[i]))] = (int(q_arg[i]), tuple(answer[:k]), float(score[i]))
+    return out
+
+
+def score_agreement(reference: dict, scored: dict) -> tuple[dict, list[dict]]:
+    """How well a short-horizon score ranks the reference's important mismatches above its harmless
+    ones (ROC-AUC), over the mismatches both hold on the same answer."""
+    from sklearn.metrics import roc_auc_score
+
+    from router.records import IMPORTANT
+
+    rows = []
+    for key, (d, prefix, lab) in sorted(reference.items()):
+        other = scored.get(key)
+        if other is not None and other[0] == d and other[1] == prefix:
+            rows.append(
+                {
+                    "example_id": key[0],
+                    "position": key[1],
+                    "reference_important": int(lab == IMPORTANT),
+                    "score": other[2],
+                }
+            )
+    y = np.array([r["reference_important"] for r in rows])
+    both = 0 < y.sum() < len(y)
+    auc = float(roc_auc_score(y, [r["score"] for r in rows])) if both else float("nan")
+    return {"compared": len(rows), "of_reference": len(reference), "important": int(y.sum()), "auc": auc}, rows
+
+
 def costs(folder: str) -> dict:
     """Seconds, decoded branch tokens and tested mismatches of a folder, from its manifest's counts."""
     from router.records import read_manifest
@@ -57,6 +106,7 @@ def costs(folder: str) -> dict:
         "seconds": c.get("consequence_seconds", float("nan")),
         "seconds_per_labelled_mismatch": c.get("consequence_seconds", float("nan")) / max(tested, 1),
         "branch_tokens_per_labelled_mismatch": c.get("consequence_branch_tokens", 0) / max(tested, 1),
+        "horizon_seconds_per_mismatch": c.get("horizon_seconds", float("nan")) / max(c.get("horizon_mismatches", 0), 1),
         "rejoined_branches": c.get("consequence_rejoined_branches", 0),
         "spliced_tokens": c.get("consequence_spliced_tokens", 0),
     }
@@ -97,6 +147,22 @@ def compare(reference: dict, candidate: dict) -> tuple[dict, list[dict]]:
     return result, rows
 
 
+def score_report(args, reference: dict, out: Path, cost: dict) -> int:
+    """The comparison with a short-horizon-only candidate: written and printed."""
+    from router.infra.files import write_csv, write_json
+
+    result, rows = score_agreement(reference, scored_mismatches(args.candidate))
+    result.update(reference=args.reference, candidate=args.candidate, costs=cost)
+    write_json(out / "agreement.json", result)
+    write_csv(out / "agreement.csv", ["example_id", "position", "reference_important", "score"], rows)
+    print(
+        f"{result['compared']} of the reference's {result['of_reference']} tested mismatches scored on the same "
+        f"answer ({result['important']} important): ROC-AUC {result['auc']:.4f}; "
+        f"{cost['candidate']['horizon_seconds_per_mismatch']:.3f} s per scored mismatch\n  {out}/agreement.json"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from router.infra.files import write_csv, write_json
 
@@ -105,17 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("candidate", help="consequence records of the same examples, labelled more cheaply")
     parser.add_argument("--out", default="runs/studies/label-agreement")
     args = parser.parse_args(argv)
-    result, rows = compare(tested_mismatches(args.reference), tested_mismatches(args.candidate))
-    result.update(
-        reference=args.reference,
-        candidate=args.candidate,
-        costs={"reference": costs(args.reference), "candidate": costs(args.candidate)},
-    )
+    reference, candidate = tested_mismatches(args.reference), tested_mismatches(args.candidate)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    cost = {"reference": costs(args.reference), "candidate": costs(args.candidate)}
+    if not candidate:  # no tested mismatch: a short-horizon-only folder, compared by its scores
+        return score_report(args, reference, out, cost)
+    result, rows = compare(reference, candidate)
+    result.update(reference=args.reference, candidate=args.candidate, costs=cost)
     write_json(out / "agreement.json", result)
     write_csv(out / "agreement.csv", ["example_id", "position", "reference_important", "candidate_important"], rows)
-    ref, cand = result["costs"]["reference"], result["costs"]["candidate"]
+    ref, cand = cost["reference"], cost["candidate"]
     print(
         f"{result['compared']} mismatches tested on the same answer by both ({result['of_reference']} in the reference): "
         f"agreement {result['agreement']:.4f}, reference-important kept important {result['important_recall']:.4f}\n"

@@ -470,3 +470,19 @@ def test_label_agreement_study_compares_mismatches_tested_on_the_same_answer(rec
     assert got["costs"]["candidate"]["rejoined_branches"] == read_manifest(cheap.output).counts.get(
         "consequence_rejoined_branches", 0
     )
+    # a short-horizon-only folder is compared by its scores: ROC-AUC against the reference's verdicts
+    scores = _gen_config(
+        tmp_path,
+        Path(cfg.data_path),
+        consequence_max_mismatches=0,
+        consequence_horizon=3,
+        modes=["consequence"],
+        output=str(tmp_path / "horizon"),
+    )
+    run_gen(scores, Recorder(scores, *pair))
+    assert study.main([cfg.output, scores.output, "--out", str(tmp_path / "hz")]) == 0
+    by_score = json.loads((tmp_path / "hz" / "agreement.json").read_text())
+    assert 0 < by_score["compared"] <= tested and by_score["costs"]["candidate"]["horizon_seconds_per_mismatch"] > 0
+    assert np.isnan(by_score["auc"]) or 0 <= by_score["auc"] <= 1
+    lines = (tmp_path / "hz" / "agreement.csv").read_text().splitlines()
+    assert len(lines) == by_score["compared"] + 1 and lines[0].endswith("score")
