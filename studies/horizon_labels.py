@@ -3,7 +3,7 @@
     python studies/horizon_labels.py runs/records/gsm8k-consequence-snap --out runs/studies/horizon
 
 For every tested mismatch of a consequence record folder (IMPORTANT or HARMLESS, found by letting the
-verifier finish the whole answer), computes SelfJudge's score_H (data_gen/horizon.py) for H in
+verifier finish the whole answer), computes SelfJudge's score_H (data_gen/horizon.py, from the shared few-shot prefix's cache) for H in
 0/5/10/20 and reports how well each separates important from harmless: ROC-AUC over all tested
 mismatches, and the agreement at a threshold chosen on half the examples (even positions in id
 order), measured on the other half; plus the CPU seconds per mismatch. The continuation after the
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None, recorder=None) -> int:
     recorder = recorder or Recorder(cfg)
     verifier = recorder.verifier
     examples = {ex.example_id: ex for ex in load_examples(cfg)}
+    recorder.share_prefix(list(examples.values()))  # the few-shot context's cache, prefilled once
     view = RecordView([args.records], "all", "consequence")
     label, ids = view.cols["consequence"], np.asarray(view.traj)
     rows, started = [], time.perf_counter()
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None, recorder=None) -> int:
         ]
         regenerate = {(t, d): v for t, d, v, lab in tested if lab == HARMLESS}  # the search kept d there
         pairs = [(t, d) for t, d, _, _ in tested]
-        found = dict(zip(pairs, horizon_scores(verifier, prompt, tokens, pairs, regenerate=regenerate)))
+        scores = horizon_scores(verifier, prompt, tokens, pairs, regenerate=regenerate, prefix=recorder.prefix)
+        found = dict(zip(pairs, scores))
         for t, d, v, lab in tested:
             rows.append(
                 {
