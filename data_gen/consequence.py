@@ -57,7 +57,7 @@ class Searched:
         return len(self.labels)
 
 
-ORIGINAL_TOKENS = 32  # the verifier's continuation kept at a harmless substitution (short-horizon labels)
+ORIGINAL_TOKENS = 32  # the verifier's continuation kept at each tested mismatch (short-horizon labels)
 LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.engine.lookup)
 
 

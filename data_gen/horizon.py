@@ -11,9 +11,9 @@ replaces v, the continuation c_1..c_H (the verifier's own, after v) teacher-forc
 
 A large score says the swap derails the verifier; a mismatch is labelled important where the score
 exceeds a threshold chosen on full-answer labels. The horizon is cut at the answer's end. Cost: one
-teacher-forced verifier pass over prompt + answer per example (log-probs of the answer's positions only), then H tokens per side and mismatch
-from its KV cache, every mismatch's tokens in one tree-masked forward (cropped back after), instead of a
-whole regenerated answer per mismatch.
+teacher-forced verifier pass over prompt + answer per example (log-probs of the answer's positions
+only), then H tokens per side and mismatch from its KV cache, every mismatch's tokens in one
+tree-masked forward (cropped back after), instead of a whole regenerated answer per mismatch.
 Where the answer does not continue after v (a consequence search that kept d there), `regenerate`
 has the verifier write c_1..c_H greedily first, H one-token steps from the same cache.
 """
@@ -121,39 +121,34 @@ def horizon_scores(
     if not mismatches:
         return np.zeros((0, len(horizons)))
     seq = torch.tensor([prompt + answer], device=verifier.device)
-    run, most = (
-        _Cached(verifier, seq, len(answer) + 1, prefix),
-        max(horizons),
-    )  # rows from the prompt's last position on
+    run = _Cached(verifier, seq, len(answer) + 1, prefix)  # log-prob rows from the prompt's last position on
+    most = max(horizons)
     best = run.logp.max(-1).values  # (A + 1,) the verifier's confidence at each of those positions
-    scores = np.zeros((len(mismatches), len(horizons)))
-    todo, feeds = [], []  # per mismatch: (i, t, d, orig or the index of its feed, the index of alter's feed, k max)
-    for i in sorted(range(len(mismatches)), key=lambda j: -mismatches[j][0]):
-        t, d = mismatches[i]
+    # per mismatch: (t, d, where the confidence after v is fed or None: read from `best`, the same after d, H cut)
+    todo, feeds = [], []
+    for t, d in mismatches:
         a = len(prompt) + t  # sequence position of the mismatched token; row t of run.logp predicts it
         v, cont = (regenerate or {}).get((t, d)), None
         if (t, d) in (continuations or {}):
             v, cont = continuations[(t, d)]
             cont = list(cont)[:most]
         if v is None:  # the answer continues after the verifier's own token: its confidence is in `best`
-            cont = answer[t + 1 : t + 1 + most]
-            orig = best[t + 1 : t + 1 + len(cont)]
+            cont, orig = answer[t + 1 : t + 1 + most], None
         else:  # greedy steps first (they use the cache one token at a time); the feeds go in one pass below
             cont = run.greedy(a, v, most) if cont is None else cont
-            orig = len(feeds) if cont else best[:0]
-            if cont:
-                feeds.append((a, [v, *cont[:-1]]))
+            orig = len(feeds) if cont else None
+            feeds += [(a, [v, *cont[:-1]])] if cont else []
         alter = len(feeds) if cont else None  # predicting c_1.. after d
-        if cont:
-            feeds.append((a, [d, *cont[:-1]]))
-        todo.append((i, t, d, orig, alter, len(cont)))
+        feeds += [(a, [d, *cont[:-1]])] if cont else []
+        todo.append((t, d, orig, alter, len(cont)))
     fed = [logp.max(-1).values for logp in run.feed_many(feeds)] if feeds else []
-    for i, t, d, orig, alter, n in todo:
-        orig = fed[orig] if isinstance(orig, int) else orig
-        alter = fed[alter] if alter is not None else best[:0]
+    scores = np.zeros((len(mismatches), len(horizons)))
+    for i, (t, d, orig, alter, n) in enumerate(todo):
+        after_v = fed[orig] if orig is not None else best[t + 1 : t + 1 + n]
+        after_d = fed[alter] if alter is not None else best[:0]
         for j, h in enumerate(horizons):
             k = min(h, n)
-            kept = torch.cat([best[t : t + 1], orig[:k]]).mean()  # predicting v, then c_1..c_k after v
-            swapped = torch.cat([run.logp[t, d : d + 1], alter[:k]]).mean()
+            kept = torch.cat([best[t : t + 1], after_v[:k]]).mean()  # predicting v, then c_1..c_k after v
+            swapped = torch.cat([run.logp[t, d : d + 1], after_d[:k]]).mean()
             scores[i, j] = float(kept - swapped)
     return scores

@@ -32,7 +32,8 @@ class RejoinStop:
     ):
         if stretch < 1:
             raise ValueError(f"RejoinStop: stretch must be >= 1 token, got {stretch}")
-        self.stop, self.stretch, self.starts = stop, stretch, [list(s) for s in starts]
+        self.stop, self.stretch = stop, stretch
+        self.start_lengths = [len(s) for s in starts]
         self.window = stop.window if stop is not None else 1
         self.references = [list(r) for r in references]
         self.rejoined: dict[int, int] = {}  # row -> the answer index its remainder is spliced from
@@ -57,7 +58,7 @@ class RejoinStop:
         ends_at = self.grams[row].get(tuple(tokens[-self.stretch :]))
         if not ends_at:
             return False
-        length = len(self.starts[row]) + len(tokens)  # the branch's length so far, in the answer's index space
+        length = self.start_lengths[row] + len(tokens)  # the branch's length so far, in the answer's index space
         self.rejoined[row] = min(ends_at, key=lambda j: abs(j - length))
         return True
 

@@ -126,41 +126,65 @@ def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS, tested_
     alone, so a method cannot look better by moving deferrals from untested mismatches (whose
     consequence is unknown, and which a router may tell apart, e.g. by where they fall in an answer)
     onto tested ones; the verifier's rejection rate there is 1 (it defers at every tested mismatch)."""
-    folder = Path(folder)
+    return _out_of_fold(Path(folder), records, targets, (tested_only,))[tested_only]
+
+
+def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict[bool, dict]:
+    """out_of_fold for each population (tested_only False / True) from one pass over the folds: each
+    fold's router is loaded, its views read and every method scored once."""
     plan, mode, name = read_plan(folder), _mode(folder), folder.name
-    consequence = mode == "consequence"
-    sums: dict = {t: {} for t in targets}
-    chosen: dict = {t: [] for t in targets}
+    sums = {p: {t: {} for t in targets} for p in populations}
+    chosen = {p: {t: [] for t in targets} for p in populations}
     for f, fold in enumerate(plan["folds"]):
         router = load_router(fold_folder(folder, f))
         check_no_leak(router, fold, f"{name}/fold-{f}")
         val = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["validation"]))
         scored = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["scored"]))
         s_val, s_scored = _scores(val, router, name), _scores(scored, router, name)
-        r_val, r_scored = (tested_rows(v) if tested_only else np.ones(len(v.traj), bool) for v in (val, scored))
-        s_val = {m: s[r_val] for m, s in s_val.items()}
-        s_scored = {m: s[r_scored] for m, s in s_scored.items()}
-        on_val, on_scored = _example_sums(val, r_val), _example_sums(scored, r_scored)
-        cost = np.asarray(greedy_columns(val)["cost"])[r_val]
-        for t in targets:
-            here, value = {}, {}
-            for method in s_val:
-                thr = _threshold(s_val[method], cost, t * cost.mean())
-                here[method] = on_scored(s_scored[method] > thr)
-                if method != name:  # the best rule of this fold, chosen on its validation examples
-                    value[method] = _value(on_val(s_val[method] > thr), consequence)
-            best = max(value, key=value.get)  # the first of equals, in registry order
-            chosen[t].append(best)
-            for method, per_example in {**here, "best_rule": here[best]}.items():
-                _append(sums[t], method, per_example)
+        for p in populations:
+            r_val, r_scored = (tested_rows(v) if p else None for v in (val, scored))
+            _score_fold(
+                sums[p],
+                chosen[p],
+                name,
+                mode == "consequence",
+                {m: _select(s, r_val) for m, s in s_val.items()},
+                {m: _select(s, r_scored) for m, s in s_scored.items()},
+                (_example_sums(val, r_val), _example_sums(scored, r_scored)),
+                _select(np.asarray(greedy_columns(val)["cost"]), r_val),
+            )
     return {
-        "router": name,
-        "mode": mode,
-        "k": plan["k"],
-        "tested_only": tested_only,
-        "sums": sums,
-        "best_rule_per_fold": chosen,
+        p: {
+            "router": name,
+            "mode": mode,
+            "k": plan["k"],
+            "tested_only": p,
+            "sums": sums[p],
+            "best_rule_per_fold": chosen[p],
+        }
+        for p in populations
     }
+
+
+def _select(x: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    return x if rows is None else x[rows]
+
+
+def _score_fold(sums: dict, chosen: dict, name: str, consequence: bool, s_val, s_scored, on, cost) -> None:
+    """One fold at every target: each method's threshold chosen on the validation rows, its
+    per-example sums on the scored rows appended, and the fold's best rule (on validation) recorded."""
+    on_val, on_scored = on
+    for t in sums:
+        here, value = {}, {}
+        for method in s_val:
+            thr = _threshold(s_val[method], cost, t * cost.mean())
+            here[method] = on_scored(s_scored[method] > thr)
+            if method != name:  # the best rule of this fold, chosen on its validation examples
+                value[method] = _value(on_val(s_val[method] > thr), consequence)
+        best = max(value, key=value.get)  # the first of equals, in registry order
+        chosen[t].append(best)
+        for method, per_example in {**here, "best_rule": here[best]}.items():
+            _append(sums[t], method, per_example)
 
 
 def _append(table: dict, method: str, per_example: dict) -> None:
@@ -209,15 +233,23 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     return out
 
 
+def populations(folder: str | Path, records: list[str], reps: int = BOOTSTRAP) -> dict[str, dict]:
+    """{"all": summary} of a cross-fitted folder out of fold, plus "tested" (the tested mismatches
+    alone) for consequence rows, from one pass over its folds."""
+    folder = Path(folder)
+    both = (False, True) if _mode(folder) == "consequence" else (False,)
+    results = _out_of_fold(folder, records, TARGETS, both)
+    return {"tested" if p else "all": summarise(results[p], reps=reps) for p in both}
+
+
 def out_of_fold_results(folders: list, records: list[str], reps: int = BOOTSTRAP) -> dict:
     """metrics.json's offline.out_of_fold: each cross-fitted folder summarised, and for consequence
     rows a second time over the tested mismatches alone ("<name> (tested only)")."""
     out = {}
     for folder in folders:
         name = Path(folder).name
-        out[name] = summarise(out_of_fold(folder, records), reps=reps)
-        if out[name]["mode"] == "consequence":
-            out[f"{name} (tested only)"] = summarise(out_of_fold(folder, records, tested_only=True), reps=reps)
+        for population, summary in populations(folder, records, reps).items():
+            out[name if population == "all" else f"{name} (tested only)"] = summary
     return out
 
 

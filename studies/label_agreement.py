@@ -27,46 +27,38 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def tested_mismatches(folder: str) -> dict:
-    """{(example_id, position): (drafter token, answer prefix incl. the position, label)} of a folder's
-    tested mismatches (IMPORTANT or HARMLESS)."""
-    from router.records import HARMLESS, IMPORTANT, load_records
+def _mismatches(folder: str, column: str, value) -> dict:
+    """{(example_id, position): (drafter token, answer prefix before the position, value(x))} of a
+    folder's consequence rows where `value` of the column's entry x is not None."""
+    from router.records import load_records
 
     rec = load_records(folder, mode="consequence")
-    ids, pos, tok, q_arg, label = (
-        np.asarray(rec[c]) for c in ("example_id", "position", "token", "q_argmax", "consequence")
-    )
+    if column not in rec.column_names:
+        return {}
+    ids, pos, tok, q_arg, col = (np.asarray(rec[c]) for c in ("example_id", "position", "token", "q_argmax", column))
     out = {}
     for ex in np.unique(ids):
         rows = np.nonzero(ids == ex)[0]
         rows = rows[np.argsort(pos[rows])]
         answer = tok[rows].tolist()
         for k, i in enumerate(rows):
-            if label[i] in (IMPORTANT, HARMLESS):
-                out[(str(ex), int(pos[i]))] = (int(q_arg[i]), tuple(answer[:k]), int(label[i]))
+            if (x := value(col[i])) is not None:
+                out[(str(ex), int(pos[i]))] = (int(q_arg[i]), tuple(answer[:k]), x)
     return out
+
+
+def tested_mismatches(folder: str) -> dict:
+    """{(example_id, position): (drafter token, answer prefix, label)} of a folder's tested mismatches
+    (IMPORTANT or HARMLESS)."""
+    from router.records import HARMLESS, IMPORTANT
+
+    return _mismatches(folder, "consequence", lambda x: int(x) if x in (IMPORTANT, HARMLESS) else None)
 
 
 def scored_mismatches(folder: str) -> dict:
     """{(example_id, position): (drafter token, answer prefix, horizon_score)} wherever a folder holds
     a short-horizon score (e.g. configs/gen/gsm8k-horizon.yaml: every mismatch, none tested)."""
-    from router.records import load_records
-
-    rec = load_records(folder, mode="consequence")
-    if "horizon_score" not in rec.column_names:
-        return {}
-    ids, pos, tok, q_arg, score = (
-        np.asarray(rec[c]) for c in ("example_id", "position", "token", "q_argmax", "horizon_score")
-    )
-    out = {}
-    for ex in np.unique(ids):
-        rows = np.nonzero(ids == ex)[0]
-        rows = rows[np.argsort(pos[rows])]
-        answer = tok[rows].tolist()
-        for k, i in enumerate(rows):
-            if np.isfinite(score[i]):
-                out[(str(ex), int(pos[i]))] = (int(q_arg[i]), tuple(answer[:k]), float(score[i]))
-    return out
+    return _mismatches(folder, "horizon_score", lambda x: float(x) if np.isfinite(x) else None)
 
 
 def score_agreement(reference: dict, scored: dict) -> tuple[dict, list[dict]]:

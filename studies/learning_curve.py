@@ -36,14 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def curve_point(cfg, share: float, out: Path, eval_records: list[str]) -> dict:
     """Train (or keep) one share's cross-fit and summarise it out of fold."""
-    from eval.crossfit import summarise, out_of_fold
+    from eval.crossfit import populations
     from train.run import run_train
 
     where = out / f"share-{share:g}"
     run_train(dataclasses.replace(cfg, cross_fit_train_share=share, output=str(where)))
-    summaries = {"all": summarise(out_of_fold(where, eval_records))}
-    if summaries["all"]["mode"] == "consequence":  # and over the tested mismatches alone (eval/crossfit.py)
-        summaries["tested"] = summarise(out_of_fold(where, eval_records, tested_only=True))
+    summaries = populations(where, eval_records)  # "all", and "tested" on consequence rows (eval/crossfit.py)
     return {"share": share, "folder": str(where), "summaries": summaries}
 
 
