@@ -26,6 +26,8 @@ class EvalConfig(DecodeOptions):
     online: bool = True
     online_methods: list | None = None  # default: every plug-in rule, every router, the baselines
     alphas: dict = field(default_factory=dict)  # per-method online alpha grids, e.g. {opt: [0, 0.5]}
+    gammas: dict = field(default_factory=dict)  # per-method block sizes, e.g. {fly: 15} (FLy's spd_k); the
+    #   others decode with gamma (a window rule needs gamma >= its min_gamma: `specroute rules`)
     # online alphas: where each method's offline rejection is closest to these fractions of the verifier's
     # own (lossless) rejection, in the view the decoding uses: greedy (temperature 0: drafts are argmaxes,
     # rejected where they differ from the verifier's) or temperature 1 (rejection TV(q, pi))
@@ -58,6 +60,9 @@ class EvalConfig(DecodeOptions):
                 f"online_rejection_targets are fractions of the verifier's own rejection rate, each in (0, 1]; "
                 f"got {self.online_rejection_targets}"
             )
+        bad = {m: g for m, g in self.gammas.items() if isinstance(g, bool) or not isinstance(g, int) or g < 1}
+        if bad:
+            raise ConfigError(f"gammas are per-method block sizes, each an integer >= 1; got {bad}")
         if self.cost_ratio is not None and not self.cost_ratio > 0:
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
         if self.dtype not in DTYPE_CHOICES:

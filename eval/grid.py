@@ -20,6 +20,7 @@ DEFAULT_ALPHAS = {
     "sequence_cascade": [0.1, 0.3, 0.5],
     "lossy": [0.3, 0.6, 0.9],
     "mixture": [0.9, 0.7, 0.5],
+    "fly": [0.3, 0.6, 0.9],  # FLy's entropy_thre 0.3, then gates closed at more positions
 }
 
 
@@ -50,7 +51,13 @@ def online_methods(cfg, routers: dict) -> list[str]:
     decodable = [name for name, r in routers.items() if not r.offline_only]
     if not cfg.online_methods and len(decodable) < len(routers):
         print(f"[specroute] online: leaving out the offline-only routers {sorted(set(routers) - set(decodable))} (gru)")
-    methods = cfg.online_methods or [*online_rules(), *decodable, "token_cascade", "sequence_cascade"]
+    methods = cfg.online_methods or [*_fitting_rules(cfg), *decodable, "token_cascade", "sequence_cascade"]
+    short = [m for m in methods if m in rule_names() and not _block_fits(cfg, m)]
+    if short:
+        raise ConfigError(
+            f"{short[0]} needs blocks of at least {get_rule(short[0]).min_gamma} drafts (it reads the drafts after "
+            f"each draft), gamma is {cfg.gamma}: set gammas: {{{short[0]}: {max(get_rule(short[0]).min_gamma, 15)}}}"
+        )
     offline_only = [routers[m].offline_only for m in methods if m in routers and routers[m].offline_only]
     if offline_only:
         raise ConfigError(f"{offline_only[0]}; drop it from online_methods (it is still scored offline)")
@@ -60,6 +67,9 @@ def online_methods(cfg, routers: dict) -> list[str]:
             f"unknown online methods {unknown}: use rule names {list(rule_names())}, router folder names "
             f"{list(routers)} or baselines {list(BASELINES)}"
         )
+    stray_gammas = sorted(set(cfg.gammas) - set(methods))
+    if stray_gammas:
+        raise ConfigError(f"gammas are set for {stray_gammas}, which are not among the online methods {methods}")
     stray = sorted(set(cfg.alphas) - set(methods))
     if stray:
         raise ConfigError(
@@ -73,6 +83,22 @@ def online_methods(cfg, routers: dict) -> list[str]:
             f"plus verifier and drafter): add them to online_methods or drop them from paired_with"
         )
     return methods
+
+
+def _block_fits(cfg, rule: str) -> bool:
+    """A rule can decode at its block size (a window rule needs min_gamma drafts per block)."""
+    gamma = cfg.gammas.get(rule, cfg.gamma)
+    return gamma != "auto" and gamma >= get_rule(rule).min_gamma or get_rule(rule).min_gamma <= 1
+
+
+def _fitting_rules(cfg) -> list[str]:
+    """The default grid's rules: every online rule that can decode at its block size (others noted)."""
+    left_out = [r for r in online_rules() if not _block_fits(cfg, r)]
+    if left_out:
+        print(
+            f"[specroute] online: leaving out {left_out} (they need longer blocks than gamma {cfg.gamma}: see gammas)"
+        )
+    return [r for r in online_rules() if r not in left_out]
 
 
 def method_alphas(method: str, cfg, curves: dict, targets: list[float]) -> list[float]:

@@ -92,6 +92,7 @@ def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torc
     if method == "sequence_cascade":
         return generate_sequence_cascade(drafter, verifier, ids, alpha=alpha, **common)
     speculative = {**cfg.generate_kwargs(), **common}  # the eval config is a DecodeOptions
+    speculative["gamma"] = cfg.gammas.get(method, speculative["gamma"])  # e.g. FLy's window at its spd_k
     return generate(drafter, verifier, ids, rule=rules.get(method, method), alpha=alpha, **speculative)
 
 

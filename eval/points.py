@@ -190,6 +190,9 @@ def same_fingerprint(done: dict | None, now: dict) -> bool:
 
 def point_fingerprint(fingerprint: dict, method: str) -> dict:
     """The run's fingerprint narrowed to what one point depends on: of the routers, only its own
-    (adding or retraining another router leaves the point valid)."""
+    (adding or retraining another router leaves the point valid), and its own block size (`gammas`)."""
     routers = fingerprint.get("routers", {})
-    return {**fingerprint, "routers": {method: routers[method]} if method in routers else {}}
+    narrowed = {k: v for k, v in fingerprint.items() if k != "gammas"}  # of the block sizes, only its own
+    if method in fingerprint.get("gammas", {}):
+        narrowed["gamma"] = fingerprint["gammas"][method]
+    return {**narrowed, "routers": {method: routers[method]} if method in routers else {}}

@@ -240,6 +240,7 @@ def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, st
         "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
         "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
         "stop": stops,
+        "gammas": dict(cfg.gammas),  # narrowed to each point's own block size (eval.points.point_fingerprint)
         **{
             k: getattr(cfg, k)
             for k in (

@@ -38,8 +38,9 @@ from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings
 from router.engine.options import DecodeOptions
 from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
-from router.engine.policy_call import hidden_kwargs, logit_kwargs, policy_target
+from router.engine.policy_call import check_block_size, hidden_kwargs, logit_kwargs, policy_target
 from router.sampling import accept_drafts, next_after, sample
+from router.window.inputs import block_window
 
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
 
@@ -122,12 +123,15 @@ def form_target(policy: DeferralPolicy, alpha: float, block: Block, greedy: bool
     """Step 3: the deferral policy's target pi at each draft.
 
     A judge (policy form "judge") decides each drafted token d_j from what the verification forward
-    computed after reading it: the hidden state at d_j's column and p_{j+1} (its lookahead)."""
+    computed after reading it: the hidden state at d_j's column and p_{j+1} (its lookahead). A window
+    policy (`follow` > 0) also reads the verifier's scores of the drafts after d_j (router/window/inputs.py)."""
     g = block.g
     vh = block.verifier_hidden
     v_hidden, after = (None, None) if vh is None else (vh[:, :g], vh[:, 1 : g + 1])
     judge = {"drafts": block.drafts, "next_p_raw": block.p_raw[:, 1 : g + 1]} if policy.form == "judge" else {}
     nxt_logits = block.p_logits[:, 1 : g + 1] if judge else None
+    if policy.follow:  # a window policy: the verifier's scores of the drafts after each draft
+        judge.update(drafts=block.drafts, follow=block_window(block.drafts, block.p_raw[:, :g], policy.follow))
     logits = logit_kwargs(policy, block.q_logits, block.p_logits[:, :g], nxt_logits)
     block.pi = policy_target(
         policy,
@@ -141,7 +145,7 @@ def form_target(policy: DeferralPolicy, alpha: float, block: Block, greedy: bool
         **judge,
         **logits,
     )
-    block.judge = bool(judge)
+    block.judge = policy.form in ("judge", "window")  # pi depends on the drafted token
 
 
 def block_end(
@@ -235,7 +239,7 @@ def generate(
     knobs = dict(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, gamma=gamma)
     opts = DecodeOptions(**knobs, draft_stop=draft_stop, bonus_from=bonus_from)  # checked once; only opts is read below
     attention_mask = check_inputs(input_ids, attention_mask)
-    policy = _decoding_policy(rule, drafter, verifier, check_pair)
+    policy = _decoding_policy(rule, drafter, verifier, check_pair, opts.gamma)
     vocab, d = _drafter_for(drafter, verifier, policy, opts.gamma)
     exact_bonus = policy.bonus_needs_drafter and (opts.bonus_from == "target" or policy.exact_bonus)
     adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], exact_bonus) if opts.gamma == "auto" else None
@@ -279,12 +283,13 @@ def _final_stats(stats: dict, d, v, adaptive: AdaptiveGamma | None) -> None:
         stats["acceptance_estimate"] = adaptive.acceptance
 
 
-def _decoding_policy(rule, drafter, verifier, check_pair: bool) -> DeferralPolicy:
+def _decoding_policy(rule, drafter, verifier, check_pair: bool, gamma) -> DeferralPolicy:
     """The policy `rule` names, refused when it cannot decode (offline-only) or, for a learned
     router, when these are not the models it was trained on (check_pair=False skips that)."""
     policy = resolve_rule(rule)
     if policy.offline_only:
         raise ValueError(policy.offline_only)
+    check_block_size(policy, gamma)
     if check_pair and policy.trained_pair:
         from router.pair import check_pair_is
 

@@ -122,7 +122,7 @@ class DeferralPolicy(Protocol):
 
     name: str
     form: str  # "cascade", "token", "lossy", "fixed", "judge" (pi depends on the drafted
-    #   token: target() also gets drafts and next_p_raw) or "custom"
+    #   token: target() also gets drafts and next_p_raw), "window" (see follow) or "custom"
     hidden_inputs: tuple  # models whose last hidden state target() reads: "drafter", "verifier", "after"
     bonus_needs_drafter: bool  # False: pi at a whole block's bonus position ignores q (no drafter forward)
     exact_bonus: bool  # True: the bonus token always comes from pi (a drafter forward), whatever
@@ -133,6 +133,9 @@ class DeferralPolicy(Protocol):
     #   p_logits, and next_p_logits for a judge), as learned routers want
     greedy_mode: bool  # True: at temperature 0 the loop decodes the mode of pi formed from the raw
     #   distributions (a pi that mixes q and p, e.g. `mixture`, is not one-hot even when q and p are)
+    follow: int  # > 0: a window policy: target() also gets drafts and follow, a router.window.inputs.FollowWindow
+    #   of the next `follow` drafts of the block (their verifier scores); its pi depends on the draft
+    min_gamma: int  # the least block size it decodes with (a window rule reads drafts after each draft)
 
     def target(
         self,
@@ -160,7 +163,7 @@ class Rule:
     """
 
     name: str
-    form: str  # "cascade", "token", "lossy" or "fixed"
+    form: str  # "cascade", "token", "lossy", "fixed" or "window" (reads the drafts after each draft)
     alpha_range: tuple[float, float] | None
     description: str
     pi: Callable = field(repr=False, compare=False)
@@ -173,6 +176,8 @@ class Rule:
     hidden_inputs: tuple = ()
     reads_logits: bool = False
     greedy_mode: bool = False
+    follow: int = 0
+    min_gamma: int = 1
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
@@ -185,10 +190,20 @@ class Rule:
         alpha: float,
         q_raw: torch.Tensor | None = None,
         p_raw: torch.Tensor | None = None,
+        drafts: torch.Tensor | None = None,
+        follow=None,
     ) -> torch.Tensor:
-        """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`."""
+        """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`. A window rule
+        (form "window") also needs the drafted tokens (B, g) and their `router.window.inputs.FollowWindow`."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
-        return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw)
+        if self.form != "window":
+            return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw)
+        if drafts is None or follow is None:
+            raise ValueError(
+                f"rule {self.name} reads the drafts that follow each draft in its block: pass drafts (B, g) and "
+                f"follow=router.window.inputs.block_window(drafts, p_raw, {self.follow}) (router.decoding.generate does)"
+            )
+        return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw, drafts=drafts, follow=follow)
 
 
 # ---- cascade form: one decision r per position, pi = (1 - r) q + r p -----------------------
@@ -197,6 +212,13 @@ class Rule:
 def cascade_mix(q: torch.Tensor, p: torch.Tensor, defer: torch.Tensor) -> torch.Tensor:
     """pi = (1 - r) q + r p for a boolean decision r of shape (...)."""
     return torch.where(defer.unsqueeze(-1), p, q)
+
+
+def keep_drafts(p: torch.Tensor, drafts: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """pi (..., V) of a policy that decides drafted tokens (...): one-hot on the draft where it keeps
+    it, else p (verified losslessly); the sampler's law is in docs/method.md (judges)."""
+    pi = p * (~keep)[..., None]  # rows that keep the draft: zero, then one-hot on it
+    return pi.scatter_add_(-1, drafts.long()[..., None], keep[..., None].to(p.dtype))
 
 
 def chow_defer(q_raw: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -347,6 +369,7 @@ def _token_v3_score(cols, cand):
 
 
 INF = math.inf
+RULE_FORMS = ("cascade", "token", "lossy", "fixed", "window")
 _REGISTRY: dict[str, Rule] = {}
 _BUILT_IN = (
     Rule("chow", "cascade", (0.0, 1.0), "defer iff max q_raw < 1 - alpha", _chow, _chow_score),
@@ -417,8 +440,10 @@ def register_rule(rule: Rule) -> Rule:
     reports and the demo's choice of the best rule of its form. Names must be new."""
     if rule.name in _REGISTRY:
         raise ValueError(f"a rule named {rule.name!r} is already registered; choose another name")
-    if rule.form not in ("cascade", "token", "lossy", "fixed"):
-        raise ValueError(f"rule {rule.name!r} has form {rule.form!r}; use cascade, token, lossy or fixed")
+    if rule.form not in RULE_FORMS:
+        raise ValueError(f"rule {rule.name!r} has form {rule.form!r}; use {', '.join(RULE_FORMS)}")
+    if (rule.form == "window") != (rule.follow > 0):
+        raise ValueError(f"rule {rule.name!r}: a window-form rule reads follow > 0 drafts, other forms none")
     if rule.form in ("cascade", "token") and rule.offline_score is None:
         raise ValueError(
             f"a {rule.form}-form rule needs an offline_score (see Rule) so offline curves, "
@@ -435,6 +460,9 @@ def unregister_rule(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+from router.window.fly import FLY  # noqa: E402  (FLy's entropy gate + deferred window: it builds on Rule)
+
+_BUILT_IN = (*_BUILT_IN, FLY)
 for _rule in _BUILT_IN:
     register_rule(_rule)
 
@@ -482,6 +510,8 @@ class _CustomPolicy:
     trained_pair: dict | None = None
     reads_logits: bool = False
     greedy_mode: bool = False
+    follow: int = 0
+    min_gamma: int = 1
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
         return self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)

@@ -606,3 +606,23 @@ def test_timing_checks_by_hand():
     assert any(
         "verifier@0's first batch took 1.00 s when first timed and 0.50 s" in w for w in timing_warnings([verifier])
     )
+
+
+def test_a_window_rule_decodes_online_at_its_own_block_size(tiny_pipeline, monkeypatch):
+    """gammas gives fly the longer blocks its window needs, while the other methods keep gamma; its
+    points say so in their fingerprint and stats."""
+    import eval.online as online
+
+    root, rec, rtr = tiny_pipeline
+    out = root / "eval-fly"
+    args = _eval_args(root, rec, rtr, f"output={out}", "offline=false", "cost_ratio=0.5", "gammas={fly: 8}")
+    args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[opt,fly]"
+    seen = {}
+    real = online.generate
+    monkeypatch.setattr(
+        online, "generate", lambda *a, **kw: seen.setdefault(kw["rule"], kw["gamma"]) and real(*a, **kw)
+    )
+    assert cli.main(args) == 0
+    assert seen == {"opt": 4, "fly": 8}
+    fly = [json.loads(p.read_text()) for p in (out / "online").glob("fly@*.json")]
+    assert len(fly) == 3 and all(p["fingerprint"]["gamma"] == 8 and "gammas" not in p["fingerprint"] for p in fly)

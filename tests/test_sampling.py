@@ -53,7 +53,7 @@ def assert_follows(tokens: torch.Tensor, target: torch.Tensor) -> None:
     assert chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-3
 
 
-@pytest.mark.parametrize("name", RULES)
+@pytest.mark.parametrize("name", [n for n in RULES if get_rule(n).form != "window"])  # window: test_window.py
 def test_first_emitted_token_follows_pi(name):
     q, p = _dists(1), _dists(2)
     pi = get_rule(name).target(q, p, _alpha(name), q_raw=_dists(3), p_raw=_dists(4))

@@ -2,7 +2,8 @@
 
 A policy's `target(q, p, alpha, q_raw, p_raw)` may also read hidden states (`hidden_inputs`), the
 logits behind the raw distributions (`reads_logits`) and, at temperature 0, be decoded by the mode of
-its pi (`greedy_mode`); these helpers give each policy exactly what it declares.
+its pi (`greedy_mode`); these helpers give each policy exactly what it declares, and refuse a block
+size a window rule cannot work with (`min_gamma`).
 """
 
 from __future__ import annotations
@@ -38,3 +39,20 @@ def policy_target(policy: DeferralPolicy, alpha: float, q, p, q_raw, p_raw, gree
         mixed = policy.target(q_raw, p_raw, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)  # (..., V)
         return torch.zeros_like(mixed).scatter_(-1, fast_argmax(mixed)[..., None], 1.0)
     return policy.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)
+
+
+def check_block_size(policy: DeferralPolicy, gamma) -> None:
+    """Refuse a block size with which a window rule could never keep a draft (it needs `min_gamma`)."""
+    least = getattr(policy, "min_gamma", 1)
+    if least <= 1:
+        return
+    if gamma == "auto":
+        raise ValueError(
+            f"{policy.name} reads the {policy.follow} drafts after each draft, so it needs blocks of at least "
+            f"{least} drafts; gamma auto would choose shorter ones: give gamma >= {least} as a number"
+        )
+    if gamma < least:
+        raise ValueError(
+            f"{policy.name} reads the {policy.follow} drafts after each draft: with gamma {gamma} no draft has "
+            f"them inside its block, so it would only verify (lossless); use gamma >= {least}"
+        )

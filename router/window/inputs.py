@@ -1,0 +1,86 @@
+"""The verifier's view of the drafts that follow each drafted token in a block (window policies).
+
+The verification forward scores the whole block: for a drafted token d_j the loop already holds
+p_{j+1}, ..., p_{g-1}, the verifier's distributions at every draft after it. Whether the verifier
+goes on agreeing with the drafter after a mismatch is information no per-position rule can compute
+(FLy's deferred window, docs/rules.md). A window policy (`DeferralPolicy.follow` > 0) gets, for each
+drafted position, a `FollowWindow` of the next `follow` drafts' scalars; the same function forms it
+online from a block and offline from a recorded drafter continuation (data_gen/judge.py), so a
+policy reads the same numbers in both.
+
+Where fewer than `follow` drafts follow (the block's end), the missing ones are zeros marked invalid
+(`FollowWindow.valid`): a policy decides what a cut window means (`fly` falls back to verification).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# per drafted position, what the verifier thinks of that draft: its raw probability of it, whether it
+# is the verifier's argmax, the verifier's top-3 entropy there (FLy's gate statistic) and its top-1
+DRAFT_SCALARS = ("p_draft", "agree", "top3_entropy", "p_max")
+
+
+@dataclass(frozen=True)
+class FollowWindow:
+    """Per drafted position (...), its own scalars and those of the `width` drafts after it.
+
+    at (..., C): the drafted position itself; values (..., W, C): the k-th following draft's scalars
+    at [..., k-1, :] (C = len(DRAFT_SCALARS)), zeros where invalid; valid (..., W) bool: that
+    following draft exists in the block."""
+
+    at: torch.Tensor
+    values: torch.Tensor
+    valid: torch.Tensor
+
+    @property
+    def width(self) -> int:
+        return self.values.shape[-2]
+
+    def scalar(self, name: str) -> torch.Tensor:
+        """One scalar of every following draft (..., W)."""
+        return self.values[..., DRAFT_SCALARS.index(name)]
+
+    def own(self, name: str) -> torch.Tensor:
+        """One scalar of the drafted position itself (...)."""
+        return self.at[..., DRAFT_SCALARS.index(name)]
+
+
+def draft_scalars(drafts: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
+    """DRAFT_SCALARS (B, T, C) of drafts (B, T) under the verifier's raw distributions (B, T, V) at them.
+    top3_entropy is -sum over the 3 most likely tokens of p log p, as FLy's `calculate_topk_entropy(logits,
+    3)` (fly/models/FLy.py): the full softmax's probabilities, not renormalised over the three."""
+    p32 = p_raw.float()
+    top = p32.topk(3, dim=-1)  # values and ids (B, T, 3)
+    p_draft = p32.gather(-1, drafts.long()[..., None])[..., 0]
+    entropy = -(top.values * top.values.clamp_min(1e-30).log()).sum(-1)
+    agree = (drafts == top.indices[..., 0]).float()
+    return torch.stack([p_draft, agree, entropy, top.values[..., 0]], -1)
+
+
+def follow_window(scalars: torch.Tensor, width: int) -> FollowWindow:
+    """The window of every position of a block: scalars (B, T, C) -> FollowWindow with at (B, T, C),
+    values (B, T, W, C), valid (B, T, W); position j's k-th entry is position j + k (k = 1..W)."""
+    if width < 1:
+        raise ValueError(f"a follow window needs width >= 1, got {width}")
+    batch, length, c = scalars.shape
+    padded = torch.cat([scalars, scalars.new_zeros(batch, width, c)], 1)  # (B, T + W, C)
+    values = padded[:, 1:].unfold(1, width, 1)[:, :length].transpose(-1, -2)  # (B, T, W, C)
+    offset = torch.arange(length, device=scalars.device)[:, None] + torch.arange(1, width + 1, device=scalars.device)
+    valid = (offset < length).expand(batch, length, width)  # (B, T, W)
+    return FollowWindow(scalars, values.contiguous(), valid)
+
+
+def block_window(drafts: torch.Tensor, p_raw: torch.Tensor, width: int) -> FollowWindow:
+    """The window of each draft of a block: drafts (B, g), the verifier's raw p at them (B, g, V)."""
+    return follow_window(draft_scalars(drafts, p_raw), width)
+
+
+def continuation_window(scalars: torch.Tensor, width: int) -> FollowWindow:
+    """The window of one drafted token followed by its recorded continuation: scalars (N, 1 + L, C)
+    (the draft, then L >= 0 continuation tokens) -> FollowWindow of the draft, at (N, C), values
+    (N, W, C). The offline twin of `block_window`: the same numbers for the same tokens."""
+    window = follow_window(scalars, width)
+    return FollowWindow(window.at[:, 0], window.values[:, 0], window.valid[:, 0])
