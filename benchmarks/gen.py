@@ -5,9 +5,11 @@ runs the two forwards (keeping the continuation logits, as recording must); reco
 full-distribution statistics, top-k, features, drafter samples and the Arrow writes. Prints
 tokens/s of each, their ratio (target >= 0.8) and bytes per token on disk (target <= 1 KB).
 With --judge it also records the same examples with judge inputs (data_gen/judge.py: one more
-verifier pass over the substituted tokens) and prints that recording's speed against the plain one.
+verifier pass over the substituted tokens), with --window W with window inputs (data_gen/window.py:
+W drafter passes and one verifier pass over every mismatch's chain), and prints each recording's
+speed against the plain one.
 
-    python benchmarks/gen.py [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4] [--judge]
+    python benchmarks/gen.py [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4] [--judge] [--window 6]
 """
 
 from __future__ import annotations
@@ -47,6 +49,12 @@ def bare_pass(recorder: Recorder, batches) -> tuple[int, float]:
     return tokens, time.perf_counter() - started
 
 
+def _variant(cfg: GenConfig, recorder: Recorder, out: Path, **changes):
+    """The same examples recorded again with more inputs (judge, window), on the same loaded models."""
+    varied = replace(cfg, output=str(out), **changes)
+    return run_gen(varied, Recorder(varied, recorder.drafter, recorder.verifier, recorder.tok))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tiny", action="store_true")
@@ -55,6 +63,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
     parser.add_argument("--judge", action="store_true", help="also record with judge inputs, side by side")
+    parser.add_argument("--window", type=int, default=0, help="also record with window inputs of this W, side by side")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/gen_<pair>)")
     args = parser.parse_args()
     real = embedded_installed() and not args.tiny
@@ -102,13 +111,21 @@ def main() -> None:
         "torch": torch.__version__,
     }
     if args.judge:
-        judge_cfg = replace(cfg, judge=True, output=str(workdir / "rec-judge"))
-        judged = run_gen(judge_cfg, Recorder(judge_cfg, recorder.drafter, recorder.verifier, recorder.tok))
+        judged = _variant(cfg, recorder, workdir / "rec-judge", judge=True)
         result.update(
-            judge_tokens_per_second=judged["tokens"] / judged["seconds"],
-            judge_ratio=(judged["tokens"] / judged["seconds"]) / rec_tps,
-            judge_tree_tokens_per_token=judged["counts"]["judge_tree_tokens"] / judged["tokens"],
-            judge_bytes_per_token=judged["bytes_per_token"],
+            judge_tokens_per_second=judged.tokens / judged.seconds,
+            judge_ratio=(judged.tokens / judged.seconds) / rec_tps,
+            judge_tree_tokens_per_token=judged.counts["judge_tree_tokens"] / judged.tokens,
+            judge_bytes_per_token=judged.bytes_per_token,
+        )
+    if args.window:
+        windowed = _variant(cfg, recorder, workdir / "rec-window", window=args.window)
+        result.update(
+            window=args.window,
+            window_tokens_per_second=windowed.tokens / windowed.seconds,
+            window_ratio=(windowed.tokens / windowed.seconds) / rec_tps,
+            window_chains_per_token=windowed.counts.get("window_chains", 0) / windowed.tokens,
+            window_bytes_per_token=windowed.bytes_per_token,
         )
     out = Path(args.out or f"runs/bench/gen_{result['pair']}")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +143,12 @@ def main() -> None:
             f"  recording with judge inputs   {result['judge_tokens_per_second']:9.1f} tokens/s   "
             f"{result['judge_ratio']:.2f}x plain recording; {result['judge_tree_tokens_per_token']:.2f} substituted "
             f"tokens per token; {result['judge_bytes_per_token']:.0f} bytes per token"
+        )
+    if args.window:
+        print(
+            f"  recording with window inputs  {result['window_tokens_per_second']:9.1f} tokens/s   "
+            f"{result['window_ratio']:.2f}x plain recording; W = {args.window}, {result['window_chains_per_token']:.2f} "
+            f"mismatch chains per token; {result['window_bytes_per_token']:.0f} bytes per token"
         )
     print(f"results: {out.with_suffix('.json')}")
 

@@ -39,6 +39,8 @@ class GenConfig:
     top_k: int = 8
     hidden_states: str = "none"  # none, drafter, verifier or both (stored as float16)
     judge: bool = False  # the verifier's view of the drafted tokens (judge routers; +1 verifier pass)
+    window: int = 0  # > 0: window inputs (data_gen/window.py): at each mismatch the drafter's greedy W tokens
+    # after its argmax and the verifier's scores of them (window policies; W drafter passes + 1 verifier pass)
     # consequence mode (data_gen/consequence.py): the verifier's greedy answer, and at each drafter/verifier
     # mismatch along it (up to consequence_max_mismatches per example) a branch the verifier finishes
     consequence_max_new_tokens: int = 256  # answer budget (branches included)
@@ -90,6 +92,7 @@ class GenConfig:
             "consequence_horizon",
             "consequence_max_mismatches",
             "consequence_rejoin",
+            "window",
         )
         if "consequence" in self.modes and not self.consequence_max_mismatches and not self.consequence_horizon:
             raise ValueError(

@@ -258,6 +258,7 @@ def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float) -
         top_k=cfg.top_k,
         hidden_states=cfg.hidden_states,
         judge=cfg.judge,
+        window=cfg.window,
         token_classes=write_token_classes(out, recorder.tok, recorder.vocab),
         splits={s: {"examples": stats["split_examples"][s], "rows": stats["split_rows"][s]} for s in SPLITS},
         shards=stats["shards"],

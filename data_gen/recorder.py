@@ -199,6 +199,8 @@ class Recorder:
             [example_seed(self.cfg.seed, ex.example_id, mode) for ex in exs],
             judge=self.cfg.judge,
             prefix=self.prefix,
+            window=self.cfg.window,
+            rollout=mode == "rollout",
         )
         for b, (ex, row) in enumerate(zip(exs, rows)):
             n = len(row["token"])
@@ -208,6 +210,10 @@ class Recorder:
                     row["horizon_score"] = (
                         self.horizon(prompts[b], searched[b], row) if searched else np.full(n, np.nan)
                     )
+            if self.cfg.window and mode != "rollout":  # positions whose drafter continuation was written
+                self.counts["window_chains"] = self.counts.get("window_chains", 0) + int(
+                    np.isfinite(row["window"][:, 0]).sum()
+                )
             if self.cfg.judge:  # the argmax and the sample, where each differs from the trajectory's token
                 self.counts["judge_tree_tokens"] += int(
                     (row["q_argmax"] != row["token"]).sum() + (row["draft_token"] != row["token"]).sum()

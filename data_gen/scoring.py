@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from data_gen.judge import judge_inputs
+from data_gen.window import mismatch_windows, rollout_windows
 from router.features import FEATURE_NAMES, token_features
 from router.engine.layout import cache_argument
 from router.engine.prefix import SharedPrefix
@@ -37,15 +38,21 @@ def score_batch(
     draft_seeds: list[int],
     judge: bool = False,
     prefix: SharedPrefix | None = None,
+    window: int = 0,
+    rollout: bool = False,
 ) -> list[dict]:
     """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode);
-    with judge, also the verifier's view of the drafted tokens (data_gen/judge.py). A shared
-    prompt prefix (`router.engine.prefix`) is read from its cache instead of being fed again."""
+    with judge, also the verifier's view of the drafted tokens (data_gen/judge.py); with window = W,
+    the window column (data_gen/window.py; `rollout`: the continuations are the drafter's own). A
+    shared prompt prefix (`router.engine.prefix`) is read from its cache instead of being fed again."""
     layout, prefix, keep = tail_layout(prompts, continuations, pad_id, next(drafter.parameters()).device, prefix)
+    chains = bool(window) and not rollout  # the drafter continues after its argmax at every mismatch
     with torch.inference_mode():
-        q_logits, q_hidden, _ = forward_tail(drafter, layout, keep, vocab, hidden in ("drafter", "both"), prefix=prefix)
+        q_logits, q_hidden, q_cache = forward_tail(
+            drafter, layout, keep, vocab, hidden in ("drafter", "both"), cache=chains, prefix=prefix
+        )
         p_logits, p_hidden, p_cache = forward_tail(
-            verifier, layout, keep, vocab, judge or hidden in ("verifier", "both"), cache=judge, prefix=prefix
+            verifier, layout, keep, vocab, judge or hidden in ("verifier", "both"), cache=judge or chains, prefix=prefix
         )
         rows = []
         for b, cont in enumerate(continuations):
@@ -64,7 +71,25 @@ def score_batch(
             )
             for row, view in zip(rows, views):
                 row.update(view)
+        if window:
+            for row, col in zip(
+                rows,
+                _windows(
+                    drafter, verifier, q_cache, p_cache, layout, p_logits, continuations, rows, window, vocab, rollout
+                ),
+            ):
+                row["window"] = col
     return rows
+
+
+def _windows(drafter, verifier, q_cache, p_cache, layout, p_logits, continuations, rows, width, vocab, rollout):
+    """The window column of every row (data_gen/window.py)."""
+    if rollout:
+        return rollout_windows(p_logits, continuations, width)
+    models, caches = (drafter, verifier), (q_cache, p_cache)
+    args = (cache_argument(drafter), cache_argument(verifier))
+    q_arg = [r["q_argmax"] for r in rows]
+    return mismatch_windows(models, caches, args, layout, p_logits, continuations, q_arg, width, vocab)
 
 
 def _topk(probs: torch.Tensor, k: int):

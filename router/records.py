@@ -23,8 +23,7 @@ SCHEMA_VERSION = 3  # 3: the typed Manifest (every field written); 2: p_at_q_top
 MANIFEST = "manifest.json"
 TOKEN_CLASSES = "token_classes.npy"  # class bits per token id (router.features.token_class_table)
 EXAMPLES = "examples.jsonl"  # the recorded examples (id, split, prompt, reference, metric fields), for eval
-# the task's further examples that the split rule puts in test (same form): online prompts beyond the recording
-HELDOUT = "heldout.jsonl"
+HELDOUT = "heldout.jsonl"  # the task's further test-split examples (same form): online prompts beyond the recording
 SPLITS = ("train", "validation", "test")
 
 # scalar columns and their Arrow types; list columns are built from (N, k) arrays
@@ -96,6 +95,7 @@ OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {
     "after_lookahead": pa.float32(),
     "sample_after_hidden": pa.float16(),
     "sample_after_lookahead": pa.float32(),
+    "window": pa.float32(),  # window inputs (data_gen/window.py): (1 + W) x C floats, NaN without a window
 }
 REQUIRED_COLUMNS = tuple(SCALAR_COLUMNS) + tuple(LIST_COLUMNS)
 
@@ -185,6 +185,7 @@ class Manifest:
     top_k: int | None = None
     hidden_states: str = "none"  # none / drafter / verifier / both
     judge: bool = False  # the verifier's view of the drafted tokens was recorded
+    window: int = 0  # > 0: the window column's W (data_gen/window.py)
     token_classes: dict | None = None  # {sha256} of token_classes.npy
     splits: dict = field(default_factory=dict)  # {split: {examples, rows}}
     tokens: int = 0

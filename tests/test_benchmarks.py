@@ -450,7 +450,7 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
 @pytest.mark.parametrize(
     "script,args",
     [
-        ("gen.py", ["--tiny", "--examples", "2", "--batch-size", "2"]),
+        ("gen.py", ["--tiny", "--examples", "2", "--batch-size", "2", "--judge", "--window", "2"]),
         ("train.py", ["--tiny", "--rows", "4096"]),
         ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
     ],
