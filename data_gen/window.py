@@ -6,7 +6,7 @@ drafter's argmax d differs from the verifier's (a greedy mismatch; elsewhere not
 drafter writes its greedy continuation c_1..c_W after d and the verifier scores it: the draft and its
 W followers, as in a block with W drafts after d. The column holds per position the DRAFT_SCALARS of
 d and of c_1..c_W, (1 + W) x C floats, NaN at positions without a window. The same function as online
-turns a row into a FollowWindow (`window_of_rows`), so a policy reads the same numbers offline.
+turns a row into a FollowWindow (`router.window.inputs.window_of_rows`), so a policy reads the same numbers offline.
 
 Cost: W drafter passes and one verifier pass over every mismatch of a batch at once, each from the
 teacher-forced KV cache with a tree-shaped mask (a chain's tokens see the cached prefix before its
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from router.engine.layout import Layout
-from router.window.inputs import DRAFT_SCALARS, FollowWindow, continuation_window, draft_scalars, follow_window
+from router.window.inputs import DRAFT_SCALARS, draft_scalars, follow_window
 
 MAX_CHAIN_TOKENS = 256  # chain tokens per row and verifier pass: bounds the (M x W, V) logits
 
@@ -132,12 +132,3 @@ def rollout_windows(p_logits: torch.Tensor, continuations: list[list[int]], widt
         follow = window.values[0].masked_fill(~window.valid[0][..., None], float("nan"))  # (n, W, C)
         out.append(torch.cat([window.at[0][:, None], follow], 1).reshape(n, -1).cpu().numpy().astype(np.float32))
     return out
-
-
-def window_of_rows(column: np.ndarray, width: int) -> FollowWindow:
-    """The FollowWindow (N positions) of recorded `window` rows (N, (1 + W) * C), formed by the function
-    the loop's windows come from (`continuation_window`); a NaN follower (past a rollout's end) is
-    invalid, and positions without a window (all NaN) come out all invalid."""
-    rows = torch.from_numpy(np.asarray(column, np.float32)).reshape(len(column), 1 + width, len(DRAFT_SCALARS))
-    window = continuation_window(torch.nan_to_num(rows), width)
-    return FollowWindow(window.at, window.values, window.valid & ~torch.isnan(rows[:, 1:, 0]))

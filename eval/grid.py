@@ -109,8 +109,11 @@ def method_alphas(method: str, cfg, curves: dict, targets: list[float]) -> list[
     elif method in rule_names() and get_rule(method).alpha_range is None:  # lossless: alpha unused
         alphas = [0.0]
     elif method in curves:  # matched to the offline rejection targets
-        rng = get_rule(method).alpha_range if method in rule_names() else None
-        alphas = alphas_at_rejection(curves[method].threshold, curves[method].rejection, targets, rng)
+        rule = get_rule(method) if method in rule_names() else None
+        # a window rule's offline sweep runs over -alpha (fly: defer where -entropy > -alpha, router/window/fly.py)
+        sign = -1.0 if rule is not None and rule.form == "window" else 1.0
+        rng = rule.alpha_range if rule is not None else None
+        alphas = alphas_at_rejection(sign * curves[method].threshold, curves[method].rejection, targets, rng)
     else:
         alphas = DEFAULT_ALPHAS[method]
     if method in rule_names():

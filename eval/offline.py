@@ -26,7 +26,7 @@ from router.machine.costs import block_seconds, tokens_per_block
 from router.model import LearnedRouter, RouterError
 from router.records import IMPORTANT, RecordsError
 from router.offline.inputs import RecordView, router_scores
-from router.rules import get_rule, offline_rules
+from router.rules import get_rule, offline_rules, window_offline_rules
 from router.offline.views import (
     areas,
     best_of,
@@ -78,6 +78,8 @@ def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
     rnd.top1 = q_top1.mean() + rnd.deferral * (p_top1.mean() - q_top1.mean())
     out["random"] = rnd
     for name, router in routers.items():
+        if router.cfg.follow:  # a window judge: windows are recorded for the argmax only (greedy view)
+            continue
         if router.cfg.head == "judge":  # its pi depends on the draft: Monte Carlo over the recorded samples
             out[name] = method_sweeps(data, {name: router}, ("t1",))["t1"][name].curve()
         else:
@@ -101,8 +103,8 @@ def compare_views(
     for view, sweeps in method_sweeps(val, routers).items():
         point = areas(sweeps)
         chosen[view] = {
-            "best_rule": best_of(point, offline_rules()),
-            "best_router": best_of(point, routers) if routers else None,
+            "best_rule": best_of(point, [r for r in (*offline_rules(), *window_offline_rules()) if r in point]),
+            "best_router": best_of(point, scored) if (scored := [r for r in routers if r in point]) else None,
             "validation_areas": point,
         }
     out = {}

@@ -36,6 +36,7 @@ from router.export.hub import RouterHubMixin
 from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_topk_ids
 from router.rules import cascade_mix, keep_drafts, token_mix, tv_distance, validate_inputs
+from router.window.inputs import FOLLOW_FEATURE_NAMES, FollowWindow, follow_features
 
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token", "judge")
@@ -61,6 +62,7 @@ class RouterConfig:
     hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier" / "after": append that hidden state
     hidden_sizes: dict = field(default_factory=dict)  # their widths, e.g. {"verifier": 1536}
     vocab: int = 0  # judge head: size of its token class table (the pair's vocabulary)
+    follow: int = 0  # judge head: following drafts of the block it reads (router/window/inputs.py), 0: none
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""  # manifest id of the training records
     pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
@@ -90,6 +92,10 @@ class RouterConfig:
                 "the judge head scores each drafted token from its own inputs: use arch linear or "
                 "mlp, with vocab set (train sets it from the records)"
             )
+        if self.follow and self.head != "judge" or self.follow < 0:
+            raise RouterError(
+                f"follow (drafts read after the drafted one) needs head: judge and >= 0, got {self.follow}"
+            )
         if self.head == "token" and self.arch == "gru":
             raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
 
@@ -97,7 +103,11 @@ class RouterConfig:
     def position_dim(self) -> int:
         """Width of the per-position input: features (the judge's own for that head), then hidden
         states in hidden_inputs order."""
-        base = len(JUDGE_FEATURE_NAMES) if self.head == "judge" else len(self.feature_names)
+        base = (
+            len(JUDGE_FEATURE_NAMES) + self.follow * len(FOLLOW_FEATURE_NAMES)
+            if self.head == "judge"
+            else len(self.feature_names)
+        )
         return base + sum(self.hidden_sizes[r] for r in self.hidden_inputs)
 
     @property
@@ -190,7 +200,9 @@ class LearnedRouter(RouterHubMixin):
         # logs over the vocabulary (router.features.log_probs_into)
         self.reads_logits = True
         self.greedy_mode = False  # its pi is one-hot at temperature 0 already (cascade_mix/token_mix of one-hots)
-        self.follow, self.min_gamma = 0, 1  # reads no drafts after its own (router/window/inputs.py)
+        # a window judge reads the next `follow` drafts of the block where they exist (any gamma: the rest are
+        # marked invalid, as at a block's end)
+        self.follow, self.min_gamma = self.cfg.follow, 1
         check_feature_names(self.cfg.feature_names, name)
 
     def check_alpha(self, alpha: float) -> float:
@@ -240,6 +252,7 @@ class LearnedRouter(RouterHubMixin):
         q_logits: torch.Tensor | None = None,
         p_logits: torch.Tensor | None = None,
         next_p_logits: torch.Tensor | None = None,
+        follow: FollowWindow | None = None,
     ) -> torch.Tensor:
         """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
         hidden maps 'drafter'/'verifier'/'after' to last hidden states (..., H) when the router reads
@@ -252,7 +265,8 @@ class LearnedRouter(RouterHubMixin):
             raise ValueError(f"router {self.name}: alpha is NaN")
         if self.cfg.head == "judge":
             keep = (
-                self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden, q_logits, p_logits, next_p_logits) <= alpha
+                self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden, q_logits, p_logits, next_p_logits, follow)
+                <= alpha
             )  # (...)
             return keep_drafts(p, drafts, keep)
         stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)
@@ -268,9 +282,19 @@ class LearnedRouter(RouterHubMixin):
 
     @torch.no_grad()
     def judge_scores(
-        self, q_raw, p_raw, drafts, next_p_raw, hidden: dict | None, q_logits=None, p_logits=None, next_p_logits=None
+        self,
+        q_raw,
+        p_raw,
+        drafts,
+        next_p_raw,
+        hidden: dict | None,
+        q_logits=None,
+        p_logits=None,
+        next_p_logits=None,
+        follow: FollowWindow | None = None,
     ) -> torch.Tensor:
-        """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice."""
+        """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice; a
+        window judge (cfg.follow > 0) also reads the FollowWindow of each draft (...)."""
         if drafts is None or next_p_raw is None:
             raise RouterError(
                 f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
@@ -287,6 +311,13 @@ class LearnedRouter(RouterHubMixin):
             shifted_lookahead(p_raw, next_p_raw, position, next_p_logits),
             class_bits(self.net.token_classes, drafts),
         )
+        if self.cfg.follow:
+            if follow is None:
+                raise RouterError(
+                    f"router {self.name} is a window judge: pass follow=router.window.inputs.block_window(drafts, "
+                    f"p_raw, {self.cfg.follow}) (router.decoding.generate does)"
+                )
+            x = torch.cat([x, follow_features(follow, self.cfg.follow).to(x.dtype)], -1)
         x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
 

@@ -478,8 +478,15 @@ def rules_of_form(*forms: str) -> tuple[str, ...]:
 
 
 def offline_rules() -> tuple[str, ...]:
-    """Rules whose curves offline evaluation and train validation compute from records."""
-    return tuple(name for name, rule in _REGISTRY.items() if rule.offline_score is not None)
+    """Per-position rules whose curves offline evaluation and train validation compute from records
+    (window rules are scored where the records hold windows: `window_offline_rules`)."""
+    return tuple(name for name, rule in _REGISTRY.items() if rule.offline_score is not None and rule.form != "window")
+
+
+def window_offline_rules() -> tuple[str, ...]:
+    """Window rules with a greedy-view offline score, `offline_score(window) -> (N,)` over the recorded
+    windows (router.window.inputs.FollowWindow; defer where the score exceeds the sweep's threshold)."""
+    return tuple(name for name, rule in _REGISTRY.items() if rule.offline_score is not None and rule.form == "window")
 
 
 def online_rules() -> tuple[str, ...]:

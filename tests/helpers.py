@@ -184,3 +184,22 @@ def study_module(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def verifier_qa(pair, path, n: int = 40):
+    """A jsonl task (id, question, answer) whose gold answers are the tiny verifier's own greedy text:
+    random models never write real answers, and a judge needs positions where the drafter's token is
+    (and is not) the gold one. Returns the path."""
+    import json
+
+    rows, ascii_ids = [], set(range(32 + 3, 127 + 3))  # byte b is id b + 3: printable ASCII round-trips
+    suppress = [i for i in range(259) if i not in ascii_ids]
+    for i in range(n):
+        prompt = f"Add {i} and {i + 3}.\nA:"
+        ids = torch.tensor([pair.tokenizer.encode(prompt)])
+        out = pair.verifier.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16, suppress_tokens=suppress
+        )
+        rows.append({"id": f"q{i}", "question": prompt, "answer": pair.tokenizer.decode(out[0, ids.shape[1] :])})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from helpers import StubLM
+from helpers import StubLM, verifier_qa
 from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
@@ -72,19 +72,7 @@ def test_judge_sampler_draws_the_stated_distribution():
 def judge_router(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("judge")
     pair = tiny_pair(seed=2)
-    data = tmp / "qa.jsonl"
-    # gold = the tiny verifier's own greedy text: random models never write real answers, and the
-    # judge needs positions where the drafter's token is (and is not) the gold one
-    rows, ascii_ids = [], set(range(32 + 3, 127 + 3))  # byte b is id b + 3: printable ASCII round-trips
-    suppress = [i for i in range(259) if i not in ascii_ids]
-    for i in range(40):
-        prompt = f"Add {i} and {i + 3}.\nA:"
-        ids = torch.tensor([pair.tokenizer.encode(prompt)])
-        out = pair.verifier.generate(
-            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16, suppress_tokens=suppress
-        )
-        rows.append({"id": f"q{i}", "question": prompt, "answer": pair.tokenizer.decode(out[0, ids.shape[1] :])})
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = verifier_qa(pair, tmp / "qa.jsonl")
     cfg = GenConfig(
         task="custom",
         data_path=str(data),

@@ -9,11 +9,11 @@ import torch
 from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
-from data_gen.window import mismatch_windows, rollout_windows, window_of_rows
+from data_gen.window import mismatch_windows, rollout_windows
 from router.engine.layout import Layout, cache_argument, left_pad
 from router.engine.teacher import forward_tail
 from router.records import load_records, read_manifest
-from router.window.inputs import DRAFT_SCALARS, block_window, draft_scalars
+from router.window.inputs import DRAFT_SCALARS, block_window, draft_scalars, window_of_rows
 
 VOCAB = 259
 C = len(DRAFT_SCALARS)

@@ -32,6 +32,7 @@ class RecordSplit(RecordView):
         max_rows: int | None = None,
         head: str = "cascade",
         examples: set | None = None,
+        follow: int = 0,
     ):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(
@@ -50,17 +51,17 @@ class RecordSplit(RecordView):
                 f"consequence-mode rows only: use target {' or '.join(ANSWER_TARGETS)} with mode consequence"
             )
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows, examples)
-        self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)
+        self.head, self.window, self.hidden_inputs, self.follow = head, window, tuple(hidden_inputs), follow
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
 
     def batch_inputs(self, idx: np.ndarray) -> np.ndarray:
         """What the router being trained reads for these rows."""
-        return self.inputs(idx, self.head, self.window, self.hidden_inputs)
+        return self.inputs(idx, self.head, self.window, self.hidden_inputs, follow=self.follow)
 
     def flat_inputs(self, idx: np.ndarray) -> np.ndarray:
         """Inputs without GRU windows, one row per position or per token-head candidate: (n [* K], D)."""
-        x = self.inputs(idx, self.head, 1, self.hidden_inputs)
+        x = self.inputs(idx, self.head, 1, self.hidden_inputs, follow=self.follow)
         return x.reshape(-1, x.shape[-1])
 
 
@@ -129,13 +130,20 @@ class RecordDataModule(L.LightningDataModule):
         head: str = "cascade",
         max_train_rows: int | None = None,
         examples: dict | None = None,
+        follow: int = 0,
     ):
         """examples: {"train": ids, "validation": ids} to fit on those examples of every split (a
         cross-fitting fold) instead of the records' train and validation splits."""
         super().__init__()
         self.examples = examples
         self.args = dict(
-            folders=folders, mode=mode, target=target, hidden_inputs=hidden_inputs, window=window, head=head
+            folders=folders,
+            mode=mode,
+            target=target,
+            hidden_inputs=hidden_inputs,
+            window=window,
+            head=head,
+            follow=follow,
         )
         self.batch_size, self.seed, self.max_train_rows = batch_size, seed, max_train_rows
         self.train: RecordSplit | None = None

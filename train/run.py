@@ -42,6 +42,7 @@ class TrainConfig:
     depth: int = 2
     window: int = 4  # gru context
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
+    follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (records with window >= it)
     target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label
     loss: str = "mse"  # mse | cost_sensitive
     lr: float = 1e-3
@@ -75,7 +76,11 @@ class TrainConfig:
             raise ConfigError("records is empty: name the record folder(s) to train on")
         check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
-        check_minimum(self, 0, "patience", "weight_decay", "cross_fit")
+        check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow")
+        if self.follow and self.head != "judge":
+            raise ConfigError(
+                f"follow (the drafts a window judge reads after its own) needs head: judge, got {self.head}"
+            )
         if self.cross_fit == 1 or not 0 < self.cross_fit_validation < 1:
             raise ConfigError(
                 f"cross_fit must be 0 (the records' splits) or K >= 2 folds (got {self.cross_fit}), and "
@@ -162,6 +167,7 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
         cfg.head,
         cfg.max_train_rows,
         examples,
+        cfg.follow,
     )
     data.setup("fit")
     train, val = data.train, data.val
@@ -202,6 +208,7 @@ def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifes
         pair=manifests[0].pair,
         alpha_grid=list(cfg.alpha_grid),
         vocab=len(train.token_classes) if cfg.head == "judge" else 0,
+        follow=cfg.follow,
         trained_on=_trained_on(cfg, train, manifests, examples),
     )
 

@@ -7,6 +7,8 @@ exports. Inputs, per scored position n (all float32 but the draft ids):
   q_logits, p_logits (N, V)   the drafter's and the verifier's logits at the position
   alpha ()                    the trade-off
   drafts (N,) int64, next_p_logits (N, V)   judge only: the drafted token, the verifier's logits after it
+  follow_values (N, W, C), follow_valid (N, W)   window judge only: the DRAFT_SCALARS of the W drafts after
+                              it (router/window/inputs.py) and 1/0 whether each exists in the block
   hidden_<role> (N, H)        the hidden states the router reads (`hidden_inputs` order)
 Outputs: cascade: score (N,), tv (N,), defer (N,) = score > alpha * tv; token: candidates (N, K) (the
 drafter's top K), score (N, K), keep (N, K) = score <= alpha; judge: score (N,), keep (N,) = score <= alpha.
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 
 from router.features import FEATURE_NAMES, position_stats
+from router.window.inputs import FollowWindow
 
 TV = FEATURE_NAMES.index("tv")
 OUTPUTS = {"cascade": ("score", "tv", "defer"), "token": ("candidates", "score", "keep"), "judge": ("score", "keep")}
@@ -27,6 +30,7 @@ OUTPUTS = {"cascade": ("score", "tv", "defer"), "token": ("candidates", "score",
 def input_names(cfg) -> list[str]:
     """The decision's inputs, in call order, for a RouterConfig."""
     judge = ["drafts", "next_p_logits"] if cfg.head == "judge" else []
+    judge += ["follow_values", "follow_valid"] if getattr(cfg, "follow", 0) else []
     return ["q_logits", "p_logits", "alpha", *judge, *(f"hidden_{role}" for role in cfg.hidden_inputs)]
 
 
@@ -49,10 +53,22 @@ class Decision(nn.Module):
         q_logits, p_logits = q_logits.float(), p_logits.float()
         q_raw, p_raw = q_logits.softmax(-1), p_logits.softmax(-1)  # (N, V) each
         if self.cfg.head == "judge":
-            drafts, next_p_logits, *hidden = rest
+            drafts, next_p_logits, *rest = rest
+            follow = None
+            if self.cfg.follow:  # the window of the drafts after each: values (N, W, C), valid (N, W) as 1/0
+                values, valid, *rest = rest
+                follow = FollowWindow(values.new_zeros(values.shape[0], values.shape[-1]), values.float(), valid > 0.5)
             next_p_logits = next_p_logits.float()
             score = self.router.judge_scores(
-                q_raw, p_raw, drafts, next_p_logits.softmax(-1), self._hidden(hidden), q_logits, p_logits, next_p_logits
+                q_raw,
+                p_raw,
+                drafts,
+                next_p_logits.softmax(-1),
+                self._hidden(rest),
+                q_logits,
+                p_logits,
+                next_p_logits,
+                follow,
             )  # (N,)
             return score, score <= alpha
         stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (N, F), (N,), (N,)

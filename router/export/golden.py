@@ -39,6 +39,8 @@ def golden_inputs(cfg, seed: int = 0, net=None) -> dict[str, torch.Tensor]:
         half = torch.arange(POSITIONS) < POSITIONS // 2
         out["drafts"] = torch.where(half, q_logits.argmax(-1), sampled)  # greedy drafts, then sampled ones
         out["next_p_logits"] = 3 * torch.randn(POSITIONS, vocab, generator=g)
+    if getattr(cfg, "follow", 0):
+        out.update(_follow_inputs(cfg.follow, g))
     start = cfg.position_dim - sum(cfg.hidden_sizes[r] for r in cfg.hidden_inputs)  # hidden states come last
     for role in cfg.hidden_inputs:
         width = cfg.hidden_sizes[role]
@@ -48,6 +50,18 @@ def golden_inputs(cfg, seed: int = 0, net=None) -> dict[str, torch.Tensor]:
         out[f"hidden_{role}"] = noise
         start += width
     return out
+
+
+def _follow_inputs(width: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Window judge inputs: plausible DRAFT_SCALARS of W followers, the last ones of some positions cut."""
+    p_max = 0.2 + 0.8 * torch.rand(POSITIONS, width, generator=g)
+    agree = (torch.rand(POSITIONS, width, generator=g) < 0.7).float()
+    p_draft = torch.where(agree > 0, p_max, p_max * torch.rand(POSITIONS, width, generator=g))
+    entropy = 1.1 * torch.rand(POSITIONS, width, generator=g) * (1 - p_max)
+    kept = torch.randint(0, width + 1, (POSITIONS, 1), generator=g)  # followers inside the block
+    valid = (torch.arange(width)[None] < kept).float()  # (N, W)
+    values = torch.stack([p_draft, agree, entropy, p_max], -1) * valid[..., None]  # (N, W, C)
+    return {"follow_values": values, "follow_valid": valid}
 
 
 def _alphas(cfg, outputs: tuple) -> torch.Tensor:

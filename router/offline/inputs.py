@@ -31,6 +31,7 @@ from router.records import (
     require_judge,
 )
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
+from router.window.inputs import FollowWindow, follow_features, window_of_rows
 
 JUDGE_COLUMNS = (
     "draft_token",
@@ -189,8 +190,30 @@ class RecordView:
         """(N,) the drafted token a judge decides: the drafter's argmax, or its recorded sample."""
         return self.cols["q_argmax"] if drafted == "argmax" else self.judge_columns()["draft_token"]
 
-    def judge_inputs(self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax") -> np.ndarray:
-        """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features)."""
+    def has_windows(self, width: int) -> bool:
+        """Every folder holds window inputs of at least `width` following drafts."""
+        return "window" in self.ds.column_names and min(m.window for m in self.manifests) >= width
+
+    def follow_windows(self, idx: np.ndarray, width: int) -> FollowWindow:
+        """The recorded windows (data_gen/window.py) of the drafter's argmax at these rows: FollowWindow
+        (len(idx),); rows without one (the drafter agreed with the verifier) are all invalid."""
+        recorded = {m.window for m in self.manifests}
+        if len(recorded) != 1 or min(recorded) < width or "window" not in self.ds.column_names:
+            raise RecordsError(
+                f"{self.folders} hold windows of {sorted(recorded)} following drafts, a window judge reads {width}: "
+                f"record them with window={width} (or more), all folders alike"
+            )
+        rows = np.asarray(self.ds.select_columns(["window"])[np.asarray(idx).tolist()]["window"], np.float32)
+        return window_of_rows(rows, recorded.pop())
+
+    def judge_inputs(self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", follow: int = 0) -> np.ndarray:
+        """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
+        then (follow > 0) the window of the drafts after it (router.window.inputs.follow_features)."""
+        if follow and drafted != "argmax":
+            raise RecordsError(
+                "windows are recorded for the drafter's argmax only (data_gen/window.py): a window judge is scored "
+                "in the greedy view"
+            )
         j, c = self.judge_columns(), self.cols
         d = self.drafted(drafted)[idx]
         look = j[judge_column(drafted, "lookahead")][idx]
@@ -208,16 +231,24 @@ class RecordView:
             t(np.asarray(look)),
             class_bits(t(self.token_classes), t(np.asarray(d, np.int64))),
         ).numpy()
+        if follow:
+            x = np.concatenate([x, follow_features(self.follow_windows(idx, follow), follow).numpy()], -1)
         h = self.hidden(idx, tuple(hidden), drafted)
         return x if h is None else np.concatenate([x, h], -1)
 
     def inputs(
-        self, idx: np.ndarray, head: str = "cascade", window: int = 1, hidden: tuple = (), drafted: str = "argmax"
+        self,
+        idx: np.ndarray,
+        head: str = "cascade",
+        window: int = 1,
+        hidden: tuple = (),
+        drafted: str = "argmax",
+        follow: int = 0,
     ) -> np.ndarray:
         """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
-        (a judge: for the drafted token `drafted`)."""
+        (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it)."""
         if head == "judge":
-            return self.judge_inputs(idx, hidden, drafted)
+            return self.judge_inputs(idx, hidden, drafted, follow)
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
@@ -253,6 +284,6 @@ def router_scores(
     parts = []
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        x = view.inputs(idx, router.cfg.head, window, hidden, drafted)
+        x = view.inputs(idx, router.cfg.head, window, hidden, drafted, router.cfg.follow)
         parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from router.offline.inputs import RecordView, router_scores
-from router.rules import get_rule, offline_rules, ratio_score
+from router.rules import get_rule, offline_rules, ratio_score, window_offline_rules
 from router.offline.tradeoff import Curve, area, learned_defer_scores, oracle_scores, quantile_grid, token_rows
 
 VIEWS = ("greedy", "t1")
@@ -132,6 +132,10 @@ def greedy_sweeps(
         for name in offline_rules():
             score = get_rule(name).offline_score(view.cols, view.cand)
             out[name] = sweep(score[:, 0] if np.ndim(score) == 2 else score)
+        for name in window_offline_rules():  # where the records hold windows wide enough (data_gen/window.py)
+            width = get_rule(name).follow
+            if view.has_windows(width):
+                out[name] = sweep(get_rule(name).offline_score(view.follow_windows(np.arange(len(view)), width)))
     if predictions is not None:
         out["router"] = sweep(greedy_score(predictions, head, view.cols["tv"]))
     return out
@@ -155,7 +159,8 @@ def method_sweeps(view: RecordView, routers: dict, views=VIEWS) -> dict[str, dic
             score = rule.offline_score(c, cand)
             t1[name] = token_sweep(score, cand, index, n_ex) if rule.form == "token" else sweep(score)
         for name, router in routers.items():
-            t1[name] = _t1_router_sweep(router, view, name, index, n_ex)
+            if not router.cfg.follow:  # a window judge's windows are recorded for the argmax only: greedy view
+                t1[name] = _t1_router_sweep(router, view, name, index, n_ex)
         out["t1"] = t1
     return out
 

@@ -24,6 +24,9 @@ alone decides. A block needs gamma >= win_len + 1 drafts for any mismatch to be 
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from router.rules import Rule, keep_drafts
@@ -44,6 +47,14 @@ def fly_keep(follow: FollowWindow, entropy_thre: float, win_len: int) -> torch.T
     return mismatch & gate_open & uncut & window_agrees
 
 
+def fly_offline_score(window: FollowWindow, win_len: int) -> np.ndarray:
+    """Greedy-view defer score (N,) from recorded windows: -(top-3 entropy) where FLy could keep the
+    mismatch (its window agrees and is uncut), +inf where it never does; FLy at alpha defers where the
+    score exceeds -alpha, so the offline sweep's threshold is -alpha."""
+    possible = fly_keep(window, -math.inf, win_len)  # every condition but the gate
+    return np.where(possible.numpy(), -window.own("top3_entropy").double().numpy(), np.inf)
+
+
 def fly_rule(win_len: int = FLY_WIN_LEN, name: str = "fly") -> Rule:
     """FLy's rule with window length `win_len` (the mismatch and the win_len - 1 drafts after it);
     register another length with `router.rules.register_rule(fly_rule(3, "fly_w3"))`."""
@@ -60,6 +71,7 @@ def fly_rule(win_len: int = FLY_WIN_LEN, name: str = "fly") -> Rule:
         f"keep a mismatch iff top-3 entropy(p_raw) >= alpha and the next {win_len - 1} drafts are the verifier's "
         f"argmax, {win_len} drafts following it in the block (FLy, arXiv 2511.22972)",
         pi,
+        lambda window: fly_offline_score(window, win_len),
         bonus_needs_drafter=False,  # pi = p at the bonus position (no draft there)
         follow=win_len,
         min_gamma=win_len + 1,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # per drafted position, what the verifier thinks of that draft: its raw probability of it, whether it
@@ -84,3 +85,29 @@ def continuation_window(scalars: torch.Tensor, width: int) -> FollowWindow:
     (N, W, C). The offline twin of `block_window`: the same numbers for the same tokens."""
     window = follow_window(scalars, width)
     return FollowWindow(window.at[:, 0], window.values[:, 0], window.valid[:, 0])
+
+
+FOLLOW_FEATURE_NAMES = (*DRAFT_SCALARS, "valid")  # per following draft, what a window judge reads
+
+
+def follow_features(window: FollowWindow, width: int) -> torch.Tensor:
+    """A window judge's inputs (..., width * len(FOLLOW_FEATURE_NAMES)): the scalars of the first
+    `width` following drafts and whether each exists, followers in order. One function online (a
+    block's windows) and offline (recorded ones), so both read the same numbers."""
+    if window.width < width:
+        raise ValueError(
+            f"the window holds {window.width} following drafts, the judge reads {width}: record with window >= "
+            f"{width} (or decode with blocks that long: shorter blocks mark the rest invalid, they do not cut it)"
+        )
+    values = window.values[..., :width, :].float()  # (..., W, C)
+    valid = window.valid[..., :width, None].float()  # (..., W, 1)
+    return torch.cat([values * valid, valid], -1).flatten(-2)
+
+
+def window_of_rows(column: np.ndarray, width: int) -> FollowWindow:
+    """The FollowWindow (N positions) of recorded `window` rows (data_gen/window.py) (N, (1 + W) * C), formed by the function
+    the loop's windows come from (`continuation_window`); a NaN follower (past a rollout's end) is
+    invalid, and positions without a window (all NaN) come out all invalid."""
+    rows = torch.from_numpy(np.asarray(column, np.float32)).reshape(len(column), 1 + width, len(DRAFT_SCALARS))
+    window = continuation_window(torch.nan_to_num(rows), width)
+    return FollowWindow(window.at, window.values, window.valid & ~torch.isnan(rows[:, 1:, 0]))

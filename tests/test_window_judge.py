@@ -1,0 +1,162 @@
+"""The learned window judge on the tiny pair: window records -> train -> export -> decode in the loop and
+through transformers' generate, with the same window numbers offline and online."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import verifier_qa
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.run import run_gen
+from router.decoding import generate
+from router.export.golden import reproduce, torch_runner
+from router.hf import cascade_generate
+from router.model import RouterError, load_router
+from router.offline.inputs import RecordView
+from router.records import load_records
+from router.window.inputs import follow_features
+from train.run import TrainConfig, run_train
+
+WIDTH = 2
+
+
+@pytest.fixture(scope="module")
+def window_judge(tmp_path_factory, tiny):
+    tmp = tmp_path_factory.mktemp("window-judge")
+    pair = tiny  # the pair eval loads for tiny:drafter / tiny:verifier
+    cfg = GenConfig(
+        task="custom", data_path=str(verifier_qa(pair, tmp / "qa.jsonl", n=24)), prompt_field="question",
+        reference_field="answer", id_field="id", drafter="tiny:drafter", verifier="tiny:verifier",
+        dtype="float32", batch_size=8, examples_per_shard=12, output=str(tmp / "rec"), judge=True,
+        window=WIDTH, split_fractions=[0.5, 0.25, 0.25],
+    )  # fmt: skip
+    run_gen(cfg, Recorder(cfg, *pair))
+    train = TrainConfig(
+        records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", loss="cost_sensitive", follow=WIDTH,
+        max_epochs=2, batch_size=128, output=str(tmp / "judge"), baselines=False,
+    )  # fmt: skip
+    metrics = run_train(train)
+    return load_router(tmp / "judge"), pair, tmp, metrics
+
+
+class Probe:
+    """A lossless window policy that keeps the windows the loop gives it."""
+
+    name, form, hidden_inputs, bonus_needs_drafter, reads_logits, follow, min_gamma = (
+        "probe", "judge", (), False, False, WIDTH, 1,
+    )  # fmt: skip
+
+    def __init__(self):
+        self.seen = []
+
+    def check_alpha(self, alpha):
+        return float(alpha)
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None, drafts=None, next_p_raw=None, follow=None):
+        self.seen.append((drafts.clone(), follow))
+        return p
+
+
+def test_offline_and_online_windows_are_the_same_numbers(window_judge):
+    """At a recorded mismatch, the loop decoding greedily from the same prefix drafts the drafter's argmax
+    and the chain the recording wrote: the window judge's window inputs agree (one function forms both)."""
+    router, (drafter, verifier, tok), tmp, _ = window_judge
+    view = RecordView([str(tmp / "rec")], "train")
+    recorded = np.asarray(load_records(tmp / "rec", split="train").with_format("numpy")["window"])
+    rows = np.nonzero(np.isfinite(recorded[:, 0]))[0]
+    assert len(rows) >= 3
+    examples = {e["id"]: e for e in map(json.loads, (tmp / "qa.jsonl").read_text().splitlines())}
+    checked = 0
+    for row in rows[:4]:
+        ex = examples[str(view.ds[int(row)]["example_id"])]
+        t = int(view.ds[int(row)]["position"])
+        prefix = tok.encode(ex["question"]) + tok.encode(ex["answer"])[:t]
+        probe = Probe()
+        generate(drafter, verifier, torch.tensor([prefix]), rule=probe, gamma=WIDTH + 1, max_new_tokens=WIDTH + 2)
+        drafts, online = probe.seen[0]
+        assert int(drafts[0, 0]) == int(view.cols["q_argmax"][row])  # the recorded mismatch's draft
+        offline = view.follow_windows(np.array([row]), WIDTH)
+        torch.testing.assert_close(
+            follow_features(offline, WIDTH)[0], follow_features(online, WIDTH)[0, 0], atol=1e-4, rtol=0
+        )
+        checked += 1
+    assert checked >= 3
+
+
+def test_window_judge_trains_exports_and_decodes_everywhere(window_judge):
+    router, (drafter, verifier, tok), tmp, metrics = window_judge
+    assert router.follow == WIDTH and router.min_gamma == 1 and router.cfg.follow == WIDTH
+    assert np.isfinite(metrics["router"]["area"])
+    assert reproduce(tmp / "judge", router.cfg, torch_runner(router))["ok"]  # its golden vectors hold windows
+    ids = torch.tensor([tok.encode("Add 3 and 6.\nA:")])
+    for gamma in (1, 3):  # gamma 1: every window is cut by the block's end, marked invalid
+        out = generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=gamma, max_new_tokens=10)
+        hf = verifier.generate(
+            ids, attention_mask=torch.ones_like(ids), custom_generate=cascade_generate, drafter=drafter,
+            rule=str(tmp / "judge"), alpha=0.0, gamma=gamma, max_new_tokens=10, do_sample=False,
+        )  # fmt: skip
+        assert torch.equal(hf, out.sequences)
+    generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=3, max_new_tokens=6, temperature=1.0)
+    with pytest.raises(RouterError, match="window judge: pass follow"):
+        q = torch.full((1, 2, 259), 1 / 259)
+        router.target(q, q, 0.0, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q)
+
+
+def test_window_judge_needs_window_records(window_judge, tmp_path):
+    _, pair, tmp, _ = window_judge
+    with pytest.raises(Exception, match="follow .* needs head: judge"):
+        TrainConfig(records=[str(tmp / "rec")], head="cascade", follow=2)
+    view = RecordView([str(tmp / "rec")], "train")
+    with pytest.raises(Exception, match="a window judge reads 5: record them with window=5"):
+        view.follow_windows(np.arange(3), 5)
+
+
+def test_eval_scores_a_window_judge_in_the_greedy_view_and_decodes_it(window_judge):
+    from specroute import cli
+
+    _, _, tmp, _ = window_judge
+    out = tmp / "eval"
+    args = [
+        "eval", "--config", "configs/eval/tiny.yaml", f"records=[{tmp / 'rec'}]", f"routers=[{tmp / 'judge'}]",
+        f"output={out}", "max_prompts=2", "max_new_tokens=6", "online_methods=[judge,token_v2]", "alphas={judge: [0.0]}", "metric=exact_match",
+    ]  # fmt: skip
+    assert cli.main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "judge" in metrics["offline"]["views"]["greedy"]["methods"]
+    assert "judge" not in metrics["offline"]["views"].get("t1", {}).get("methods", {})
+    assert {p["method"] for p in metrics["online"]["points"]} >= {"judge", "token_v2"}
+
+
+def test_fly_scores_offline_in_the_greedy_view_where_windows_exist(window_judge):
+    from router.offline.views import greedy_sweeps
+    from router.rules import get_rule, register_rule, unregister_rule
+    from router.window.fly import fly_keep, fly_rule
+
+    _, _, tmp, _ = window_judge
+    view = RecordView([str(tmp / "rec")], "train")
+    register_rule(fly_rule(WIDTH, "fly_w2"))
+    try:
+        sweeps = greedy_sweeps(view)
+        assert "fly_w2" in sweeps and "fly" not in sweeps  # fly reads 6 drafts, these records hold 2
+        window = view.follow_windows(np.arange(len(view)), WIDTH)
+        score = get_rule("fly_w2").offline_score(window)
+        mismatch = view.cols["q_argmax"] != view.cols["p_argmax"]
+        for alpha in (0.0, 0.5, 1.1):  # the sweep defers where score > -alpha: exactly where fly keeps nothing
+            kept = fly_keep(window, alpha, WIDTH).numpy()
+            assert np.array_equal(mismatch & ~(score > -alpha), kept)
+        assert kept.sum() == 0 and fly_keep(window, 0.0, WIDTH).numpy().any()
+    finally:
+        unregister_rule("fly_w2")
+
+
+def test_window_rule_alphas_are_matched_on_minus_the_sweeps_threshold():
+    from types import SimpleNamespace
+
+    from eval.config import EvalConfig
+    from eval.grid import method_alphas
+
+    curve = SimpleNamespace(threshold=np.array([-0.9, -0.3, 0.0]), rejection=np.array([0.5, 0.2, 0.1]))
+    assert method_alphas("fly", EvalConfig(gamma=8), {"fly": curve}, [0.2, 0.5]) == [0.3, 0.9]
