@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from router.infra.files import atomic_write_bytes, file_sha256
 
@@ -27,75 +26,72 @@ HELDOUT = "heldout.jsonl"  # the task's further test-split examples (same form):
 SPLITS = ("train", "validation", "test")
 
 # scalar columns and their Arrow types; list columns are built from (N, k) arrays
-SCALAR_COLUMNS: dict[str, pa.DataType] = {
-    "example_id": pa.string(),
-    "task": pa.string(),
-    "split": pa.string(),
-    "mode": pa.string(),
-    "position": pa.int32(),
-    "token": pa.int32(),
-    "draft_token": pa.int32(),
-    "q_tail": pa.float32(),
-    "p_tail": pa.float32(),
-    "q_max": pa.float32(),
-    "p_max": pa.float32(),
-    "q_entropy": pa.float32(),
-    "p_entropy": pa.float32(),
-    "tv": pa.float32(),
-    "kl": pa.float32(),
-    "q_token": pa.float32(),
-    "p_token": pa.float32(),
-    "q_argmax": pa.int32(),
-    "p_argmax": pa.int32(),
+# column types are Arrow type names: pyarrow is imported where tables are built (routers need none to import)
+SCALAR_COLUMNS: dict[str, str] = {
+    "example_id": "string",
+    "task": "string",
+    "split": "string",
+    "mode": "string",
+    "position": "int32",
+    "token": "int32",
+    "draft_token": "int32",
+    "q_tail": "float32",
+    "p_tail": "float32",
+    "q_max": "float32",
+    "p_max": "float32",
+    "q_entropy": "float32",
+    "p_entropy": "float32",
+    "tv": "float32",
+    "kl": "float32",
+    "q_token": "float32",
+    "p_token": "float32",
+    "q_argmax": "int32",
+    "p_argmax": "int32",
 }
-LIST_COLUMNS: dict[str, pa.DataType] = {
-    "q_topk_ids": pa.int32(),
-    "q_topk_logprobs": pa.float32(),
-    "p_topk_ids": pa.int32(),
-    "p_topk_logprobs": pa.float32(),
-    "p_at_q_topk_logprobs": pa.float32(),  # log p of each q_topk_ids token: token-form rules and routers
-    "features": pa.float32(),
+LIST_COLUMNS: dict[str, str] = {
+    "q_topk_ids": "int32",
+    "q_topk_logprobs": "float32",
+    "p_topk_ids": "int32",
+    "p_topk_logprobs": "float32",
+    "p_at_q_topk_logprobs": "float32",  # log p of each q_topk_ids token: token-form rules and routers
+    "features": "float32",
 }
-# Consequence labels (data_gen/consequence.py): what keeping the drafter's argmax at a position does
-# to the answer's correctness, found by letting the verifier finish the answer from there.
+# Consequence labels (data_gen/consequence.py): what keeping the drafter's argmax does to the answer's correctness
 AGREE = -1  # the drafter's argmax is the trajectory's token: nothing to decide
 HARMLESS = 0  # a mismatch whose substitution leaves the answer's correctness unchanged
 IMPORTANT = 1  # a mismatch whose substitution changes it
 UNTESTED = -2  # a mismatch past the search's budget, or a row not made by the search
 CONSEQUENCE_LABELS = {"agree": AGREE, "harmless": HARMLESS, "important": IMPORTANT, "untested": UNTESTED}
 
-# q and p of the recorded sample `draft_token` (Monte Carlo of sampled drafts); absent in older folders;
-# consequence mode adds its label, the branch's correctness (1/0, -1 where no branch was decoded), the
-# verifier's own answer's correctness (per example) and the branch's answer (the final number, the
-# test status, ...; "" where no branch)
-OPTIONAL_SCALAR_COLUMNS: dict[str, pa.DataType] = {
-    "q_draft": pa.float32(),
-    "p_draft": pa.float32(),
-    "consequence": pa.int8(),
-    "branch_correct": pa.int8(),
-    "answer_correct": pa.int8(),
-    "branch_answer": pa.string(),
-    "horizon_score": pa.float32(),  # consequence_horizon > 0: the short-horizon score of a mismatch, else NaN
+# q and p of the recorded sample `draft_token`; consequence mode: its label, the branch's correctness (1/0, -1
+# where no branch was decoded), the answer's (per example) and the branch's answer ("" where no branch)
+OPTIONAL_SCALAR_COLUMNS: dict[str, str] = {
+    "q_draft": "float32",
+    "p_draft": "float32",
+    "consequence": "int8",
+    "branch_correct": "int8",
+    "answer_correct": "int8",
+    "branch_answer": "string",
+    "horizon_score": "float32",  # consequence_horizon > 0: the short-horizon score of a mismatch, else NaN
 }
 
 
 def judge_column(drafted: str, kind: str) -> str:
-    """Record column of the judge inputs (data_gen/judge.py) for a drafted token, "argmax" or "sample",
-    and kind "hidden" or "lookahead": after_hidden, sample_after_lookahead, ..."""
+    """Judge input column (data_gen/judge.py) of drafted "argmax"/"sample", kind "hidden"/"lookahead"."""
     if drafted not in ("argmax", "sample"):
         raise ValueError(f"drafted must be 'argmax' or 'sample', got {drafted!r}")
     return f"{'' if drafted == 'argmax' else 'sample_'}after_{kind}"
 
 
-OPTIONAL_LIST_COLUMNS: dict[str, pa.DataType] = {
-    "drafter_hidden": pa.float16(),
-    "verifier_hidden": pa.float16(),
+OPTIONAL_LIST_COLUMNS: dict[str, str] = {
+    "drafter_hidden": "float16",
+    "verifier_hidden": "float16",
     # judge inputs (data_gen/judge.py): the verifier after reading the drafter's argmax / its sample
-    "after_hidden": pa.float16(),
-    "after_lookahead": pa.float32(),
-    "sample_after_hidden": pa.float16(),
-    "sample_after_lookahead": pa.float32(),
-    "window": pa.float32(),  # window inputs (data_gen/window.py): (1 + W) x C floats, NaN without a window
+    "after_hidden": "float16",
+    "after_lookahead": "float32",
+    "sample_after_hidden": "float16",
+    "sample_after_lookahead": "float32",
+    "window": "float32",  # window inputs (data_gen/window.py): (1 + W) x C floats, NaN without a window
 }
 REQUIRED_COLUMNS = tuple(SCALAR_COLUMNS) + tuple(LIST_COLUMNS)
 
@@ -104,25 +100,29 @@ class RecordsError(ValueError):
     """A record folder that cannot be used, with what is wrong and how to fix it."""
 
 
-def _fixed_list(array: np.ndarray, dtype: pa.DataType) -> pa.FixedSizeListArray:
-    """(N, k) array -> Arrow fixed-size list column."""
+def _fixed_list(array: np.ndarray, dtype: str):
+    """(N, k) array -> Arrow fixed-size list column of that type."""
+    import pyarrow as pa
+
     array = np.ascontiguousarray(array)
-    flat = pa.array(array.reshape(-1), type=dtype)
+    flat = pa.array(array.reshape(-1), type=getattr(pa, dtype)())
     return pa.FixedSizeListArray.from_arrays(flat, array.shape[1])
 
 
-def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
+def rows_to_table(columns: dict[str, np.ndarray | list]):
     """Build an Arrow table in the record schema; missing required columns are an error."""
+    import pyarrow as pa
+
     missing = [c for c in REQUIRED_COLUMNS if c not in columns]
     if missing:
         raise RecordsError(f"record rows lack columns {missing}")
     arrays, names = [], []
     for name, dtype in SCALAR_COLUMNS.items():
-        arrays.append(pa.array(columns[name], type=dtype))
+        arrays.append(pa.array(columns[name], type=getattr(pa, dtype)()))
         names.append(name)
     for name, dtype in OPTIONAL_SCALAR_COLUMNS.items():
         if name in columns:
-            arrays.append(pa.array(columns[name], type=dtype))
+            arrays.append(pa.array(columns[name], type=getattr(pa, dtype)()))
             names.append(name)
     for name, dtype in {**LIST_COLUMNS, **OPTIONAL_LIST_COLUMNS}.items():
         if name in columns:
@@ -131,10 +131,12 @@ def rows_to_table(columns: dict[str, np.ndarray | list]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=names)
 
 
-def write_shard(folder: Path, name: str, table: pa.Table, examples: list[str] | None = None) -> dict:
+def write_shard(folder: Path, name: str, table, examples: list[str] | None = None) -> dict:
     """Write one Arrow stream shard atomically, then its receipt `<name>.json` (rows, bytes, sha256,
     and the ids of the examples it was planned with), which the manifest copies and a resume checks;
     return the receipt."""
+    import pyarrow as pa
+
     path = Path(folder) / name
 
     def write(f):
@@ -365,9 +367,8 @@ def read_examples(folder: str | Path, split: str | None = None) -> list[dict]:
 
 
 def read_heldout(folder: str | Path) -> list[dict]:
-    """The task's examples beyond the recorded ones that the recording's split rule puts in test
-    (`heldout.jsonl`, in task order, examples-file form): held out exactly as the recorded test
-    examples are, so online evaluation can run more prompts than were recorded."""
+    """The task's further examples its split rule puts in test (`heldout.jsonl`, task order): online
+    evaluation can run more prompts than were recorded, held out exactly as the recorded test ones."""
     return _checked_jsonl(Path(folder), HELDOUT)
 
 
@@ -390,11 +391,7 @@ def _checked_jsonl(folder: Path, name: str) -> list[dict]:
     problem = side_file_problem(folder, name, read_manifest(folder))
     if problem:
         raise RecordsError(f"{folder / name} is {problem}: {REPAIR}")
-    rows = []
-    for i, line in enumerate((folder / name).read_text().splitlines()):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except ValueError as err:
-                raise RecordsError(f"{folder / name} line {i + 1} is not JSON ({err}): {REPAIR}") from None
-    return rows
+    try:
+        return [json.loads(line) for line in (folder / name).read_text().splitlines() if line.strip()]
+    except ValueError as err:
+        raise RecordsError(f"{folder / name} holds a line that is not JSON ({err}): {REPAIR}") from None
