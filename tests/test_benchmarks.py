@@ -453,12 +453,13 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
         ("gen.py", ["--tiny", "--examples", "2", "--batch-size", "2", "--judge", "--window", "2"]),
         ("train.py", ["--tiny", "--rows", "4096"]),
         ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
+        ("gpu.py", ["--tiny", "--batches", "1", "--gammas", "1", "--blocks", "2", "--tokens", "4"]),
     ],
 )
 def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
     """A --tiny smoke run of the benchmark scripts no other test runs: each finishes and writes its JSON."""
     out = tmp_path / "result"
-    flag = ["--out", str(out.with_suffix(".json") if script != "gen.py" else out)]
+    flag = ["--out", str(out.with_suffix(".json") if script not in ("gen.py", "gpu.py") else out)]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args, *flag],
         capture_output=True,
@@ -469,3 +470,60 @@ def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.with_suffix(".json").read_text())
     assert result and "Traceback" not in done.stderr
+
+
+def load_script(name: str):
+    """A benchmark script as a module (benchmarks/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_benchmark_builds_the_embedded_pairs_shapes():
+    """benchmarks/gpu.py builds the two architectures from configs it carries: they must be the embedded
+    pair's (checked against the installed models' config.json when they are installed)."""
+    from router.infra.embedded import embedded_installed, embedded_path
+
+    gpu = load_script("gpu")
+    if not embedded_installed():
+        pytest.skip("the embedded pair is not installed")
+    for role in ("drafter", "verifier"):
+        real = json.loads((embedded_path(role) / "config.json").read_text())
+        for key, value in {**gpu.PAIR_SHAPES[role], "vocab_size": gpu.QWEN["vocab_size"]}.items():
+            assert real[key] == value, (role, key)
+        assert real["num_key_value_heads"] == 2 and real["tie_word_embeddings"] is False
+
+
+def test_gpu_benchmark_tiny_result_holds_every_part(tmp_path):
+    gpu = load_script("gpu")
+    assert (
+        gpu.main(
+            [
+                "--tiny",
+                "--batches",
+                "1",
+                "--gammas",
+                "7",
+                "--blocks",
+                "2",
+                "--tokens",
+                "4",
+                "--out",
+                str(tmp_path / "g"),
+            ]
+        )
+        == 0
+    )
+    result = json.loads((tmp_path / "g.json").read_text())
+    rows = result["batch_1"]["gammas"]["7"]
+    assert set(rows) == {"lossless", "token_v2", "fly", "cascade_router", "token_router", "judge_router"}
+    for r in rows.values():
+        assert (
+            r["accept"]["ms_per_block"] >= 0 and r["reject"]["syncs_per_block"] > 0 and r["projected_ms_per_token"] > 0
+        )
+    assert result["environment"]["cuda_graphs"] is False and result["acceptance"] == gpu.DEFAULT_ACCEPTANCE
+    assert set(result["hf_batch_1"]["7"]) == {"hf_assisted", "specroute_lossless"}
+    assert "| 1 | 7 | fly |" in (tmp_path / "g.md").read_text()

@@ -89,6 +89,16 @@ class Layout:
         self.tokens, self.mask, self.pos = (x[rows] for x in (self.tokens, self.mask, self.pos))
 
 
+# True (benchmarks/gpu.py): every forward waits for the GPU before reading the clock, so a model's seconds hold
+# its kernels' time and the loop's own time is what remains (two synchronisations per forward; off by default)
+SYNC_TIMING = False
+
+
+def _synchronize(t: torch.Tensor) -> None:
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
 class CachedModel:
     """A causal LM with its KV cache over a prefix of the layout's columns."""
 
@@ -106,6 +116,8 @@ class CachedModel:
 
     def feed(self, layout: Layout, upto: int, keep: int) -> torch.Tensor:
         """Run the columns [n_cached, upto) and return logits (B, keep, V) of the last `keep`."""
+        if SYNC_TIMING:
+            _synchronize(layout.tokens)
         started = clock.now()
         out = self.model(
             input_ids=layout.tokens[:, self.n_cached : upto],
@@ -123,6 +135,8 @@ class CachedModel:
         self.forwards += 1
         self.row_forwards += layout.tokens.shape[0]
         logits = out.logits[:, -keep:, : self.vocab].float()
+        if SYNC_TIMING:
+            _synchronize(logits)
         self.seconds += clock.now() - started
         return logits
 
