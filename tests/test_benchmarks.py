@@ -527,3 +527,18 @@ def test_gpu_benchmark_tiny_result_holds_every_part(tmp_path):
     assert result["environment"]["cuda_graphs"] is False and result["acceptance"] == gpu.DEFAULT_ACCEPTANCE
     assert set(result["hf_batch_1"]["7"]) == {"hf_assisted", "specroute_lossless"}
     assert "| 1 | 7 | fly |" in (tmp_path / "g.md").read_text()
+
+
+def test_gpu_benchmark_needs_only_torch_transformers_numpy_safetensors(tmp_path):
+    """The GPU machine has torch, transformers, numpy and safetensors alone: the script must not import
+    the rest of the toolkit's stack (each blocked here as if it were not installed)."""
+    absent = ("pyarrow", "datasets", "sklearn", "lightning", "wandb", "scipy", "matplotlib", "pandas", "onnx")
+    code = (
+        f"import sys\nfor name in {absent!r}:\n    sys.modules[name] = None\n"
+        f"sys.argv = ['gpu.py', '--tiny', '--batches', '1', '--gammas', '1', '--blocks', '1', '--tokens', '2', "
+        f"'--out', {str(tmp_path / 'g')!r}]\nimport runpy\nrunpy.run_path({str(ROOT / 'benchmarks' / 'gpu.py')!r}, "
+        f"run_name='__main__')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "g.json").read_text())["batch_1"]
