@@ -94,7 +94,7 @@ def draft(
     for _ in range(g):
         logits.append(drafter.feed(layout, layout.length, keep=1)[:, -1])  # (B, V)
         raw, q = opts.probs(logits[-1])  # (B, V) each
-        x = sample(q, gen)  # (B,)
+        x = sample(q, gen, greedy=opts.temperature == 0)  # (B,); greedy: no host sync per draft
         raws.append(raw)
         scaled.append(q)
         tokens.append(x)
@@ -264,11 +264,11 @@ def generate(
                 block, nxt = _speculative_block(
                     policy, alpha, d, v, layout, opts, gen, max(1, min(g, remaining - 1)), stats
                 )
-                _record_block(stats, rows, active, block, nxt)
+                kept = _record_block(stats, rows, active, block, nxt)  # drafts each row kept, on the host
                 if adaptive:
-                    adaptive.update(int(block.n_accepted.sum()), int((block.n_accepted + 1).clamp_max(block.g).sum()))
+                    adaptive.update(sum(kept), sum(min(n + 1, block.g) for n in kept))
                 layout.keep_first(start, block.n_accepted)
-                drop_trailing_holes(layout, d, v)
+                drop_trailing_holes(layout, d, v, holes=layout.length - start - max(kept))
                 layout.append(nxt[:, None])
             active = rows.drop_finished(active, layout, d, v)
     _final_stats(stats, d, v, adaptive)
@@ -356,8 +356,9 @@ def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int,
     return vocab, drafter.attach(vocab)
 
 
-def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) -> None:
-    """Emit each row's accepted drafts + next token and count acceptances, rejections, deferrals.
+def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) -> list[int]:
+    """Emit each row's accepted drafts + next token and count acceptances, rejections, deferrals;
+    return the drafts each row kept.
 
     TV(q, pi) (B, g) is the rejection probability at each drafted position; a position "defers"
     when pi differs from q there. Both are counted over the drafts the sampler evaluated. A judge's
@@ -374,14 +375,16 @@ def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) ->
         rejection_prob = tv_distance(block.q, block.pi)  # (B, g)
         deferred = rejection_prob > PI_EQUALS_Q_TOL
     stats["blocks"] += 1
-    n_acc_l, nxt_l, drafts_l = block.n_accepted.tolist(), nxt.tolist(), block.drafts.tolist()
-    defers = deferred.tolist()  # (B, g)
-    rej = rejection_prob.tolist()
     # the verifier's log-probability of every emitted token: the accepted drafts and the next token sit
     # at positions 0..n of this block's verification forward
     emitted = torch.cat([block.drafts, nxt[:, None]], 1)  # (B, g+1); row i's next token moved to n below
-    emitted[torch.arange(len(nxt_l)), block.n_accepted] = nxt
-    logp = block.p_raw.gather(-1, emitted[..., None]).squeeze(-1).clamp_min(1e-30).log().tolist()  # (B, g+1)
+    emitted[torch.arange(len(nxt)), block.n_accepted] = nxt
+    logp = block.p_raw.gather(-1, emitted[..., None]).squeeze(-1).clamp_min(1e-30).log()  # (B, g+1)
+    # two host transfers per block (a GPU syncs on each), not one per quantity
+    ints = torch.cat([block.n_accepted[:, None], nxt[:, None], block.drafts], 1).tolist()  # (B, 2 + g)
+    floats = torch.cat([deferred.float(), rejection_prob.float(), logp.float()], 1).tolist()  # (B, 3g + 1)
+    n_acc_l, nxt_l, drafts_l = [r[0] for r in ints], [r[1] for r in ints], [r[2:] for r in ints]
+    defers, rej, logp = [r[:g] for r in floats], [r[g : 2 * g] for r in floats], [r[2 * g :] for r in floats]
     for i, b in enumerate(active):
         n = n_acc_l[i]
         stats["accepted_hist"][n] += 1
@@ -389,5 +392,6 @@ def _record_block(stats, rows: Rows, active, block: Block, nxt: torch.Tensor) ->
         stats["drafts_evaluated"] += evaluated
         stats["rejections"] += int(n < g)
         stats["expected_rejections"] += sum(rej[i][:evaluated])
-        stats["deferrals"] += sum(defers[i][:evaluated])
+        stats["deferrals"] += int(sum(defers[i][:evaluated]))
         rows.emit(b, drafts_l[i][:n] + [nxt_l[i]], [FROM_DRAFTER] * n + [FROM_VERIFIER], logp[i][: n + 1])
+    return n_acc_l

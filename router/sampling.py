@@ -66,8 +66,11 @@ def next_after(
     return sample(torch.where(rejected[:, None], residual, pi_n), generator)
 
 
-def sample(dist: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of dist (B, V); a one-hot row returns its argmax without drawing."""
+def sample(dist: torch.Tensor, generator: torch.Generator | None, greedy: bool = False) -> torch.Tensor:
+    """One token per row of dist (B, V); a one-hot row returns its argmax without drawing. greedy: every
+    row is known to be one-hot (temperature 0), so the argmax is taken without checking (no host sync)."""
+    if greedy:
+        return fast_argmax(dist)
     top, arg = fast_max(dist)
     if bool((top >= 1.0).all()):
         return arg

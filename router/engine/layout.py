@@ -158,9 +158,10 @@ class CachedModel:
             self.cache.batch_select_indices(rows)
 
 
-def drop_trailing_holes(layout: Layout, *models: CachedModel) -> None:
-    """Crop columns that are holes in every row from the layout and from every cache."""
-    n = layout.trailing_holes()
+def drop_trailing_holes(layout: Layout, *models: CachedModel, holes: int | None = None) -> None:
+    """Crop columns that are holes in every row from the layout and from every cache; `holes`: their
+    number when the caller knows it (no device-to-host read)."""
+    n = layout.trailing_holes() if holes is None else holes
     if n:
         layout.crop(n)
         for m in models:
