@@ -88,7 +88,7 @@ def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
 
 
 def compare_views(
-    folders: list[str], test: RecordView, routers: dict[str, LearnedRouter], replicates: int = 1000
+    folders: list[str], test: RecordView, routers: dict[str, LearnedRouter], replicates: int = 1000, pairs: tuple = ()
 ) -> dict:
     """The greedy and temperature-1 views (router.offline.views) on the test split, with the best rule and the
     best router of each view chosen on the validation split: per method the area, the share of the
@@ -109,7 +109,7 @@ def compare_views(
         }
     out = {}
     for view, sweeps in method_sweeps(test, routers).items():
-        out[view] = {**compare(sweeps, chosen[view]["best_rule"], replicates), **chosen[view]}
+        out[view] = {**compare(sweeps, chosen[view]["best_rule"], replicates, pairs=pairs), **chosen[view]}
     return out
 
 

@@ -10,6 +10,8 @@ chosen judge on growing shares of the training examples.
     python studies/judge.py --records runs/judge/records/gsm8k [--out runs/judge/study-gsm8k]
         [--variants judge-after,token] [--epochs 20] [--curve 0.25,0.5]
         [--test-records runs/judge/records/gsm8k]   # train pooled on --records, score one task
+    python studies/judge.py --records runs/records/gsm8k-window --variants judge-after,judge-window \
+        --curve "" --paired judge-window,judge-after fly,entropy_gate   # the window judge vs the judge
 
 Writes study.json and study.csv (one row per variant, view) into --out and prints the tables.
 Variants whose folder already holds a router trained on exactly these records are reused; a
@@ -45,6 +47,9 @@ VARIANTS = {  # name -> TrainConfig overrides
     "judge-after-pre": dict(**JUDGE, hidden_inputs=["after", "verifier"]),  # + its state before the draft
     "judge-all": dict(**JUDGE, hidden_inputs=["after", "verifier", "drafter"]),
     "judge-after-small": dict(**JUDGE, hidden_inputs=["after"], width=16, weight_decay=0.1),  # less capacity
+    # window judges (records with window >= 6, configs/gen/gsm8k-window.yaml): + the next 6 drafts' scores
+    "judge-window": dict(**JUDGE, hidden_inputs=["after"], follow=6),
+    "judge-window-qp": dict(**JUDGE, follow=6),
 }
 
 
@@ -97,6 +102,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--curve", default="0.25,0.5", help="shares of training rows for the learning curve")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument(
+        "--paired", nargs="*", default=[], metavar="A,B", help="method pairs: gap closed of A minus B, paired bootstrap"
+    )
     args = parser.parse_args()
     out = Path(args.out or f"runs/judge/study-{Path(args.records[0]).name}")
     names = args.variants.split(",")
@@ -109,7 +117,8 @@ def main() -> None:
     scored = args.test_records or args.records
     test = RecordView(scored, "test")
     routers = {name: load_router(out / "routers" / name) for name in names}
-    views = compare_views(scored, test, routers, args.bootstrap)
+    pairs = tuple(tuple(p.split(",")) for p in args.paired)
+    views = compare_views(scored, test, routers, args.bootstrap, pairs)
     train_rows = len(RecordView(args.records, "train"))
     curve = learning_curve(args, out, views, test, train_rows)
     rows = [
@@ -145,6 +154,10 @@ def main() -> None:
             f"\n{VIEW_TITLES[view]}: best rule {v['best_rule']}, best router {v['best_router']} (validation); "
             f"test, {v['examples']} examples, 95% bootstrap intervals\n{table(rows, view)}"
         )
+        for pair, r in v.get("paired", {}).items():
+            print(
+                f"  paired: {pair}: {r['gap_closed']:+.3f} [{r['gap_closed_ci'][0]:+.3f}, {r['gap_closed_ci'][1]:+.3f}]"
+            )
     for share, r in curve.items():
         print(f"learning curve: {share} of the training rows -> greedy gap closed {r[0]:.3f} [{r[1]:.3f}, {r[2]:.3f}]")
     print(f"\nresults: {out / 'study.json'}, {out / 'study.csv'}")

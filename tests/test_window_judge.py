@@ -160,3 +160,18 @@ def test_window_rule_alphas_are_matched_on_minus_the_sweeps_threshold():
 
     curve = SimpleNamespace(threshold=np.array([-0.9, -0.3, 0.0]), rejection=np.array([0.5, 0.2, 0.1]))
     assert method_alphas("fly", EvalConfig(gamma=8), {"fly": curve}, [0.2, 0.5]) == [0.3, 0.9]
+
+
+def test_paired_gap_differences_use_the_same_resamples(window_judge):
+    from eval.offline import compare_views
+
+    router, _, tmp, _ = window_judge
+    test = RecordView([str(tmp / "rec")], "test")
+    pairs = (("judge", "token_v2"), ("judge", "judge"), ("judge", "absent"))
+    views = compare_views([str(tmp / "rec")], test, {"judge": router}, 200, pairs)
+    greedy = views["greedy"]
+    assert set(greedy["paired"]) == {"judge - token_v2", "judge - judge"}  # a method not scored is left out
+    got, methods = greedy["paired"]["judge - token_v2"], greedy["methods"]
+    assert got["gap_closed"] == pytest.approx(methods["judge"]["gap_closed"] - methods["token_v2"]["gap_closed"])
+    assert greedy["paired"]["judge - judge"] == {"gap_closed": 0.0, "gap_closed_ci": [0.0, 0.0]}
+    assert "judge - token_v2" not in views["t1"].get("paired", {})  # a window judge has no temperature-1 view

@@ -213,9 +213,10 @@ def areas(sweeps: dict[str, Sweep]) -> dict[str, float]:
     return {name: float(_areas(s, ones, span)[0]) for name, s in sweeps.items()}
 
 
-def compare(sweeps: dict[str, Sweep], best_rule: str, replicates: int = 1000, seed: int = 0) -> dict:
+def compare(sweeps: dict[str, Sweep], best_rule: str, replicates: int = 1000, seed: int = 0, pairs: tuple = ()) -> dict:
     """Per method: area, normalised area (oracle 1, drafter 0) and the share of the gap between
-    `best_rule` and the oracle it closes, each with a 95% percentile bootstrap interval over examples."""
+    `best_rule` and the oracle it closes, each with a 95% percentile bootstrap interval over examples;
+    per pair (a, b) of methods both scored: gap closed of a minus b, paired (the same resamples)."""
     n_ex = len(sweeps["oracle"].rows)
     rng = np.random.default_rng(seed)
     weights = np.vstack([np.ones(n_ex), rng.multinomial(n_ex, np.full(n_ex, 1.0 / n_ex), size=replicates)])
@@ -232,7 +233,12 @@ def compare(sweeps: dict[str, Sweep], best_rule: str, replicates: int = 1000, se
             }
             out[name] = {k: float(v[0]) for k, v in stats.items()}
             out[name].update({f"{k}_ci": _interval(v[1:]) for k, v in stats.items()})
-    return {"best_rule": best_rule, "examples": n_ex, "replicates": replicates, "span": span, "methods": out}
+        paired = {}
+        for first, second in (p for p in pairs if p[0] in a and p[1] in a):
+            diff = (a[first] - a[second]) / (oracle - best)  # (1 + R,) the difference of their gaps closed
+            paired[f"{first} - {second}"] = {"gap_closed": float(diff[0]), "gap_closed_ci": _interval(diff[1:])}
+    summary = {"best_rule": best_rule, "examples": n_ex, "replicates": replicates, "span": span, "methods": out}
+    return {**summary, "paired": paired} if pairs else summary
 
 
 def _interval(values: np.ndarray) -> list[float]:
