@@ -195,8 +195,9 @@ def model_costs(drafter, verifier, batch: int, max_gamma: int, device: str, toke
 
 def hf_assisted(drafter, verifier, gamma: int, tokens: int, device: str) -> dict:
     """transformers' assisted generation at batch 1: ms per verifier call and per token."""
-    calls = [0]
+    calls, drafts = [0], [0]  # verifier and drafter forwards
     hook = verifier.register_forward_pre_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
+    draft_hook = drafter.register_forward_pre_hook(lambda *a: drafts.__setitem__(0, drafts[0] + 1))
     ids = torch.randint(3, 500, (1, 16), generator=torch.Generator().manual_seed(1)).to(device)
     kw = dict(
         assistant_model=drafter, do_sample=False, num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
@@ -204,7 +205,7 @@ def hf_assisted(drafter, verifier, gamma: int, tokens: int, device: str) -> dict
     )  # fmt: skip
     try:
         verifier.generate(ids, max_new_tokens=4, **kw)  # warm-up
-        calls[0] = 0
+        calls[0] = drafts[0] = 0
         sync(device)
         started = time.perf_counter()
         out = verifier.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, **kw)
@@ -212,8 +213,13 @@ def hf_assisted(drafter, verifier, gamma: int, tokens: int, device: str) -> dict
         seconds = time.perf_counter() - started
     finally:
         hook.remove()
+        draft_hook.remove()
     new = out.shape[1] - ids.shape[1]
-    return {"ms_per_verifier_call": 1e3 * seconds / max(calls[0], 1), "ms_per_token": 1e3 * seconds / new}
+    return {
+        "ms_per_verifier_call": 1e3 * seconds / max(calls[0], 1),
+        "ms_per_token": 1e3 * seconds / new,
+        "drafter_calls_per_verifier_call": drafts[0] / max(calls[0], 1),
+    }
 
 
 def lossless_batch1(drafter, verifier, gamma: int, tokens: int, device: str) -> dict:
@@ -228,6 +234,7 @@ def lossless_batch1(drafter, verifier, gamma: int, tokens: int, device: str) -> 
     return {
         "ms_per_verifier_call": 1e3 * seconds / out.stats["verifier_forwards"],
         "ms_per_token": 1e3 * seconds / out.stats["new_tokens"],
+        "drafter_calls_per_verifier_call": out.stats["drafter_forwards"] / out.stats["verifier_forwards"],
     }
 
 
@@ -331,13 +338,14 @@ def markdown(result: dict) -> str:
                     f"{max(a['share'], j['share']):.1%} | {a['syncs_per_block']:.1f} / {j['syncs_per_block']:.1f} | "
                     f"{r['projected_ms_per_token']:.2f} |"
                 )
-    lines += ["", "| gamma | HF assisted ms/verifier call | specroute lossless ms/verifier call | HF ms/token | lossless ms/token |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| gamma | HF assisted ms/verifier call | specroute lossless ms/verifier call | HF ms/token | lossless "
+              "ms/token | drafter calls per verifier call (HF / specroute) |", "|---|---|---|---|---|---|"]  # fmt: skip
     for gamma, r in result["hf_batch_1"].items():
         hf, ours = r["hf_assisted"], r["specroute_lossless"]
         lines.append(
             f"| {gamma} | {hf['ms_per_verifier_call']:.2f} | {ours['ms_per_verifier_call']:.2f} | "
-            f"{hf['ms_per_token']:.2f} | {ours['ms_per_token']:.2f} |"
+            f"{hf['ms_per_token']:.2f} | {ours['ms_per_token']:.2f} | {hf['drafter_calls_per_verifier_call']:.2f} / "
+            f"{ours['drafter_calls_per_verifier_call']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -176,11 +176,16 @@ def online_point(method: str, alpha: float, **measured):
 
 def study_module(name: str):
     """studies/<name>.py imported as a module (the studies are scripts, not a package)."""
+    return script_module("studies", name)
+
+
+def script_module(folder: str, name: str):
+    """<folder>/<name>.py of the repository (studies/, benchmarks/: scripts, not packages) as a module."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "studies" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"study_{name}", path)
+    path = Path(__file__).resolve().parents[1] / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

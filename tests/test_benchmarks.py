@@ -473,13 +473,9 @@ def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
 
 
 def load_script(name: str):
-    """A benchmark script as a module (benchmarks/ is not a package)."""
-    import importlib.util
+    from helpers import script_module
 
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks", name)
 
 
 def test_gpu_benchmark_builds_the_embedded_pairs_shapes():

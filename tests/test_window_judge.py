@@ -175,3 +175,20 @@ def test_paired_gap_differences_use_the_same_resamples(window_judge):
     assert got["gap_closed"] == pytest.approx(methods["judge"]["gap_closed"] - methods["token_v2"]["gap_closed"])
     assert greedy["paired"]["judge - judge"] == {"gap_closed": 0.0, "gap_closed_ci": [0.0, 0.0]}
     assert "judge - token_v2" not in views["t1"].get("paired", {})  # a window judge has no temperature-1 view
+
+
+def test_window_crossfit_study_pairs_the_two_judges_out_of_fold(window_judge, tmp_path, monkeypatch, capsys):
+    from helpers import study_module
+
+    _, _, tmp, _ = window_judge
+    study = study_module("window_crossfit")
+    args = ["x", "--records", str(tmp / "rec"), "--k", "2", "--follow", str(WIDTH), "--hidden", "--epochs", "1"]
+    monkeypatch.setattr("sys.argv", [*args, "--out", str(tmp_path / "cf")])
+    study.main()
+    result = json.loads((tmp_path / "cf" / "crossfit.json").read_text())
+    for t, d in result["window_minus_judge"].items():
+        window = result["summaries"]["judge-window"]["targets"][t]["methods"]["judge-window"]["quality"]
+        plain = result["summaries"]["judge"]["targets"][t]["methods"]["judge"]["quality"]
+        assert d["diff"] == pytest.approx(window - plain) and d["low"] <= d["diff"] <= d["high"]
+        assert d["examples"] == 24  # every example scored once, by the fold that never saw it
+    assert "judge-window - judge" in capsys.readouterr().out
