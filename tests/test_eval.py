@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from pathlib import Path
 import torch
 
 from data_gen.plan import assign_split
@@ -439,7 +440,9 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
     assert "metric must be one of gsm8k" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["tiny", "gsm8k", "mbpp"])
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "eval").glob("*.yaml"))
+)
 def test_shipped_eval_configs_load(name):
     from eval.config import EvalConfig
     from router.infra.config import load_config

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 import pytest
+from pathlib import Path
 import torch
 
 from specroute import cli
@@ -215,7 +216,9 @@ def test_datamodule_batches(tmp_path):
     assert x.shape == (50, len(FEATURE_NAMES)) and torch.all(w == 1)
 
 
-@pytest.mark.parametrize("name", ["tiny", "mlp", "mlp-hidden", "gru", "gru-hidden", "token", "token-hidden"])
+@pytest.mark.parametrize(
+    "name", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "train").glob("*.yaml"))
+)
 def test_shipped_train_configs_load(name):
     from router.infra.config import load_config
 
