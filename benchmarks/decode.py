@@ -33,6 +33,7 @@ thread count; otherwise the old journal is set aside and the run starts over). P
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import gzip
@@ -323,6 +324,20 @@ def _hf_starts_from(verifier, caches):
         del verifier.prepare_inputs_for_generation  # the class's method again
 
 
+@contextlib.contextmanager
+def _assistant_schedule(drafter, schedule: dict):
+    """transformers reads the assisted schedule from the assistant's own generation config: the keywords
+    given to generate alone leave its default there (before 2026-12-02 the "constant" rows ran that)."""
+    saved = {k: getattr(drafter.generation_config, k, None) for k in schedule}
+    for k, value in schedule.items():
+        setattr(drafter.generation_config, k, value)
+    try:
+        yield
+    finally:
+        for k, value in saved.items():
+            setattr(drafter.generation_config, k, value)
+
+
 def _hf(verifier, drafter, args, constant: bool = False, prefix: SharedPrefix | None = None):
     """HF assisted generation (batch 1 only): its default dynamic schedule, or a constant one of
     gamma drafts without the confidence stop. With stop strings it stops where one appears and its
@@ -346,7 +361,7 @@ def _hf(verifier, drafter, args, constant: bool = False, prefix: SharedPrefix | 
         caches = (prefix.cache_for(verifier, 1), prefix.cache_for(drafter, 1)) if cached else None
         if caches:
             ends["cache"] = caches[0]
-        with _hf_starts_from(verifier, caches):
+        with _hf_starts_from(verifier, caches), _assistant_schedule(drafter, extra):
             out = verifier.generate(
                 ids,
                 attention_mask=mask,

@@ -51,6 +51,7 @@ TINY_SHAPES = {
     "verifier": dict(hidden_size=96, intermediate_size=192, num_hidden_layers=3, num_attention_heads=4),
 }
 DEFAULT_ACCEPTANCE = 0.874  # greedy drafter/verifier agreement of the real pair on GSM8K (CPU records, bf16)
+SCHEDULE = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 METHODS = ("lossless", "token_v2", "fly", "cascade_router", "token_router", "judge_router")
 ALPHAS = {"token_v2": 0.3, "fly": 0.3}
 
@@ -203,6 +204,11 @@ def hf_assisted(drafter, verifier, gamma: int, tokens: int, device: str) -> dict
         assistant_model=drafter, do_sample=False, num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
         assistant_confidence_threshold=0.0, attention_mask=torch.ones_like(ids), pad_token_id=0,
     )  # fmt: skip
+    # transformers reads the schedule from the assistant's own generation config (the keywords alone leave
+    # its default there, which after rejections falls to one draft per call)
+    saved = {k: getattr(drafter.generation_config, k, None) for k in SCHEDULE}
+    for k in SCHEDULE:
+        setattr(drafter.generation_config, k, kw[k])
     try:
         verifier.generate(ids, max_new_tokens=4, **kw)  # warm-up
         calls[0] = drafts[0] = 0
@@ -214,6 +220,8 @@ def hf_assisted(drafter, verifier, gamma: int, tokens: int, device: str) -> dict
     finally:
         hook.remove()
         draft_hook.remove()
+        for k, value in saved.items():
+            setattr(drafter.generation_config, k, value)
     new = out.shape[1] - ids.shape[1]
     return {
         "ms_per_verifier_call": 1e3 * seconds / max(calls[0], 1),
