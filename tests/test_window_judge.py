@@ -192,3 +192,27 @@ def test_window_crossfit_study_pairs_the_two_judges_out_of_fold(window_judge, tm
         assert d["diff"] == pytest.approx(window - plain) and d["low"] <= d["diff"] <= d["high"]
         assert d["examples"] == 24  # every example scored once, by the fold that never saw it
     assert "judge-window - judge" in capsys.readouterr().out
+
+
+def test_folders_of_mixed_window_widths_skip_window_rules_instead_of_failing(window_judge, tmp_path):
+    import shutil
+
+    from router.offline.views import greedy_sweeps
+    from router.rules import register_rule, unregister_rule
+    from router.window.fly import fly_rule
+
+    _, _, tmp, _ = window_judge
+    other = tmp_path / "rec3"
+    shutil.copytree(tmp / "rec", other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["window"] = WIDTH + 1
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    view = RecordView([str(tmp / "rec"), str(other)], "train")
+    assert not view.has_windows(WIDTH)
+    register_rule(fly_rule(WIDTH, "fly_w2"))
+    try:
+        assert "fly_w2" not in greedy_sweeps(view)
+    finally:
+        unregister_rule("fly_w2")
+    with pytest.raises(Exception, match="windows of \\[2, 3\\] following drafts"):
+        view.follow_windows(np.arange(3), WIDTH)

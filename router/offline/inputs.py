@@ -117,6 +117,7 @@ class RecordView:
         self.traj = np.char.add(np.asarray(small["example_id"]).astype(str), np.asarray(small["mode"]).astype(str))
         self._cand_x = None
         self._judge_cols = None
+        self._windows = None  # (N, (1 + W) * C) the recorded window column, read on first use
         self.token_classes: np.ndarray | None = None  # (V,) class bits, once judge inputs are read
 
     def __len__(self) -> int:
@@ -191,8 +192,9 @@ class RecordView:
         return self.cols["q_argmax"] if drafted == "argmax" else self.judge_columns()["draft_token"]
 
     def has_windows(self, width: int) -> bool:
-        """Every folder holds window inputs of at least `width` following drafts."""
-        return "window" in self.ds.column_names and min(m.window for m in self.manifests) >= width
+        """Every folder holds window inputs of one recorded width, at least `width` following drafts."""
+        recorded = {m.window for m in self.manifests}
+        return "window" in self.ds.column_names and len(recorded) == 1 and min(recorded) >= width
 
     def follow_windows(self, idx: np.ndarray, width: int) -> FollowWindow:
         """The recorded windows (data_gen/window.py) of the drafter's argmax at these rows: FollowWindow
@@ -203,8 +205,9 @@ class RecordView:
                 f"{self.folders} hold windows of {sorted(recorded)} following drafts, a window judge reads {width}: "
                 f"record them with window={width} (or more), all folders alike"
             )
-        rows = np.asarray(self.ds.select_columns(["window"])[np.asarray(idx).tolist()]["window"], np.float32)
-        return window_of_rows(rows, recorded.pop())
+        if self._windows is None:  # read the column once per view: rules and judges index into it
+            self._windows = np.asarray(self.ds.select_columns(["window"])[:]["window"], np.float32)
+        return window_of_rows(self._windows[np.asarray(idx)], recorded.pop())
 
     def judge_inputs(self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", follow: int = 0) -> np.ndarray:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
