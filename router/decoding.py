@@ -28,10 +28,11 @@ from router.engine.loop import (
     check_pair,
     eos_ids,
     finish,
-    forward_stats,
     first_layout,
+    final_stats,
     one_model_step,
     pad_id,
+    speculative_stats,
     vocab_size,
 )
 from router.engine.prefix import SharedPrefix
@@ -41,6 +42,7 @@ from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distan
 from router.engine.policy_call import check_block_size, hidden_kwargs, logit_kwargs, policy_target
 from router.sampling import accept_drafts, next_after, sample
 from router.window.inputs import block_window
+from router.window.lag import LagCarry
 
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
 
@@ -83,16 +85,23 @@ def draft(
     gen,
     draft_stop: float | None = DecodeOptions.draft_stop,
     keep_logits: bool = False,
+    carry: LagCarry | None = None,
 ) -> Block:
     """Step 1: up to g drafts with their drafter distributions, one drafter forward each. The last
     draft is left pending (not yet fed): its forward only pays off when some row accepts every draft
     (`block_end`). With `draft_stop`, the block ends early once the drafter's raw probability of its
     own draft is below it in every row (an unsure drafter's next drafts are likely rejected); what
     is drafted is still drawn from q, so the sampled distribution does not change. keep_logits: the
-    block keeps the drafter's logits too (for a policy that reads them, `logit_kwargs`)."""
+    block keeps the drafter's logits too (for a policy that reads them, `logit_kwargs`). A lag policy's
+    `carry` gets the drafter's logits at the previous block's bonus position from the first forward,
+    which feeds that block's last draft with the bonus token anyway (router/window/lag.py)."""
     raws, scaled, tokens, hidden, logits = [], [], [], [], []
-    for _ in range(g):
-        logits.append(drafter.feed(layout, layout.length, keep=1)[:, -1])  # (B, V)
+    for step in range(g):
+        spare = step == 0 and carry is not None and carry.needs_drafter_logits
+        out = drafter.feed(layout, layout.length, keep=2 if spare else 1)  # (B, 1 or 2, V)
+        if spare:
+            carry.resolve(out[:, 0])  # the column of the last draft: the drafter's view of the bonus position
+        logits.append(out[:, -1])  # (B, V)
         raw, q = opts.probs(logits[-1])  # (B, V) each
         x = sample(q, gen, greedy=opts.temperature == 0)  # (B,); greedy: no host sync per draft
         raws.append(raw)
@@ -119,12 +128,15 @@ def verify(verifier: CachedModel, layout: Layout, block: Block, opts: DecodeOpti
     block.verifier_hidden = verifier.last_hidden if verifier.want_hidden else None
 
 
-def form_target(policy: DeferralPolicy, alpha: float, block: Block, greedy: bool = False) -> None:
+def form_target(
+    policy: DeferralPolicy, alpha: float, block: Block, greedy: bool = False, carry: LagCarry | None = None
+) -> None:
     """Step 3: the deferral policy's target pi at each draft.
 
     A judge (policy form "judge") decides each drafted token d_j from what the verification forward
     computed after reading it: the hidden state at d_j's column and p_{j+1} (its lookahead). A window
-    policy (`follow` > 0) also reads the verifier's scores of the drafts after d_j (router/window/inputs.py)."""
+    policy (`follow` > 0) also reads the verifier's scores of the drafts after d_j (router/window/inputs.py),
+    a lag policy the features of the positions before the block (`carry`, router/window/lag.py)."""
     g = block.g
     vh = block.verifier_hidden
     v_hidden, after = (None, None) if vh is None else (vh[:, :g], vh[:, 1 : g + 1])
@@ -132,6 +144,8 @@ def form_target(policy: DeferralPolicy, alpha: float, block: Block, greedy: bool
     nxt_logits = block.p_logits[:, 1 : g + 1] if judge else None
     if policy.follow:  # a window policy: the verifier's scores of the drafts after each draft
         judge.update(drafts=block.drafts, follow=block_window(block.drafts, block.p_raw[:, :g], policy.follow))
+    if carry is not None:
+        judge["lag"] = carry.snapshot()
     logits = logit_kwargs(policy, block.q_logits, block.p_logits[:, :g], nxt_logits)
     block.pi = policy_target(
         policy,
@@ -247,11 +261,12 @@ def generate(
     gen = opts.generator(input_ids.device)
     started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, opts.max_new_tokens, stop)
-    stats = _new_stats(policy, alpha, opts, MAX_GAMMA if adaptive else opts.gamma)
+    stats = speculative_stats(policy, alpha, opts, MAX_GAMMA if adaptive else opts.gamma)
     v = CachedModel(verifier, vocab)
     v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
     layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
     active = list(range(input_ids.shape[0]))
+    carry = LagCarry(len(active), policy.lag, input_ids.device) if getattr(policy, "lag", 0) else None
     with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
         while active:
             remaining = max(opts.max_new_tokens - len(rows.tokens[b]) for b in active)
@@ -262,7 +277,7 @@ def generate(
                 stats["verifier_steps"] += 1
             else:
                 block, nxt = _speculative_block(
-                    policy, alpha, d, v, layout, opts, gen, max(1, min(g, remaining - 1)), stats
+                    policy, alpha, d, v, layout, opts, gen, max(1, min(g, remaining - 1)), stats, carry
                 )
                 kept = _record_block(stats, rows, active, block, nxt)  # drafts each row kept, on the host
                 if adaptive:
@@ -270,17 +285,9 @@ def generate(
                 layout.keep_first(start, block.n_accepted)
                 drop_trailing_holes(layout, d, v, holes=layout.length - start - max(kept))
                 layout.append(nxt[:, None])
-            active = rows.drop_finished(active, layout, d, v)
-    _final_stats(stats, d, v, adaptive)
+            active = rows.drop_finished(active, layout, d, v, also=(carry,) if carry else ())
+    final_stats(stats, d, v, adaptive)
     return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
-
-
-def _final_stats(stats: dict, d, v, adaptive: AdaptiveGamma | None) -> None:
-    """Both models' forward counts and seconds, and (gamma auto) the blocks decoded per gamma."""
-    stats.update(forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
-    if adaptive:
-        stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}
-        stats["acceptance_estimate"] = adaptive.acceptance
 
 
 def _decoding_policy(rule, drafter, verifier, check_pair: bool, gamma) -> DeferralPolicy:
@@ -298,39 +305,24 @@ def _decoding_policy(rule, drafter, verifier, check_pair: bool, gamma) -> Deferr
     return policy
 
 
-def _new_stats(policy: DeferralPolicy, alpha: float, opts: DecodeOptions, most: int) -> dict:
-    """The counters `generate` returns in GenerateOutput.stats, before the first block."""
-    return dict(
-        method="speculative",
-        rule=policy.name,
-        alpha=alpha,
-        gamma=opts.gamma,
-        bonus_from=opts.bonus_from,
-        blocks=0,
-        accepted_hist=[0] * (most + 1),
-        drafts_evaluated=0,
-        rejections=0,
-        deferrals=0,
-        expected_rejections=0.0,
-        rule_seconds=0.0,
-        bonus_drafter_seconds=0.0,
-        draft_stop=opts.draft_stop,
-        block_drafts=0,  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
-        verifier_steps=0,  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
-    )
-
-
-def _speculative_block(policy, alpha: float, d, v, layout, opts: DecodeOptions, gen, g: int, stats: dict):
+def _speculative_block(
+    policy, alpha: float, d, v, layout, opts: DecodeOptions, gen, g: int, stats: dict, carry: LagCarry | None = None
+):
     """One block (steps 1-6 of docs/method.md): draft g tokens, verify them in one pass, form pi,
     accept a prefix, and the token after it (the residual at a rejection, else the bonus). Returns
-    the block and that next token (B,); the rule's and the bonus drafter's seconds go into stats."""
-    block = draft(d, layout, g, opts, gen, opts.draft_stop, keep_logits=policy.reads_logits)
+    the block and that next token (B,); the rule's and the bonus drafter's seconds go into stats. A lag
+    policy's `carry` moves on by the positions the block emitted."""
+    block = draft(d, layout, g, opts, gen, opts.draft_stop, keep_logits=policy.reads_logits, carry=carry)
     verify(v, layout, block, opts)
     stats["block_drafts"] += block.g
     ticked = clock.now()
-    form_target(policy, alpha, block, greedy=opts.temperature == 0)
+    form_target(policy, alpha, block, greedy=opts.temperature == 0, carry=carry)
     stats["rule_seconds"] += clock.now() - ticked
     block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # step 4: accept a prefix
+    if carry is not None:
+        ticked = clock.now()
+        carry.advance(block.q_raw, block.p_raw, block.n_accepted)
+        stats["rule_seconds"] += clock.now() - ticked
     ticked, drafter_before = clock.now(), d.seconds
     q_n, pi_n = block_end(policy, alpha, d, layout, block, opts, opts.bonus_from)
     stats["bonus_drafter_seconds"] += d.seconds - drafter_before  # the bonus-position forward

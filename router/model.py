@@ -37,6 +37,7 @@ from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_topk_ids
 from router.rules import cascade_mix, keep_drafts, token_mix, tv_distance, validate_inputs
 from router.window.inputs import FOLLOW_FEATURE_NAMES, FollowWindow, follow_features
+from router.window.lag import LAG_FEATURE_NAMES, LagBefore, LagHistory, block_lags, lag_features
 
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token", "judge")
@@ -63,6 +64,7 @@ class RouterConfig:
     hidden_sizes: dict = field(default_factory=dict)  # their widths, e.g. {"verifier": 1536}
     vocab: int = 0  # judge head: size of its token class table (the pair's vocabulary)
     follow: int = 0  # judge head: following drafts of the block it reads (router/window/inputs.py), 0: none
+    lag: int = 0  # judge head: positions before the drafted one whose features it reads (router/window/lag.py)
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""  # manifest id of the training records
     pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
@@ -96,6 +98,8 @@ class RouterConfig:
             raise RouterError(
                 f"follow (drafts read after the drafted one) needs head: judge and >= 0, got {self.follow}"
             )
+        if self.lag and self.head != "judge" or not 0 <= self.lag <= 8:
+            raise RouterError(f"lag (positions read before the drafted one) needs head: judge and 0..8, got {self.lag}")
         if self.head == "token" and self.arch == "gru":
             raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
 
@@ -104,7 +108,7 @@ class RouterConfig:
         """Width of the per-position input: features (the judge's own for that head), then hidden
         states in hidden_inputs order."""
         base = (
-            len(JUDGE_FEATURE_NAMES) + self.follow * len(FOLLOW_FEATURE_NAMES)
+            len(JUDGE_FEATURE_NAMES) + self.follow * len(FOLLOW_FEATURE_NAMES) + self.lag * len(LAG_FEATURE_NAMES)
             if self.head == "judge"
             else len(self.feature_names)
         )
@@ -203,6 +207,7 @@ class LearnedRouter(RouterHubMixin):
         # a window judge reads the next `follow` drafts of the block where they exist (any gamma: the rest are
         # marked invalid, as at a block's end)
         self.follow, self.min_gamma = self.cfg.follow, 1
+        self.lag = self.cfg.lag  # a lag judge: generate() carries the last positions' features across blocks
         check_feature_names(self.cfg.feature_names, name)
 
     def check_alpha(self, alpha: float) -> float:
@@ -253,19 +258,23 @@ class LearnedRouter(RouterHubMixin):
         p_logits: torch.Tensor | None = None,
         next_p_logits: torch.Tensor | None = None,
         follow: FollowWindow | None = None,
+        lag: LagBefore | None = None,
     ) -> torch.Tensor:
         """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
         hidden maps 'drafter'/'verifier'/'after' to last hidden states (..., H) when the router reads
         them. A judge also needs the drafted tokens (...) and the verifier's raw next-token
         distribution after each (..., V); its pi is the draft itself where it keeps it, else p.
         *_logits (..., V), optional: the logits the raw distributions are the softmax of (cheaper
-        features, same values)."""
+        features, same values). A lag judge also needs lag, a router.window.lag.LagBefore of the L positions before
+        the block (LagCarry.snapshot; generate passes it)."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         if isinstance(alpha, float) and math.isnan(alpha):
             raise ValueError(f"router {self.name}: alpha is NaN")
         if self.cfg.head == "judge":
             keep = (
-                self.judge_scores(q_raw, p_raw, drafts, next_p_raw, hidden, q_logits, p_logits, next_p_logits, follow)
+                self.judge_scores(
+                    q_raw, p_raw, drafts, next_p_raw, hidden, q_logits, p_logits, next_p_logits, follow, lag
+                )
                 <= alpha
             )  # (...)
             return keep_drafts(p, drafts, keep)
@@ -292,9 +301,12 @@ class LearnedRouter(RouterHubMixin):
         p_logits=None,
         next_p_logits=None,
         follow: FollowWindow | None = None,
+        lag: LagBefore | LagHistory | None = None,
     ) -> torch.Tensor:
         """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice; a
-        window judge (cfg.follow > 0) also reads the FollowWindow of each draft (...)."""
+        window judge (cfg.follow > 0) also reads the FollowWindow of each draft (...), a lag judge (cfg.lag > 0)
+        the features of the positions before each: a LagBefore for a block (B, g), or each position's
+        LagHistory (router/window/lag.py)."""
         if drafts is None or next_p_raw is None:
             raise RouterError(
                 f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
@@ -318,8 +330,23 @@ class LearnedRouter(RouterHubMixin):
                     f"p_raw, {self.cfg.follow}) (router.decoding.generate does)"
                 )
             x = torch.cat([x, follow_features(follow, self.cfg.follow).to(x.dtype)], -1)
+        if self.cfg.lag:
+            x = torch.cat([x, self._lag_inputs(lag, position)], -1)
         x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
+
+    def _lag_inputs(self, lag, position: torch.Tensor) -> torch.Tensor:
+        """(..., L * len(LAG_FEATURE_NAMES)): from each position's LagHistory, or from the LagBefore of a block
+        and the block's own position features (B, g, F)."""
+        if isinstance(lag, LagHistory) and lag.values.shape[-2] == self.cfg.lag:
+            return lag_features(lag.values, lag.valid).to(position.dtype)
+        if isinstance(lag, LagBefore) and position.dim() == 3 and lag.feats.shape[1] == self.cfg.lag:
+            return lag_features(*block_lags(lag.feats, lag.valid, position)).to(position.dtype)
+        raise RouterError(
+            f"router {self.name} is a lag judge reading {self.cfg.lag} positions back: pass lag=LagBefore (feats "
+            f"(B, {self.cfg.lag}, F), valid) for a block (B, g, V) or a LagHistory per position "
+            f"(router.window.lag; router.decoding.generate does)"
+        )
 
     def _hidden_parts(self, hidden: dict | None, lead: tuple) -> list[torch.Tensor]:
         parts = []

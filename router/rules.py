@@ -136,6 +136,8 @@ class DeferralPolicy(Protocol):
     follow: int  # > 0: a window policy: target() also gets drafts and follow, a router.window.inputs.FollowWindow
     #   of the next `follow` drafts of the block (their verifier scores); its pi depends on the draft
     min_gamma: int  # the least block size it decodes with (a window rule reads drafts after each draft)
+    lag: int  # > 0: target() also gets lag = (feats (B, lag, F), valid (B, lag)), the features of the positions
+    #   before the block (router.window.lag.LagCarry, carried across blocks by the loop)
 
     def target(
         self,
@@ -178,6 +180,7 @@ class Rule:
     greedy_mode: bool = False
     follow: int = 0
     min_gamma: int = 1
+    lag: int = 0
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
@@ -519,6 +522,7 @@ class _CustomPolicy:
     greedy_mode: bool = False
     follow: int = 0
     min_gamma: int = 1
+    lag: int = 0
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
         return self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)

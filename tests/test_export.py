@@ -18,6 +18,9 @@ CONFIGS = {
     "judge": dict(
         head="judge", vocab=259, hidden_inputs=["after", "verifier"], hidden_sizes={"after": 8, "verifier": 8}
     ),
+    "judge-window-lag": dict(
+        head="judge", vocab=259, follow=3, lag=2, hidden_inputs=["after"], hidden_sizes={"after": 8}
+    ),
 }
 
 
@@ -42,7 +45,7 @@ def test_every_export_holds_its_contract_files(folders, head):
     assert {"config.json", "model.safetensors", "golden.safetensors", "README.md", "custom_generate"} <= names
     assert (folders[head] / "custom_generate" / "generate.py").exists()
     card = (folders[head] / "README.md").read_text()
-    assert "- custom_generate" in card and f"({head} head" in card and "custom_generate=" in card
+    assert "- custom_generate" in card and f"({head.split('-')[0]} head" in card and "custom_generate=" in card
 
 
 def test_a_gru_export_has_no_golden_vectors(tmp_path):
@@ -70,6 +73,22 @@ def test_golden_vectors_catch_a_changed_router(folders):
     assert not check["ok"] and check["max_score_error"] > 0.4
 
 
+def _window_and_lag(cfg, inputs: dict) -> dict:
+    """The golden inputs of a window / lag judge as target() takes them."""
+    from router.window.inputs import FollowWindow
+    from router.window.lag import LagHistory
+
+    out = {}
+    if cfg.follow:
+        values = inputs["follow_values"]
+        out["follow"] = FollowWindow(
+            values.new_zeros(len(values), values.shape[-1]), values, inputs["follow_valid"] > 0
+        )
+    if cfg.lag:
+        out["lag"] = LagHistory(inputs["lag_values"], inputs["lag_valid"] > 0)
+    return out
+
+
 @pytest.mark.parametrize("head", list(CONFIGS))
 def test_golden_decisions_are_the_decoding_loops(folders, head):
     """pi formed from the golden decisions equals the router's own target() (temperature 1)."""
@@ -79,9 +98,9 @@ def test_golden_decisions_are_the_decoding_loops(folders, head):
     hidden = {r: inputs[f"hidden_{r}"] for r in router.cfg.hidden_inputs} or None
     for i, alpha in enumerate(alphas.tolist()):
         extra = {}
-        if head == "judge":
+        if router.cfg.head == "judge":
             nxt = inputs["next_p_logits"].softmax(-1)
-            extra = dict(drafts=inputs["drafts"], next_p_raw=nxt)
+            extra = dict(drafts=inputs["drafts"], next_p_raw=nxt, **_window_and_lag(router.cfg, inputs))
             keep = outputs["keep"][i]
             want = torch.where(keep[:, None], torch.nn.functional.one_hot(inputs["drafts"], q.shape[-1]).float(), p)
         elif head == "cascade":
@@ -105,7 +124,7 @@ def test_onnx_export_reproduces_the_golden_vectors(folders, head):
     router = load_router(folders[head])
     run = onnx_runner(report["onnx"], input_names(router.cfg))
     wide = {k: (torch.cat([v, v], 0) if v.dim() else v) for k, v in read_golden(folders[head])[0].items()}
-    if head != "judge":
+    if router.cfg.head != "judge":
         wide = {k: (torch.cat([v, v - 2.0], -1) if k.endswith("logits") else v) for k, v in wide.items()}
     got = run(torch.tensor(0.1), wide)
     want = torch_runner(router)(torch.tensor(0.1), wide)

@@ -43,6 +43,7 @@ class TrainConfig:
     window: int = 4  # gru context
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
     follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (records with window >= it)
+    lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
     target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label
     loss: str = "mse"  # mse | cost_sensitive
     lr: float = 1e-3
@@ -76,10 +77,14 @@ class TrainConfig:
             raise ConfigError("records is empty: name the record folder(s) to train on")
         check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
-        check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow")
+        check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow", "lag")
         if self.follow and self.head != "judge":
             raise ConfigError(
                 f"follow (the drafts a window judge reads after its own) needs head: judge, got {self.head}"
+            )
+        if self.lag and self.head != "judge" or self.lag > 8:
+            raise ConfigError(
+                f"lag (positions a lag judge reads before its own) needs head: judge and <= 8, got {self.lag}"
             )
         if self.cross_fit == 1 or not 0 < self.cross_fit_validation < 1:
             raise ConfigError(
@@ -168,6 +173,7 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
         cfg.max_train_rows,
         examples,
         cfg.follow,
+        cfg.lag,
     )
     data.setup("fit")
     train, val = data.train, data.val
@@ -209,6 +215,7 @@ def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifes
         alpha_grid=list(cfg.alpha_grid),
         vocab=len(train.token_classes) if cfg.head == "judge" else 0,
         follow=cfg.follow,
+        lag=cfg.lag,
         trained_on=_trained_on(cfg, train, manifests, examples),
     )
 

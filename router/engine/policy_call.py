@@ -42,7 +42,14 @@ def policy_target(policy: DeferralPolicy, alpha: float, q, p, q_raw, p_raw, gree
 
 
 def check_block_size(policy: DeferralPolicy, gamma) -> None:
-    """Refuse a block size with which a window rule could never keep a draft (it needs `min_gamma`)."""
+    """Refuse a block size with which a window rule could never keep a draft (it needs `min_gamma`), and
+    gamma auto for a lag policy (the verifier-only steps auto takes compute no drafter distribution, so the
+    positions before the next block would have no features)."""
+    if getattr(policy, "lag", 0) and gamma == "auto":
+        raise ValueError(
+            f"{policy.name} reads the features of the {policy.lag} positions before each draft, which gamma auto's "
+            f"verifier-only steps do not compute: give gamma as a number"
+        )
     least = getattr(policy, "min_gamma", 1)
     if least <= 1:
         return

@@ -9,6 +9,9 @@ exports. Inputs, per scored position n (all float32 but the draft ids):
   drafts (N,) int64, next_p_logits (N, V)   judge only: the drafted token, the verifier's logits after it
   follow_values (N, W, C), follow_valid (N, W)   window judge only: the DRAFT_SCALARS of the W drafts after
                               it (router/window/inputs.py) and 1/0 whether each exists in the block
+  lag_values (N, L, F), lag_valid (N, L)   lag judge only: the position features (FEATURE_NAMES) of the L
+                              positions before it on the emitted trajectory, most recent first, and 1/0 whether
+                              each exists (router/window/lag.py: the engine carries them across blocks)
   hidden_<role> (N, H)        the hidden states the router reads (`hidden_inputs` order)
 Outputs: cascade: score (N,), tv (N,), defer (N,) = score > alpha * tv; token: candidates (N, K) (the
 drafter's top K), score (N, K), keep (N, K) = score <= alpha; judge: score (N,), keep (N,) = score <= alpha.
@@ -22,6 +25,7 @@ from torch import nn
 
 from router.features import FEATURE_NAMES, position_stats
 from router.window.inputs import FollowWindow
+from router.window.lag import LagHistory
 
 TV = FEATURE_NAMES.index("tv")
 OUTPUTS = {"cascade": ("score", "tv", "defer"), "token": ("candidates", "score", "keep"), "judge": ("score", "keep")}
@@ -31,6 +35,7 @@ def input_names(cfg) -> list[str]:
     """The decision's inputs, in call order, for a RouterConfig."""
     judge = ["drafts", "next_p_logits"] if cfg.head == "judge" else []
     judge += ["follow_values", "follow_valid"] if getattr(cfg, "follow", 0) else []
+    judge += ["lag_values", "lag_valid"] if getattr(cfg, "lag", 0) else []
     return ["q_logits", "p_logits", "alpha", *judge, *(f"hidden_{role}" for role in cfg.hidden_inputs)]
 
 
@@ -58,6 +63,10 @@ class Decision(nn.Module):
             if self.cfg.follow:  # the window of the drafts after each: values (N, W, C), valid (N, W) as 1/0
                 values, valid, *rest = rest
                 follow = FollowWindow(values.new_zeros(values.shape[0], values.shape[-1]), values.float(), valid > 0.5)
+            lag = None
+            if self.cfg.lag:  # each position's predecessors: values (N, L, F), valid (N, L) as 1/0
+                values, valid, *rest = rest
+                lag = LagHistory(values.float(), valid > 0.5)
             next_p_logits = next_p_logits.float()
             score = self.router.judge_scores(
                 q_raw,
@@ -69,6 +78,7 @@ class Decision(nn.Module):
                 p_logits,
                 next_p_logits,
                 follow,
+                lag,
             )  # (N,)
             return score, score <= alpha
         stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (N, F), (N,), (N,)

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from router.features import position_stats
 from router.export.decision import Decision, input_names, output_names
 
 GOLDEN_FILE = "golden.safetensors"
@@ -41,6 +42,8 @@ def golden_inputs(cfg, seed: int = 0, net=None) -> dict[str, torch.Tensor]:
         out["next_p_logits"] = 3 * torch.randn(POSITIONS, vocab, generator=g)
     if getattr(cfg, "follow", 0):
         out.update(_follow_inputs(cfg.follow, g))
+    if getattr(cfg, "lag", 0):
+        out.update(_lag_inputs(cfg.lag, g))
     start = cfg.position_dim - sum(cfg.hidden_sizes[r] for r in cfg.hidden_inputs)  # hidden states come last
     for role in cfg.hidden_inputs:
         width = cfg.hidden_sizes[role]
@@ -62,6 +65,20 @@ def _follow_inputs(width: int, g: torch.Generator) -> dict[str, torch.Tensor]:
     valid = (torch.arange(width)[None] < kept).float()  # (N, W)
     values = torch.stack([p_draft, agree, entropy, p_max], -1) * valid[..., None]  # (N, W, C)
     return {"follow_values": values, "follow_valid": valid}
+
+
+def _lag_inputs(lag: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Lag judge inputs: the position features of L earlier positions from seeded logits, the oldest of some
+    positions missing (near the answer's start)."""
+    base = torch.randn(POSITIONS, lag, VOCAB, generator=g)
+    q_logits, p_logits = (
+        2 * base + torch.randn(base.shape, generator=g),
+        2 * base + 0.3 * torch.randn(base.shape, generator=g),
+    )
+    values = position_stats(q_logits.softmax(-1), p_logits.softmax(-1))[0]  # (N, L, F)
+    kept = torch.randint(0, lag + 1, (POSITIONS, 1), generator=g)
+    valid = (torch.arange(lag)[None] < kept).float()  # (N, L)
+    return {"lag_values": values * valid[..., None], "lag_valid": valid}
 
 
 def _alphas(cfg, outputs: tuple) -> torch.Tensor:

@@ -32,6 +32,7 @@ from router.records import (
 )
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 from router.window.inputs import FollowWindow, follow_features, window_of_rows
+from router.window.lag import lag_features, lag_history
 
 JUDGE_COLUMNS = (
     "draft_token",
@@ -209,9 +210,12 @@ class RecordView:
             self._windows = np.asarray(self.ds.select_columns(["window"])[:]["window"], np.float32)
         return window_of_rows(self._windows[np.asarray(idx)], recorded.pop())
 
-    def judge_inputs(self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", follow: int = 0) -> np.ndarray:
+    def judge_inputs(
+        self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", follow: int = 0, lag: int = 0
+    ) -> np.ndarray:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
-        then (follow > 0) the window of the drafts after it (router.window.inputs.follow_features)."""
+        then (follow > 0) the window of the drafts after it (router.window.inputs.follow_features), then
+        (lag > 0) the features of the `lag` rows before it on its trajectory (router.window.lag)."""
         if follow and drafted != "argmax":
             raise RecordsError(
                 "windows are recorded for the drafter's argmax only (data_gen/window.py): a window judge is scored "
@@ -236,6 +240,9 @@ class RecordView:
         ).numpy()
         if follow:
             x = np.concatenate([x, follow_features(self.follow_windows(idx, follow), follow).numpy()], -1)
+        if lag:
+            history, valid = lag_history(self.features, self.traj, idx, lag)
+            x = np.concatenate([x, lag_features(t(history), t(valid)).numpy()], -1)
         h = self.hidden(idx, tuple(hidden), drafted)
         return x if h is None else np.concatenate([x, h], -1)
 
@@ -247,11 +254,13 @@ class RecordView:
         hidden: tuple = (),
         drafted: str = "argmax",
         follow: int = 0,
+        lag: int = 0,
     ) -> np.ndarray:
         """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
-        (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it)."""
+        (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it and the
+        features of the `lag` positions before it)."""
         if head == "judge":
-            return self.judge_inputs(idx, hidden, drafted, follow)
+            return self.judge_inputs(idx, hidden, drafted, follow, lag)
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
@@ -287,6 +296,6 @@ def router_scores(
     parts = []
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        x = view.inputs(idx, router.cfg.head, window, hidden, drafted, router.cfg.follow)
+        x = view.inputs(idx, router.cfg.head, window, hidden, drafted, router.cfg.follow, router.cfg.lag)
         parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()
