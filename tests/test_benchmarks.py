@@ -454,6 +454,7 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
         ("train.py", ["--tiny", "--rows", "4096"]),
         ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
         ("gpu.py", ["--tiny", "--batches", "1", "--gammas", "1", "--blocks", "2", "--tokens", "4"]),
+        ("drafter_step.py", ["--tiny", "--batches", "1", "--steps", "4"]),
     ],
 )
 def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
@@ -538,3 +539,15 @@ def test_gpu_benchmark_needs_only_torch_transformers_numpy_safetensors(tmp_path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads((tmp_path / "g.json").read_text())["batch_1"]
+
+
+def test_drafter_step_benchmark_compares_the_three_steps_on_the_same_tokens(tmp_path, capsys):
+    bench = load_script("drafter_step")
+    assert (
+        bench.main(["--tiny", "--device", "cpu", "--batches", "2", "--steps", "3", "--out", str(tmp_path / "d.json")])
+        == 0
+    )
+    row = json.loads((tmp_path / "d.json").read_text())["rows"][0]
+    assert row["batch"] == 2 and row["tokens_equal_static"] and row["dynamic_ms"] > 0
+    assert row["tokens_equal_compiled"] is True or row["compile_error"]  # a compiler failure is reported, not raised
+    assert "compiled x" in capsys.readouterr().out
