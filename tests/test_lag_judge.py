@@ -187,3 +187,22 @@ def test_lag_needs_the_judge_head(lag_judge):
     with pytest.raises(Exception, match="lag .* needs head: judge"):
         TrainConfig(records=[str(tmp / "rec")], head="cascade", lag=2)
     assert json.loads((tmp / "judge" / "config.json").read_text())["lag"] == LAG  # the export says what it reads
+
+
+def test_eval_scores_a_lag_judge_in_both_views_and_decodes_it_at_evals_gamma_auto(lag_judge):
+    from specroute import cli
+
+    _, tmp, _ = lag_judge
+    out = tmp / "eval"
+    args = [
+        "eval", "--config", "configs/eval/tiny.yaml", f"records=[{tmp / 'rec'}]", f"routers=[{tmp / 'judge'}]",
+        f"output={out}", "max_prompts=2", "max_new_tokens=6", "online_methods=[judge,token_v2]",
+        "alphas={judge: [0.0]}", "metric=exact_match",
+    ]  # fmt: skip
+    assert cli.main(args) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    views = metrics["offline"]["views"]
+    assert "judge" in views["greedy"]["methods"] and "judge" in views["t1"]["methods"]  # lags exist in both views
+    assert {p["method"] for p in metrics["online"]["points"]} >= {"judge", "token_v2"}
+    # eval's gamma auto is chosen once per run (a number), unlike generate's per-block choice, which a lag judge refuses
+    assert cli.main([*args, "gamma=auto", f"output={tmp / 'eval-auto'}"]) == 0
