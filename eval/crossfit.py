@@ -13,6 +13,15 @@ chosen per fold on the same validation examples, by the same measure. Measures p
   toward the rejection rate like any other (deferring there costs a verifier step) and in neither
   share (its consequence is unknown).
 Intervals: paired percentile bootstrap over examples, method minus the per-fold best rule.
+
+Matched operating points (`matched=True`, populations "...-matched"): a threshold chosen on validation
+examples reaches its target there, not on the scored ones, so two methods' realised rejection rates can
+differ (by 15% or more on 150 examples), and a method that rejects more keeps fewer important mismatches
+for that reason alone. Matched, each method's threshold is set on the fold's scored rows themselves to
+reach the target rejection rate exactly: it reads their scores and where deferring costs a rejection,
+never their labels (an operating point fixed by a deferral budget, as in selective prediction at equal
+coverage), so every method is compared at the same rejection rate; the best rule is still chosen on the
+validation examples.
 """
 
 from __future__ import annotations
@@ -113,6 +122,19 @@ def _threshold(score: np.ndarray, cost: np.ndarray, target: float) -> float:
     return float(np.nextafter(costly[n - 1], -np.inf))
 
 
+def _defer_top(score: np.ndarray, cost: np.ndarray, target: float, seed: int = 0) -> np.ndarray:
+    """(N,) bool: defer at exactly round(target * N) of the rows where deferring costs a rejection, those with
+    the largest scores, ties broken at random (seeded): a matched operating point even for a rule whose
+    scores tie (a threshold would defer every tied row or none)."""
+    n = int(round(target * len(score)))
+    costly = np.flatnonzero(cost > 0)
+    tie_break = np.random.default_rng(seed).random(len(costly))
+    order = costly[np.lexsort((tie_break, -np.asarray(score, np.float64)[costly]))]  # largest score first
+    defer = np.zeros(len(score), dtype=bool)
+    defer[order[: max(0, n)]] = True
+    return defer
+
+
 def _value(sums: dict, consequence: bool) -> float:
     """The measure a best rule is chosen by (higher is better)."""
     if consequence:
@@ -120,17 +142,20 @@ def _value(sums: dict, consequence: bool) -> float:
     return sums["quality"].sum() / max(sums["positions"].sum(), 1)
 
 
-def out_of_fold(folder: str | Path, records: list[str], targets=TARGETS, tested_only: bool = False) -> dict:
+def out_of_fold(
+    folder: str | Path, records: list[str], targets=TARGETS, tested_only: bool = False, matched: bool = False
+) -> dict:
     """Every example scored out of fold: per target, per method, per-example sums over all folds.
     tested_only (consequence rows): the rejection rate and every measure over the tested mismatches
     alone, so a method cannot look better by moving deferrals from untested mismatches (whose
     consequence is unknown, and which a router may tell apart, e.g. by where they fall in an answer)
-    onto tested ones; the verifier's rejection rate there is 1 (it defers at every tested mismatch)."""
-    return _out_of_fold(Path(folder), records, targets, (tested_only,))[tested_only]
+    onto tested ones; the verifier's rejection rate there is 1 (it defers at every tested mismatch).
+    matched: thresholds set on the scored rows to the target rejection rate (module docstring)."""
+    return _out_of_fold(Path(folder), records, targets, ((tested_only, matched),))[(tested_only, matched)]
 
 
-def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict[bool, dict]:
-    """out_of_fold for each population (tested_only False / True) from one pass over the folds: each
+def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict[tuple, dict]:
+    """out_of_fold for each population, (tested_only, matched) pairs, from one pass over the folds: each
     fold's router is loaded, its views read and every method scored once."""
     plan, mode, name = read_plan(folder), _mode(folder), folder.name
     sums = {p: {t: {} for t in targets} for p in populations}
@@ -142,7 +167,8 @@ def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict
         scored = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["scored"]))
         s_val, s_scored = _scores(val, router, name), _scores(scored, router, name)
         for p in populations:
-            r_val, r_scored = (tested_rows(v) if p else None for v in (val, scored))
+            tested, matched = p
+            r_val, r_scored = (tested_rows(v) if tested else None for v in (val, scored))
             _score_fold(
                 sums[p],
                 chosen[p],
@@ -151,14 +177,18 @@ def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict
                 {m: _select(s, r_val) for m, s in s_val.items()},
                 {m: _select(s, r_scored) for m, s in s_scored.items()},
                 (_example_sums(val, r_val), _example_sums(scored, r_scored)),
-                _select(np.asarray(greedy_columns(val)["cost"]), r_val),
+                (
+                    _select(np.asarray(greedy_columns(val)["cost"]), r_val),
+                    _select(np.asarray(greedy_columns(scored)["cost"]), r_scored) if matched else None,
+                ),
             )
     return {
         p: {
             "router": name,
             "mode": mode,
             "k": plan["k"],
-            "tested_only": p,
+            "tested_only": p[0],
+            "matched": p[1],
             "sums": sums[p],
             "best_rule_per_fold": chosen[p],
         }
@@ -170,15 +200,20 @@ def _select(x: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
     return x if rows is None else x[rows]
 
 
-def _score_fold(sums: dict, chosen: dict, name: str, consequence: bool, s_val, s_scored, on, cost) -> None:
-    """One fold at every target: each method's threshold chosen on the validation rows, its
-    per-example sums on the scored rows appended, and the fold's best rule (on validation) recorded."""
+def _score_fold(sums: dict, chosen: dict, name: str, consequence: bool, s_val, s_scored, on, costs) -> None:
+    """One fold at every target: each method's threshold chosen on the validation rows (matched: a second
+    one on the scored rows, when their costs are given), its per-example sums on the scored rows
+    appended, and the fold's best rule (on validation) recorded."""
     on_val, on_scored = on
+    cost, scored_cost = costs
     for t in sums:
         here, value = {}, {}
         for method in s_val:
             thr = _threshold(s_val[method], cost, t * cost.mean())
-            here[method] = on_scored(s_scored[method] > thr)
+            if scored_cost is None:
+                here[method] = on_scored(s_scored[method] > thr)
+            else:  # matched: the scored rows' own operating point at the target (no label read)
+                here[method] = on_scored(_defer_top(s_scored[method], scored_cost, t * scored_cost.mean()))
             if method != name:  # the best rule of this fold, chosen on its validation examples
                 value[method] = _value(on_val(s_val[method] > thr), consequence)
         best = max(value, key=value.get)  # the first of equals, in registry order
@@ -213,6 +248,7 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
         "mode": result["mode"],
         "k": result["k"],
         "tested_only": result.get("tested_only", False),
+        "matched": result.get("matched", False),
         "targets": {},
     }
     for t, table in result["sums"].items():
@@ -233,23 +269,37 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     return out
 
 
+def population_name(tested_only: bool, matched: bool) -> str:
+    """ "all" / "tested" (the tested mismatches alone), "-matched" where every method's rejection rate is
+    set to the target on the scored examples."""
+    return ("tested" if tested_only else "all") + ("-matched" if matched else "")
+
+
 def populations(folder: str | Path, records: list[str], reps: int = BOOTSTRAP) -> dict[str, dict]:
-    """{"all": summary} of a cross-fitted folder out of fold, plus "tested" (the tested mismatches
-    alone) for consequence rows, from one pass over its folds."""
+    """{"all": summary, "all-matched": summary} of a cross-fitted folder out of fold, plus "tested" and
+    "tested-matched" (the tested mismatches alone) for consequence rows, from one pass over its folds."""
     folder = Path(folder)
-    both = (False, True) if _mode(folder) == "consequence" else (False,)
-    results = _out_of_fold(folder, records, TARGETS, both)
-    return {"tested" if p else "all": summarise(results[p], reps=reps) for p in both}
+    tested = (False, True) if _mode(folder) == "consequence" else (False,)
+    pops = tuple((t, m) for t in tested for m in (False, True))
+    results = _out_of_fold(folder, records, TARGETS, pops)
+    return {population_name(*p): summarise(results[p], reps=reps) for p in pops}
 
 
 def out_of_fold_results(folders: list, records: list[str], reps: int = BOOTSTRAP) -> dict:
-    """metrics.json's offline.out_of_fold: each cross-fitted folder summarised, and for consequence
-    rows a second time over the tested mismatches alone ("<name> (tested only)")."""
+    """metrics.json's offline.out_of_fold: each cross-fitted folder summarised, for consequence rows a
+    second time over the tested mismatches alone ("<name> (tested only)"), and each of those again at
+    matched rejection rates ("<name> (matched)", "<name> (tested only, matched)")."""
+    labels = {
+        "all": "",
+        "tested": " (tested only)",
+        "all-matched": " (matched)",
+        "tested-matched": " (tested only, matched)",
+    }
     out = {}
     for folder in folders:
         name = Path(folder).name
         for population, summary in populations(folder, records, reps).items():
-            out[name if population == "all" else f"{name} (tested only)"] = summary
+            out[name + labels[population]] = summary
     return out
 
 
@@ -274,6 +324,12 @@ def out_of_fold_section(results: dict) -> list[str]:
                 )
                 if res["mode"] == "consequence"
                 else "quality: the share of emitted tokens equal to the gold one. "
+            )
+            + (
+                "Matched: every method's threshold set on the scored examples to the target rejection rate (no "
+                "labels read), so all are compared at the same rate. "
+                if res.get("matched")
+                else ""
             )
             + "Intervals: paired bootstrap over examples, method minus the per-fold best rule.",
             "",

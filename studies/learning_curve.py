@@ -14,7 +14,8 @@ of the same examples: folds are drawn over the training records' examples).
 Writes curve.json, curve.csv and curve.png to --out: per share and target rejection rate, the
 router's kept share of important (and harmless) mismatches, the best rule's, and the paired
 difference with its bootstrap interval, with rejection rates over all mismatches and (population
-`tested`) over the tested mismatches alone. The projection at the end (over the tested mismatches
+`tested`) over the tested mismatches alone, each also at matched rejection rates (`-matched`: every
+method's threshold set on the scored examples to the target, eval/crossfit.py). The projection at the end (over the tested mismatches
 where the records have them) is a back-of-the-envelope reading, stated as such: a least-squares line of the difference at the middle target against
 log(training examples), and the interval's half-width shrinking as 1/sqrt(scored examples), give the
 number of labelled examples at which the interval would exclude 0 if both trends held.
@@ -70,6 +71,8 @@ def _row(point: dict, population: str, target: float, measure: str, mine: dict, 
         "measure": measure,
         "router": mine[measure],
         "best_rule": best[measure],
+        "router_rejection": mine["rejection"],
+        "best_rule_rejection": best["rejection"],
         "diff": d["diff"],
         "low": d["low"],
         "high": d["high"],
@@ -110,7 +113,8 @@ def plot(rows: list[dict], path: Path, router: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rows if r["population"] == "all"]
+    fair = fair_population(rows)
+    rows = [r for r in rows if r["population"] == fair]
     measures = sorted({r["measure"] for r in rows})
     fig, axes = plt.subplots(1, len(measures), figsize=(5 * len(measures), 3.6), squeeze=False)
     for ax, m in zip(axes[0], measures):
@@ -128,11 +132,18 @@ def plot(rows: list[dict], path: Path, router: str) -> None:
         ax.axhline(0, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xlabel("training examples per fold")
-        ax.set_ylabel(f"{m} kept: {router} - best rule")
+        ax.set_ylabel(f"{m} kept: {router} - best rule ({fair})")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def fair_population(rows: list[dict]) -> str:
+    """The population the projection and the plot read: the tested mismatches alone where the records have
+    them, at matched rejection rates where measured (eval/crossfit.py says why both matter)."""
+    present = {r["population"] for r in rows}
+    return next(p for p in ("tested-matched", "tested", "all-matched", "all") if p in present)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,9 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += curve_rows([p], Path(p["folder"]).name)
     middle = sorted({r["target"] for r in rows})[len({r["target"] for r in rows}) // 2]
     measure = "important" if any(r["measure"] == "important" for r in rows) else "quality"
-    population = (
-        "tested" if any(r["population"] == "tested" for r in rows) else "all"
-    )  # the fair one (eval/crossfit.py)
+    population = fair_population(rows)
     result = {
         "config": args.config,
         "overrides": args.overrides,
@@ -188,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r["target"] == middle:
             print(
-                f"  {r['train_examples']:7.1f} training examples/fold, {r['population']} mismatches: {r['measure']} kept router {r['router']:.4f}, "
-                f"best rule {r['best_rule']:.4f}, diff {r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}] "
+                f"  {r['train_examples']:7.1f} training examples/fold, {r['population']}: {r['measure']} kept router "
+                f"{r['router']:.4f} (rejection {r['router_rejection']:.4f}), best rule {r['best_rule']:.4f} (rejection "
+                f"{r['best_rule_rejection']:.4f}), diff {r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}] "
                 f"({r['scored_examples']} examples scored)"
             )
     print(f"  projection at {middle:g}: {result['projection']}\n  {out}/curve.json, curve.csv, curve.png")

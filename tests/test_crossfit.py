@@ -135,10 +135,29 @@ def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_reco
     from eval.crossfit import out_of_fold_results
 
     both = out_of_fold_results([folder], [str(consequence_records)], reps=100)
-    assert set(both) == {"opt-copy", "opt-copy (tested only)"} and both["opt-copy (tested only)"]["tested_only"]
+    assert set(both) == {"opt-copy", "opt-copy (tested only)", "opt-copy (matched)", "opt-copy (tested only, matched)"}
+    assert both["opt-copy (tested only)"]["tested_only"] and not both["opt-copy (tested only)"]["matched"]
     half = both["opt-copy (tested only)"]["targets"]["0.5"]["methods"]
     assert half["opt-copy"]["important"] == half["opt"]["important"]
     assert abs(half["opt"]["rejection"] - 0.5) < 0.1  # half of the tested mismatches deferred (the verifier: all)
+
+
+def test_matched_operating_points_give_every_method_the_target_rejection_rate(consequence_records, tmp_path):
+    """Thresholds from validation examples miss the target on the scored ones by different amounts per
+    method; matched, every method defers the same share of the scored rows (up to ties), reading no label."""
+    folder = _hand_cross_fit(tmp_path / "opt-copy", consequence_records, mode="consequence")
+    for tested in (False, True):
+        matched = summarise(out_of_fold(folder, [str(consequence_records)], tested_only=tested, matched=True), reps=50)
+        assert matched["matched"] and matched["tested_only"] == tested
+        for target, block in matched["targets"].items():
+            rates = [row["rejection"] for row in block["methods"].values()]
+            assert max(rates) - min(rates) < 0.01, rates  # every method at the same rate, tied scores too
+            if tested:  # over the tested mismatches the verifier's rate is 1: the target itself
+                assert rates[0] == pytest.approx(float(target), abs=0.01)
+        same = summarise(out_of_fold(folder, [str(consequence_records)], tested_only=tested), reps=50)
+        copy = [block["methods"]["opt-copy"]["important"] for block in matched["targets"].values()]
+        assert copy == [block["methods"]["opt"]["important"] for block in matched["targets"].values()]
+        assert same["targets"].keys() == matched["targets"].keys()
 
 
 def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
@@ -237,7 +256,9 @@ def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, 
     assert read_plan(out / "share-0.5")["folds"] == read_plan(out / "share-1")["folds"]
     rows = (out / "curve.csv").read_text().splitlines()
     header = "share,train_examples,population,target,measure"
-    assert rows[0].startswith(header) and len(rows) == 1 + 2 * 2 * 3 * 2  # shares x populations x targets x measures
+    # shares x populations (all / tested, each also matched) x targets x measures
+    assert rows[0].startswith(header) and len(rows) == 1 + 2 * 4 * 3 * 2
+    assert curve["projection"]["population"] == "tested-matched"
     assert (out / "curve.png").stat().st_size > 0
     assert curve["projection"]["measure"] == "important" and curve["projection"]["target"] == 0.5
     # trained on one labelling, scored on another of the same examples (folds over the training records)
