@@ -324,8 +324,11 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
     hidden = f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else ""
     n_features = len(JUDGE_FEATURE_NAMES if cfg.head == "judge" else FEATURE_NAMES)
+    extra = (f" + {cfg.follow} following drafts" if cfg.follow else "") + (
+        f" + {cfg.lag} lagged positions" if cfg.lag else ""
+    )
     rows = [
-        ("router", f"{cfg.arch}, {cfg.head} head, on {n_features} features{hidden}"),
+        ("router", f"{cfg.arch}, {cfg.head} head, on {n_features} features{extra}{hidden}"),
         ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
         ("val area (0 drafter, 1 oracle)" + (", greedy view" if cfg.head == "judge" else ""), f"{r['area']:.4f}"),
         (
