@@ -7,6 +7,7 @@ Lightning's CSV logs and checkpoints.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from router.infra.files import output_lock, write_csv, write_json
 from router.offline.inputs import router_scores
 from router.offline.views import greedy_areas
 from train.data import RecordDataModule, RecordSplit, hidden_size
+from train.ensemble import merge_members
 from train.validation import plugin_areas, router_metrics, tradeoff_table
 from train.module import LOSSES, RouterModule
 from train.targets import TARGETS
@@ -44,6 +46,9 @@ class TrainConfig:
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
     follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (records with window >= it)
     lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
+    ensemble: int = (
+        1  # > 1: that many members (seeds seed, seed + 1, ...) averaged into one network (train/ensemble.py)
+    )
     target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label
     loss: str = "mse"  # mse | cost_sensitive
     lr: float = 1e-3
@@ -78,6 +83,9 @@ class TrainConfig:
         check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
         check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow", "lag")
+        check_minimum(self, 1, "ensemble")
+        if self.ensemble > 1 and self.arch == "gru":
+            raise ConfigError("ensemble packs mlp or linear members into one network: use arch mlp (or ensemble 1)")
         if self.follow and self.head != "judge":
             raise ConfigError(
                 f"follow (the drafts a window judge reads after its own) needs head: judge, got {self.head}"
@@ -155,7 +163,31 @@ def _run_train(cfg: TrainConfig) -> dict:
 
 def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dict:
     """Fit one router into `out` on the records' train split (validated on their validation split),
-    or, given examples {"train": ids, "validation": ids} (a cross-fitting fold), on those examples."""
+    or, given examples {"train": ids, "validation": ids} (a cross-fitting fold), on those examples. With
+    ensemble N > 1, N members (seeds seed .. seed + N - 1, each in out/members/) averaged into one network
+    (train/ensemble.py)."""
+    if cfg.ensemble <= 1:
+        fitted = _fit_member(cfg, out, examples)
+        return _finish(cfg, *fitted, out) if fitted else {}
+    members = []
+    for i in range(cfg.ensemble):
+        member = dataclasses.replace(cfg, seed=cfg.seed + i, ensemble=1)
+        fitted = _fit_member(member, out / "members" / f"seed-{member.seed}", examples)
+        if fitted is None:  # under DDP rank 0 exports
+            return {}
+        members.append(fitted)
+    module, train, val, trainer = members[0]
+    module.net = merge_members([m[0].net for m in members])
+    module.net.cfg.trained_on["ensemble"] = {
+        "members": cfg.ensemble,
+        "seeds": [cfg.seed + i for i in range(cfg.ensemble)],
+    }
+    return _finish(cfg, module, train, val, trainer, out)
+
+
+def _fit_member(cfg: TrainConfig, out: Path, examples: dict | None):
+    """(module with its best checkpoint loaded, train split, validation split, trainer); None on a DDP rank
+    other than 0."""
     import lightning as L
 
     L.seed_everything(cfg.seed, verbose=False)
@@ -192,11 +224,11 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
     _standardise(module, train)
     trainer, ckpt = _trainer(cfg, out)
     trainer.fit(module, datamodule=data)
-    if not trainer.is_global_zero:  # under DDP rank 0 exports the router and writes the metrics
-        return {}
+    if not trainer.is_global_zero:
+        return None
     if ckpt.best_model_path:
         module.load_state_dict(torch.load(ckpt.best_model_path, weights_only=False)["state_dict"])
-    return _finish(cfg, module, train, val, trainer, out)
+    return module, train, val, trainer
 
 
 def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest], examples=None) -> RouterConfig:
@@ -266,6 +298,7 @@ def _standardise(module: RouterModule, train: RecordSplit) -> None:
 
 
 def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
+    """Score the fitted router on the validation split, export it, write its metrics and trade-off table."""
     windowed = cfg.arch == "gru"
     pred = router_scores(module.net, val)  # as eval will score it: the same inputs, the same code
     greedy = greedy_areas(val, pred, cfg.head)
