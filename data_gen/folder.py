@@ -130,10 +130,9 @@ def _check_receipts_name_examples(out: Path) -> None:
 
 
 def _grows(earlier: dict, resolved: dict) -> bool:
-    """True when the configs differ in max_examples only (a recording made larger or smaller)."""
-    now = json.loads(json.dumps(resolved))
-    other = {k for k in set(earlier) | set(now) if earlier.get(k) != now.get(k)}
-    return other == {"max_examples"}
+    """True when the configs differ in max_examples only (a recording made larger or smaller); a field the
+    earlier version did not have counts as its default, as in `config_changes`."""
+    return config_changes(earlier, resolved) == ["max_examples"]
 
 
 def _concat(rows: list[dict]) -> dict:

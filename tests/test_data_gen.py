@@ -350,6 +350,9 @@ def test_recording_grows_keeping_finished_shards(qa_file, tmp_path, tiny):
     (grown / "gen_config.json").write_text(json.dumps(made))
     assert rec.config_changes(made, {**made, "long_prompts": "truncate"}) == []
     assert rec.config_changes(made, {**made, "long_prompts": "skip"}) == ["long_prompts"]
+    # and it can still be resized: a folder written before a field existed is grown (or shrunk), not refused
+    resized = cfg_for(qa_file, grown, max_examples=12, modes=["gold"])
+    assert sum(v["examples"] for v in run_gen(resized, Recorder(resized, *tiny)).splits.values()) == 12
 
 
 def test_a_resumed_recording_counts_the_whole_folder(qa_file, tmp_path, monkeypatch, tiny):
