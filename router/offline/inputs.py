@@ -32,7 +32,7 @@ from router.records import (
 )
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 from router.window.inputs import FollowWindow, follow_features, window_of_rows
-from router.window.lag import lag_features, lag_history
+from router.window.lag import lag_features, lag_history, predecessor_rows
 
 JUDGE_COLUMNS = (
     "draft_token",
@@ -156,10 +156,7 @@ class RecordView:
 
     def window_inputs(self, idx: np.ndarray, window: int, hidden: tuple = ()) -> np.ndarray:
         """(len(idx), window, D): each row with its predecessors in the same trajectory, zero-padded."""
-        back = idx[:, None] - np.arange(window - 1, -1, -1)[None]  # (n, window) oldest first
-        valid = back >= 0
-        safe = np.where(valid, back, 0)
-        valid &= self.traj[safe] == self.traj[idx][:, None]
+        safe, valid = predecessor_rows(self.traj, idx, np.arange(window - 1, -1, -1))  # (n, window) oldest first
         rows, where = np.unique(safe, return_inverse=True)  # read each needed row once
         out = self.position_inputs(rows, hidden)[where.reshape(-1)].reshape(len(idx), window, -1)
         return np.where(valid[..., None], out, 0.0).astype(np.float32)
@@ -200,15 +197,15 @@ class RecordView:
     def follow_windows(self, idx: np.ndarray, width: int) -> FollowWindow:
         """The recorded windows (data_gen/window.py) of the drafter's argmax at these rows: FollowWindow
         (len(idx),); rows without one (the drafter agreed with the verifier) are all invalid."""
-        recorded = {m.window for m in self.manifests}
-        if len(recorded) != 1 or min(recorded) < width or "window" not in self.ds.column_names:
+        recorded = sorted({m.window for m in self.manifests})
+        if not self.has_windows(width):
             raise RecordsError(
-                f"{self.folders} hold windows of {sorted(recorded)} following drafts, a window judge reads {width}: "
+                f"{self.folders} hold windows of {recorded} following drafts, a window judge reads {width}: "
                 f"record them with window={width} (or more), all folders alike"
             )
         if self._windows is None:  # read the column once per view: rules and judges index into it
             self._windows = np.asarray(self.ds.select_columns(["window"])[:]["window"], np.float32)
-        return window_of_rows(self._windows[np.asarray(idx)], recorded.pop())
+        return window_of_rows(self._windows[np.asarray(idx)], recorded[0])
 
     def judge_inputs(
         self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", follow: int = 0, lag: int = 0

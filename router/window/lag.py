@@ -52,13 +52,19 @@ def lag_features(history: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.cat([history.float() * v, v], -1).flatten(-2)
 
 
+def predecessor_rows(trajectory: np.ndarray, idx: np.ndarray, offsets: np.ndarray) -> tuple:
+    """Rows `offsets` (K,) before each of rows idx (n,) in a view whose rows run in trajectory order, trajectory
+    ids (N,) -> (rows (n, K), clipped to 0 where missing; valid (n, K): that row exists in the same trajectory)."""
+    idx = np.asarray(idx)
+    back = idx[:, None] - np.asarray(offsets)[None]  # (n, K)
+    safe = np.clip(back, 0, None)
+    return safe, (back >= 0) & (trajectory[safe] == trajectory[idx][:, None])
+
+
 def lag_history(features: np.ndarray, trajectory: np.ndarray, idx: np.ndarray, lag: int) -> tuple:
     """Offline predecessors of record rows: features (N, F) of a view whose rows run in trajectory order,
     trajectory ids (N,), rows idx (n,) -> history (n, L, F) float32 (most recent first), valid (n, L)."""
-    idx = np.asarray(idx)
-    back = idx[:, None] - np.arange(1, lag + 1)[None]  # (n, L)
-    safe = np.clip(back, 0, None)
-    valid = (back >= 0) & (trajectory[safe] == trajectory[idx][:, None])
+    safe, valid = predecessor_rows(trajectory, idx, np.arange(1, lag + 1))
     history = np.where(valid[..., None], features[safe], 0.0).astype(np.float32)
     return history, valid
 
