@@ -14,7 +14,7 @@ import numpy as np
 from data_gen.config import GenConfig
 from data_gen.tasks import Example, load_task
 from router.infra.files import write_bytes
-from router.records import EXAMPLES, HELDOUT, SPLITS, RecordsError
+from router.records import EXAMPLES, HELDOUT, SPLITS, RecordsError, intact_shard
 
 Shard = tuple  # (file name, split, examples)
 
@@ -27,18 +27,49 @@ def assign_split(example_id: str, seed: int, fractions) -> str:
     return SPLITS[min(int(np.searchsorted(edges, u, side="right")), 2)]
 
 
-def plan_shards(examples: list[Example], cfg: GenConfig) -> list[tuple[str, str, list[Example]]]:
-    """(file name, split, examples) per shard: grouped by split, in task order."""
+def plan_shards(
+    examples: list[Example], cfg: GenConfig, recorded: dict[str, list[list[str]]] | None = None
+) -> list[tuple[str, str, list[Example]]]:
+    """(file name, split, examples) per shard: grouped by split, in task order. recorded (from
+    `recorded_shards`): per split, the example ids of the shards a folder already holds, in file order;
+    those that still lead their split are planned as they are (a grown recording keeps its short last
+    shards: their examples are not labelled again), and the split's other examples follow in new shards."""
     by_split = {s: [] for s in SPLITS}
     for ex in examples:
         by_split[assign_split(ex.example_id, cfg.seed, cfg.split_fractions)].append(ex)
     plan = []
     for split, items in by_split.items():
-        for i in range(0, len(items), cfg.examples_per_shard):
-            plan.append(
-                (f"{split}-{i // cfg.examples_per_shard:05d}.arrow", split, items[i : i + cfg.examples_per_shard])
-            )
+        index, start = 0, 0
+        for ids in (recorded or {}).get(split, []):
+            if not ids or [ex.example_id for ex in items[start : start + len(ids)]] != ids:
+                break  # a shard the new plan does not begin with: it and those after it are replanned
+            plan.append((_shard_name(split, index), split, items[start : start + len(ids)]))
+            index, start = index + 1, start + len(ids)
+        for i in range(start, len(items), cfg.examples_per_shard):
+            plan.append((_shard_name(split, index), split, items[i : i + cfg.examples_per_shard]))
+            index += 1
     return plan
+
+
+def _shard_name(split: str, index: int) -> str:
+    return f"{split}-{index:05d}.arrow"
+
+
+def recorded_shards(out: Path) -> dict[str, list[list[str]]]:
+    """Per split, the example ids of a folder's intact shards from the first on (file order, up to the
+    first missing or damaged one), as their receipts name them."""
+    found = {}
+    for split in SPLITS:
+        found[split] = []
+        while (receipt := out / f"{_shard_name(split, len(found[split]))}.json").exists():
+            try:
+                ids = json.loads(receipt.read_text()).get("examples")
+            except ValueError:
+                break
+            if not ids or intact_shard(out, receipt.name[: -len(".json")], ids) is None:
+                break
+            found[split].append(ids)
+    return found
 
 
 def load_examples(cfg: GenConfig) -> list[Example]:
@@ -82,7 +113,7 @@ def planned_batches(cfg: GenConfig, recorder) -> list[tuple[str, str, list[tuple
     examples = load_examples(cfg)
     recorder.share_prefix(examples)
     shared = len(recorder.prefix) if recorder.prefix is not None else 0  # prefilled once, not per batch
-    for _, split, shard_examples in plan_shards(examples, cfg):
+    for _, split, shard_examples in plan_shards(examples, cfg, recorded_shards(Path(cfg.output))):
         for i in range(0, len(shard_examples), cfg.batch_size):
             for mode in cfg.modes:
                 prepared = [recorder.prepare(ex, mode) for ex in shard_examples[i : i + cfg.batch_size]]

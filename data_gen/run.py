@@ -17,7 +17,7 @@ from tqdm import tqdm
 from data_gen.config import GenConfig
 from data_gen.consequence import summary_line
 from data_gen.folder import finish_manifest, prepare_folder, write_shard_counts, write_shard_or_explain
-from data_gen.plan import load_examples, plan_shards, write_examples
+from data_gen.plan import load_examples, plan_shards, recorded_shards, write_examples
 from data_gen.recorder import Recorder
 from router.infra import clock
 from router.infra.config import ConfigError
@@ -48,7 +48,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     if "consequence" in cfg.modes:  # answers are judged by the task metric: every example judgeable first
         for ex in examples:
             check_metric_fields(cfg.metric or cfg.task, ex.meta, ex.example_id)
-    plan = plan_shards(examples, cfg)
+    plan = plan_shards(examples, cfg, recorded_shards(out))  # a grown folder keeps every finished shard
     if ranks.main:
         write_examples(out, plan, cfg)
     mine = ranks.mine(plan)  # shard k to rank k mod world: each shard's batches are what one process makes
