@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The resumable labelling chain of docs/usage.md ("Labels at scale"), run niced in the background, in
-# stages (config[:max_examples]): short-horizon labels on the first 600 GSM8K and 250 MBPP problems (the
-# cheap label routers train on at scale), full-answer labels on the first 150 MBPP and 300 GSM8K
+# stages (config[:max_examples]): short-horizon labels on the first 150 GSM8K problems (every split of
+# them: the problems with full-answer labels, where routers trained on the cheap label are scored), then
+# on the first 600 GSM8K and 250 MBPP problems (the cheap label routers train on at scale), full-answer labels on the first 150 MBPP and 300 GSM8K
 # problems (they score those routers; GSM8K's first 150 done 2026-12-02), then short-horizon labels on
 # the rest of both tasks. A stage with a larger max_examples grows the folder the earlier stage made
 # (only the new problems are labelled); each stage resumes where an interrupted run stopped (its shards
@@ -11,7 +12,7 @@
 set -u
 cd "$(dirname "$0")/.."
 SPECROUTE=${SPECROUTE:-.venv/bin/specroute}
-DEFAULT_STAGES="gsm8k-horizon:600 mbpp-horizon:250 mbpp-consequence gsm8k-consequence gsm8k-horizon mbpp-horizon"
+DEFAULT_STAGES="gsm8k-horizon:150 gsm8k-horizon:600 mbpp-horizon:250 mbpp-consequence gsm8k-consequence gsm8k-horizon mbpp-horizon"
 for stage in ${LABEL_STAGES:-$DEFAULT_STAGES}; do
   config=${stage%%:*}
   size=()

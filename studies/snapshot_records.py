@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     from data_gen.config import GenConfig
     from data_gen.folder import finish_manifest
-    from data_gen.plan import load_examples, plan_shards
+    from data_gen.plan import load_examples, plan_shards, recorded_shards
     from data_gen.recorder import Recorder
     from router.records import intact_shard
 
@@ -36,7 +36,7 @@ def main() -> int:
         raise SystemExit(f"error: {dst} exists: name a new folder")
     raw = json.loads((src / "gen_config.json").read_text())
     cfg = GenConfig(**{**raw, "output": str(dst)})
-    plan = plan_shards(load_examples(cfg), cfg)
+    plan = plan_shards(load_examples(cfg), cfg, recorded_shards(src))  # a grown folder's short shards too
     done = [s for s in plan if intact_shard(src, s[0], [ex.example_id for ex in s[2]]) is not None]
     if not done:
         raise SystemExit(f"error: {src} has no finished shard yet")
