@@ -39,7 +39,7 @@ from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings
 from router.engine.options import DecodeOptions
 from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
-from router.engine.policy_call import check_block_size, hidden_kwargs, logit_kwargs, policy_target
+from router.engine.policy_call import block_drafts, check_block_size, hidden_kwargs, logit_kwargs, policy_target
 from router.sampling import accept_drafts, next_after, sample
 from router.window.inputs import block_window
 from router.window.lag import LagCarry
@@ -277,7 +277,7 @@ def generate(
                 stats["verifier_steps"] += 1
             else:
                 block, nxt = _speculative_block(
-                    policy, alpha, d, v, layout, opts, gen, max(1, min(g, remaining - 1)), stats, carry
+                    policy, alpha, d, v, layout, opts, gen, block_drafts(policy, g, remaining), stats, carry
                 )
                 kept = _record_block(stats, rows, active, block, nxt)  # drafts each row kept, on the host
                 if adaptive:

@@ -8,6 +8,8 @@ from router.engine.tiny import tiny_pair
 from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.engine.teacher import continuation_logprobs
 from router.decoding import generate
+from router.engine.policy_call import block_drafts
+from router.rules import resolve_rule
 from router.engine.loop import FROM_DRAFTER, PADDING
 
 PROMPTS = [[5, 17, 33, 41, 8], [9, 3], [11, 12, 13, 14, 15, 16, 17, 18]]
@@ -464,3 +466,27 @@ def test_the_drafter_rule_is_drafter_only_decoding_whatever_the_bonus_default(ti
     out = generate(drafter, verifier, prompts, rule="drafter", gamma=gamma, max_new_tokens=20, bonus_from=bonus_from)
     assert torch.equal(out.sequences, alone.sequences)
     assert out.stats["rejections"] == 0
+
+
+@pytest.mark.parametrize("rule,alpha,gamma", [("fly", 0.5, 7), ("entropy_gate", 0.1, 4), ("token_v2", 0.3, 4)])
+def test_a_ragged_batch_decodes_each_row_as_that_prompt_alone(near_pair, rule, alpha, gamma):
+    """At temperature 0 a lossy rule decodes every row of a batch as it decodes that prompt alone, and a
+    shorter budget gives a prefix of a longer one, so online comparisons at batch > 1 measure the same
+    policy. For a window rule this needs the last block uncut (a cut block cuts its windows: with
+    PROMPTS[2], fly's 34th token changed with the budget and the batch before block_drafts)."""
+    ids, mask = left_padded(PROMPTS)
+    kw = dict(rule=rule, alpha=alpha, gamma=gamma, temperature=0.0)
+    batch = generate(*near_pair, ids, attention_mask=mask, max_new_tokens=NEW, **kw)
+    kept_drafts = 0
+    for b, prompt in enumerate(PROMPTS):
+        alone = generate(*near_pair, torch.tensor([prompt]), max_new_tokens=NEW, **kw)
+        longer = generate(*near_pair, torch.tensor([prompt]), max_new_tokens=NEW + 20, **kw)
+        assert new_tokens(batch, b, ids.shape[1]) == new_tokens(alone, 0, len(prompt))
+        assert new_tokens(longer, 0, len(prompt))[:NEW] == new_tokens(alone, 0, len(prompt))
+        kept_drafts += alone.stats["drafts_evaluated"] - alone.stats["deferrals"]
+    assert batch.stats["deferrals"] > 0 and kept_drafts > 0  # the rule both keeps and defers here
+
+
+def test_only_a_window_policy_drafts_past_the_budget():
+    assert block_drafts(resolve_rule("fly"), 8, 3) == 8
+    assert block_drafts(resolve_rule("token_v2"), 8, 3) == 2 and block_drafts(resolve_rule("token_v2"), 8, 1) == 1

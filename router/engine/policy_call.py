@@ -63,3 +63,12 @@ def check_block_size(policy: DeferralPolicy, gamma) -> None:
             f"{policy.name} reads the {policy.follow} drafts after each draft: with gamma {gamma} no draft has "
             f"them inside its block, so it would only verify (lossless); use gamma >= {least}"
         )
+
+
+def block_drafts(policy: DeferralPolicy, gamma: int, remaining: int) -> int:
+    """Drafts in the next block: gamma, fewer near the end of the longest active row's budget (drafts past
+    it would be thrown away), except for a window policy: cutting its last block would cut its windows,
+    so what it keeps would depend on the token budget and, in a batch, on the other rows' lengths."""
+    if getattr(policy, "follow", 0):
+        return gamma
+    return max(1, min(gamma, remaining - 1))
