@@ -14,7 +14,7 @@ import numpy as np
 from data_gen.config import GenConfig
 from data_gen.tasks import Example, load_task
 from router.infra.files import write_bytes
-from router.records import EXAMPLES, HELDOUT, SPLITS, RecordsError, intact_shard
+from router.records import EXAMPLES, HELDOUT, SPLITS, RecordsError
 
 Shard = tuple  # (file name, split, examples)
 
@@ -56,8 +56,10 @@ def _shard_name(split: str, index: int) -> str:
 
 
 def recorded_shards(out: Path) -> dict[str, list[list[str]]]:
-    """Per split, the example ids of a folder's intact shards from the first on (file order, up to the
-    first missing or damaged one), as their receipts name them."""
+    """Per split, the example ids of a folder's shards from the first on (file order, up to the first
+    without a readable receipt), as their receipts name them. Only the receipts are read: whether a shard's
+    file is intact is checked where it is recorded (`intact_shard` in run_gen, which records a damaged
+    one again with the same examples)."""
     found = {}
     for split in SPLITS:
         found[split] = []
@@ -66,7 +68,7 @@ def recorded_shards(out: Path) -> dict[str, list[list[str]]]:
                 ids = json.loads(receipt.read_text()).get("examples")
             except ValueError:
                 break
-            if not ids or intact_shard(out, receipt.name[: -len(".json")], ids) is None:
+            if not ids:
                 break
             found[split].append(ids)
     return found
