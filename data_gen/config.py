@@ -53,6 +53,8 @@ class GenConfig:
     # answer it left, the answer's remainder spliced on (data_gen/rejoin.py; cheaper, approximate); 0: decode to the end
     consequence_horizon: int = 0  # > 0: also a short-horizon score of every mismatch (data_gen/horizon.py,
     # SelfJudge's likelihood difference over this many tokens; column horizon_score), tested or not
+    labels_from: str | None = None  # consequence: a label file (`specroute labels export`) whose examples are
+    # replayed (their stored answers teacher-forced, no search); the others are searched (data_gen/label_store.py)
     metric: str | None = None  # consequence: the task metric judging answers (default: the task's)
     sandbox: str = "auto"  # consequence on code tasks: where generated programs run
     stop: list | None = None  # consequence: stop strings (default: the prompt format's)

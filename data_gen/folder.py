@@ -39,7 +39,8 @@ from router.records import (
 
 def prepare_folder(out: Path, cfg: GenConfig) -> bool:
     """Create or check the output folder; True when it is already complete (nothing to do)."""
-    resolved = {k: v for k, v in config_to_dict(cfg).items() if k != "overwrite"}
+    # overwrite and labels_from say how a folder is made, not what it holds: a resume may add or drop them
+    resolved = {k: v for k, v in config_to_dict(cfg).items() if k not in ("overwrite", "labels_from")}
     config_path = out / "gen_config.json"
     if cfg.overwrite and out.exists():
         shutil.rmtree(out)

@@ -10,6 +10,7 @@ import numpy as np
 
 from data_gen.config import GenConfig
 from data_gen.consequence import ConsequenceSearch, Searched, consequence_columns, untested_columns
+from data_gen.label_store import LabelStore
 from data_gen.scoring import example_seed, score_batch
 from data_gen.tasks import Example
 from router.engine.baselines import generate_autoregressive
@@ -49,9 +50,13 @@ class Recorder:
         )  # tokens of the judge's extra verifier pass (data_gen/judge.py)
         self.prefix = None  # the prompts' shared prefix, set by share_prefix
         self.search = None  # consequence mode's search, made by share_prefix (it reads the prefix's cache)
+        self.store = None  # labels_from: stored searches replayed instead of searched
         if "consequence" in cfg.modes:  # checked before any decoding: a task without a metric is refused now
             self.metric = get_metric(cfg.task, cfg.metric, cfg.sandbox)
             self.stops = default_stops(cfg.task, cfg.chat) if cfg.stop is None else list(cfg.stop)
+            if cfg.labels_from:
+                self.store = LabelStore(cfg.labels_from)
+                self.store.check(cfg, (drafter, verifier, tokenizer))
 
     def share_prefix(self, examples: list[Example]) -> None:
         """Find the prompt prefix every example shares (a few-shot context): it is prefilled once
@@ -131,7 +136,9 @@ class Recorder:
         """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""
         counters = ("branch_tokens", "branch_verifier_passes", "rejoined_branches", "spliced_tokens")
         before, started = [getattr(self.search, c) for c in counters], clock.now()
-        found = self.search.run(prompts, [ex.meta for ex in batch])
+        stored = [self.store.searched(ex.example_id) if self.store else None for ex in batch]
+        todo = [i for i, s in enumerate(stored) if s is None]
+        found = self.search.run([prompts[i] for i in todo], [batch[i].meta for i in todo]) if todo else []
         self.counts["consequence_seconds"] = self.counts.get("consequence_seconds", 0.0) + clock.now() - started
         for key, was in zip(counters, before):
             if key in ("branch_tokens", "branch_verifier_passes") or self.search.rejoin:  # the manifest's old keys stay
@@ -142,17 +149,30 @@ class Recorder:
                 self.counts[f"consequence_{key}"] = self.counts.get(f"consequence_{key}", 0) + sum(
                     v == kind for v in s.labels.values()
                 )
-        return found
+        for i, s in zip(todo, found):
+            stored[i] = s
+        return stored
 
-    def horizon(self, prompt: list[int], s: Searched, row: dict) -> np.ndarray:
+    def label_columns(self, ex: Example, s: Searched, row: dict) -> dict:
+        """A consequence row's label columns: as searched, or as stored (checked against this pass)."""
+        if self.store is not None and ex.example_id in self.store.entries:
+            return self.store.columns(ex.example_id, row["q_argmax"], self.counts)
+        return consequence_columns(s, row["q_argmax"])
+
+    def horizon(self, prompt: list[int], ex: Example, s: Searched, row: dict) -> np.ndarray:
         """(n,) the short-horizon score of every mismatch of a searched answer (NaN elsewhere): at a tested
         one, from the verifier's token and continuation as they stood when it was tested (the answer may
-        have changed there since: a harmless substitution at it or shortly after it)."""
+        have changed there since: a harmless substitution at it or shortly after it); a replayed example's
+        stored scores where they still apply, the rest scored here."""
         from data_gen.horizon import horizon_scores
 
         started = clock.now()
         out = np.full(len(row["token"]), np.nan, dtype=np.float32)
         at = [t for t in range(len(out)) if row["consequence"][t] in (HARMLESS, IMPORTANT, UNTESTED)]
+        if self.store is not None and ex.example_id in self.store.entries:
+            stored = self.store.horizon(ex.example_id, row["q_argmax"])
+            out[[t for t in at if t in stored]] = [stored[t] for t in at if t in stored]
+            at = [t for t in at if t not in stored]
         pairs = [(t, int(row["q_argmax"][t])) for t in at]
         given = {(t, int(row["q_argmax"][t])): s.originals[t] for t in at if t in s.originals}
         if pairs:
@@ -205,10 +225,10 @@ class Recorder:
         for b, (ex, row) in enumerate(zip(exs, rows)):
             n = len(row["token"])
             if "consequence" in self.cfg.modes:  # every row of such a folder has the columns (shards mix modes)
-                row.update(consequence_columns(searched[b], row["q_argmax"]) if searched else untested_columns(n))
+                row.update(self.label_columns(ex, searched[b], row) if searched else untested_columns(n))
                 if self.cfg.consequence_horizon:
                     row["horizon_score"] = (
-                        self.horizon(prompts[b], searched[b], row) if searched else np.full(n, np.nan)
+                        self.horizon(prompts[b], ex, searched[b], row) if searched else np.full(n, np.nan)
                     )
             if self.cfg.window and mode != "rollout":  # positions whose drafter continuation was written
                 self.counts["window_chains"] = self.counts.get("window_chains", 0) + int(

@@ -1,23 +1,48 @@
 #!/usr/bin/env bash
 # The resumable labelling chain of docs/usage.md ("Labels at scale"), run niced in the background, in
-# stages (config[:max_examples]): short-horizon labels on the first 150 GSM8K problems (every split of
-# them: the problems with full-answer labels, where routers trained on the cheap label are scored), then
-# on the first 600 GSM8K and 250 MBPP problems (the cheap label routers train on at scale), full-answer labels on the first 150 MBPP and 300 GSM8K
-# problems (they score those routers; GSM8K's first 150 done 2026-12-02), then short-horizon labels on
-# the rest of both tasks. A stage with a larger max_examples grows the folder the earlier stage made
-# (only the new problems are labelled); each stage resumes where an interrupted run stopped (its shards
-# are written atomically) and a finished stage is skipped.
+# stages (config[:max_examples]): full-answer labels on the first 150 GSM8K problems (the yardstick the
+# routers are scored on), short-horizon labels on the same 150 (where the cheap label meets the full
+# one), full-answer labels on the first 300, then short-horizon labels on the first 600 and on MBPP.
+# A stage with a larger max_examples grows the folder an earlier stage made (only the new problems are
+# labelled); each stage resumes where an interrupted run stopped (its shards are written atomically) and
+# a finished stage is skipped. Where data/labels/<config>.jsonl.gz exists (labels exported by
+# `scripts/label-background.sh export` and committed), its problems are replayed, not searched again:
+# the answers and verdicts come from the file and only the record rows are computed.
 #   nohup scripts/label-background.sh > runs/label.log 2>&1 &
 #   LABEL_STAGES="gsm8k-horizon" scripts/label-background.sh       # one stage, the config's own size
+#   scripts/label-background.sh export                             # labels so far -> data/labels/
 set -u
 cd "$(dirname "$0")/.."
-SPECROUTE=${SPECROUTE:-.venv/bin/specroute}
-DEFAULT_STAGES="gsm8k-horizon:150 gsm8k-horizon:600 mbpp-horizon:250 mbpp-consequence gsm8k-consequence gsm8k-horizon mbpp-horizon"
-for stage in ${LABEL_STAGES:-$DEFAULT_STAGES}; do
+bin=${SPECROUTE_BIN:-.venv/bin}
+configs_dir=${LABEL_CONFIGS:-configs/gen}   # <config>.yaml files
+records=${LABEL_RECORDS:-runs/records}      # <config>/ record folders
+files=${LABEL_FILES:-data/labels}           # <config>.jsonl.gz label files
+DEFAULT_STAGES="gsm8k-consequence:150 gsm8k-horizon:150 gsm8k-consequence:300 gsm8k-horizon:600 mbpp-consequence mbpp-horizon:250 gsm8k-horizon mbpp-horizon"
+stages=${LABEL_STAGES:-$DEFAULT_STAGES}
+configs=$(for stage in $stages; do echo "${stage%%:*}"; done | sort -u)
+
+if [ "${1:-}" = export ]; then  # each folder's finished shards -> data/labels/<config>.jsonl.gz
+  for config in $configs; do
+    folder=$records/$config
+    [ -d "$folder" ] || continue
+    source=$folder
+    if [ ! -f "$folder/manifest.json" ]; then  # still recording: a snapshot of its finished shards
+      source=$records/.export-$config
+      rm -rf "$source"
+      "$bin/python" studies/snapshot_records.py "$folder" "$source" || { echo "== $config: nothing finished yet"; continue; }
+    fi
+    "$bin/specroute" labels export "$source" "$files/$config.jsonl.gz" || exit 1
+    [ "$source" = "$folder" ] || rm -rf "$source"
+  done
+  exit 0
+fi
+
+for stage in $stages; do
   config=${stage%%:*}
-  size=()
-  [[ $stage == *:* ]] && size=("max_examples=${stage#*:}")
+  args=()
+  [[ $stage == *:* ]] && args+=("max_examples=${stage#*:}")
+  [ -f "$files/$config.jsonl.gz" ] && args+=("labels_from=$files/$config.jsonl.gz")
   echo "== $(date -u +%FT%TZ) $stage"
-  nice -n 19 "$SPECROUTE" gen --config "configs/gen/$config.yaml" "${size[@]}" || { echo "== $stage failed (rc $?)"; exit 1; }
+  nice -n 19 "$bin/specroute" gen --config "$configs_dir/$config.yaml" output="$records/$config" "${args[@]}" || { echo "== $stage failed (rc $?)"; exit 1; }
 done
 echo "== $(date -u +%FT%TZ) all labelled"

@@ -86,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     onnx = sub.add_parser("export-onnx", help="a router's decision as ONNX, checked on its golden vectors")
     onnx.add_argument("folder", help="an exported router folder (e.g. runs/demo/cpu/routers/mlp)")
     onnx.add_argument("--output", help="the .onnx file to write (default FOLDER/decision.onnx)")
+    labels = sub.add_parser("labels", help="answer-level labels as a file: export, or show one (data_gen)")
+    labels_sub = labels.add_subparsers(dest="labels_command", required=True)
+    export = labels_sub.add_parser("export", help="a record folder's consequence labels -> a label file")
+    export.add_argument("folder", help="a finished record folder with consequence rows")
+    export.add_argument("file", help="the label file to write (gzip JSON lines, e.g. labels/gsm8k.jsonl.gz)")
+    show = labels_sub.add_parser("show", help="what a label file holds")
+    show.add_argument("file")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
@@ -126,6 +133,23 @@ def cmd_gen(args) -> int:
     cfg = load_config(GenConfig, args.config, overrides)
     manifest = run_gen(cfg)
     print(f"  records written to {cfg.output} ({len(manifest.shards)} shards + manifest.json)")
+    return 0
+
+
+def cmd_labels(args) -> int:
+    from data_gen.label_store import LabelStore, describe, export_labels
+
+    if args.labels_command == "export":
+        if not (Path(args.folder) / "manifest.json").exists():
+            raise ValueError(
+                f"{args.folder} has no manifest.json (a recording still in progress?): copy its finished shards "
+                f"with `python studies/snapshot_records.py {args.folder} SNAPSHOT` and export the snapshot"
+            )
+        header = export_labels(args.folder, args.file)
+        print(f"{args.file}: {describe(header)}")
+        print(f"  replay them into a recording with labels_from={args.file} (`specroute gen`)")
+    else:
+        print(f"{args.file}: {describe(LabelStore(args.file).header)}")
     return 0
 
 
@@ -318,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval": cmd_eval,
         "demo": cmd_demo,
         "export-onnx": cmd_export_onnx,
+        "labels": cmd_labels,
     }
     clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:

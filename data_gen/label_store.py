@@ -1,0 +1,200 @@
+"""Answer-level labels kept apart from the records they came from, and replayed into a new recording.
+
+The answer search is the expensive part of a consequence recording (about 60 GSM8K examples an hour
+on 2 CPU cores for full-answer labels); the record rows around it (both models' teacher-forced
+distributions, judge and window inputs) take a small part of that. A label file
+(`specroute labels export`) holds per searched example the answer the search ended on and what it
+found at each mismatch along it, a few kilobytes per example, so labels can move between machines,
+live under version control, and be reused when a folder is recorded again with other inputs (window
+inputs, hidden states) or grown: `gen` with `labels_from: FILE` teacher-forces the stored answers
+instead of searching them again, and searches only the examples the file does not have.
+
+A stored label is used only where the new recording's drafter argmax at its position is the token the
+search substituted there: the same pair in another dtype, or on another CPU, may round differently,
+and a label belongs to one substitution. Elsewhere the position is what the new pass says (agreement,
+or an untested mismatch), counted as `replayed_labels_dropped`. Stored short-horizon scores are kept
+the same way; a mismatch the file has no score for is scored afresh.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+
+from data_gen.consequence import Searched, consequence_columns
+from router.infra.config import ConfigError
+from router.infra.files import write_bytes
+from router.records import HARMLESS, IMPORTANT, RecordsError, load_records, read_manifest
+
+FORMAT = "specroute-labels/1"
+# the settings a search's result depends on: replaying labels under other ones would mix definitions
+LABEL_FIELDS = (
+    "task",
+    "data_path",
+    "prompt_field",
+    "id_field",
+    "chat",
+    "max_prompt_tokens",
+    "long_prompts",
+    "consequence_max_new_tokens",
+    "consequence_max_mismatches",
+    "consequence_horizon",
+    "consequence_rejoin",
+    "metric",
+    "stop",
+)
+TESTED = (HARMLESS, IMPORTANT)
+
+
+def export_labels(folder: str | Path, path: str | Path) -> dict:
+    """Write the consequence labels of a finished record folder to `path` (gzip JSON lines: a header,
+    then one line per searched example); returns the header."""
+    manifest = read_manifest(folder)
+    if "consequence" not in manifest.modes:
+        raise RecordsError(f"{folder} has no consequence rows (modes {manifest.modes}): nothing to export")
+    ds = load_records(folder, mode="consequence")
+    cols = {name: np.asarray(ds[name]) for name in _EXPORTED if name in ds.column_names}
+    entries = [_entry(cols, rows) for rows in _rows_by_example(cols["example_id"])]
+    header = {
+        "format": FORMAT,
+        "source": str(folder),
+        "manifest": manifest.id,
+        "pair": manifest.pair,
+        "dtype": manifest.dtype.get("dtype"),
+        "config": {k: manifest.config.get(k) for k in LABEL_FIELDS},
+        "examples": len(entries),
+        "tested": sum(len(e["tested"]) for e in entries),
+        "important": sum(sum(t[1] == IMPORTANT for t in e["tested"]) for e in entries),
+    }
+    lines = [json.dumps(header)] + [json.dumps(e) for e in entries]
+    data = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)  # mtime 0: one file per content
+    write_bytes(Path(path), data)
+    return header
+
+
+_EXPORTED = (
+    "example_id",
+    "split",
+    "position",
+    "token",
+    "q_argmax",
+    "consequence",
+    "branch_correct",
+    "branch_answer",
+    "answer_correct",
+    "horizon_score",
+)
+
+
+def _rows_by_example(ids: np.ndarray) -> list[np.ndarray]:
+    """Row indices of each example, in first-seen order."""
+    order, first = np.unique(ids, return_index=True)
+    return [np.nonzero(ids == order[i])[0] for i in np.argsort(first)]
+
+
+def _entry(cols: dict, rows: np.ndarray) -> dict:
+    """One example's line: its answer, and every mismatch as [position, label, the substituted
+    token, branch correct, branch answer] (tested) or its short-horizon score (any mismatch)."""
+    rows = rows[np.argsort(cols["position"][rows])]
+    label = cols["consequence"][rows]
+    entry = {
+        "example_id": str(cols["example_id"][rows[0]]),
+        "tokens": cols["token"][rows].astype(int).tolist(),
+        "answer_correct": int(cols["answer_correct"][rows[0]]),
+        "tested": [
+            [
+                int(t),
+                int(label[t]),
+                int(cols["q_argmax"][rows[t]]),
+                int(cols["branch_correct"][rows[t]]),
+                str(cols["branch_answer"][rows[t]]),
+            ]
+            for t in np.nonzero(np.isin(label, TESTED))[0]
+        ],  # fmt: skip
+    }
+    if "horizon_score" in cols:
+        score = cols["horizon_score"][rows]
+        entry["horizon"] = [
+            [int(t), int(cols["q_argmax"][rows[t]]), float(score[t])] for t in np.nonzero(np.isfinite(score))[0]
+        ]
+    return entry
+
+
+class LabelStore:
+    """A label file read back: its header and its examples by id."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise ConfigError(f"labels_from: {self.path} does not exist: name a file of `specroute labels export`")
+        try:
+            lines = gzip.decompress(self.path.read_bytes()).decode().splitlines()
+            self.header = json.loads(lines[0])
+            self.entries = {e["example_id"]: e for e in map(json.loads, lines[1:])}
+        except (OSError, ValueError, IndexError, KeyError) as err:
+            raise ConfigError(
+                f"labels_from: {self.path} is not a readable label file ({err}): export it again"
+            ) from None
+        if self.header.get("format") != FORMAT:
+            raise ConfigError(f"labels_from: {self.path} has format {self.header.get('format')!r}, not {FORMAT!r}")
+
+    def check(self, cfg, pair) -> None:
+        """Refuse labels made under other label settings, or with another model pair."""
+        from router.pair import check_pair_is
+
+        mine = {k: getattr(cfg, k) for k in LABEL_FIELDS}
+        differ = [k for k in LABEL_FIELDS if self.header["config"].get(k) != mine[k]]
+        if differ:
+            found = ", ".join(f"{k}: {self.header['config'].get(k)!r} there, {mine[k]!r} here" for k in differ)
+            raise ConfigError(
+                f"labels_from: {self.path} was searched with other label settings ({found}): use the same "
+                f"settings, or drop labels_from to search afresh"
+            )
+        try:
+            check_pair_is(pair, self.header["pair"], f"labels_from {self.path}")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+    def searched(self, example_id: str) -> Searched | None:
+        """The stored search of one example, as the search would have returned it, or None."""
+        e = self.entries.get(example_id)
+        if e is None:
+            return None
+        return Searched(
+            tokens=list(e["tokens"]),
+            correct=e["answer_correct"],
+            answer="",
+            labels={t: kind for t, kind, *_ in e["tested"]},
+            branches={t: (answer, correct) for t, _, _, correct, answer in e["tested"]},
+        )
+
+    def columns(self, example_id: str, q_argmax: np.ndarray, counts: dict) -> dict:
+        """The consequence columns of a replayed example, keeping each stored label only where this
+        recording's drafter argmax is the token that was substituted (counted in `counts`)."""
+        e = self.entries[example_id]
+        s = self.searched(example_id)
+        kept = {t for t, _, sub, *_ in e["tested"] if t < len(q_argmax) and int(q_argmax[t]) == sub}
+        s.labels = {t: kind for t, kind in s.labels.items() if t in kept}
+        cols = consequence_columns(s, q_argmax)
+        counts["replayed_examples"] = counts.get("replayed_examples", 0) + 1
+        counts["replayed_labels"] = counts.get("replayed_labels", 0) + len(kept)
+        counts["replayed_labels_dropped"] = counts.get("replayed_labels_dropped", 0) + len(e["tested"]) - len(kept)
+        return cols
+
+    def horizon(self, example_id: str, q_argmax: np.ndarray) -> dict[int, float]:
+        """Stored short-horizon scores by position, where this recording substitutes the same token."""
+        found = self.entries[example_id].get("horizon", [])
+        return {t: s for t, sub, s in found if t < len(q_argmax) and int(q_argmax[t]) == sub}
+
+
+def describe(header: dict) -> str:
+    """One line about a label file's contents."""
+    tested = header["tested"]
+    share = header["important"] / tested if tested else float("nan")
+    return (
+        f"{header['examples']} examples, {tested} tested mismatches ({header['important']} important, "
+        f"{share:.3f}), task {header['config'].get('task')}, pair {header['pair']}, dtype {header['dtype']}"
+    )

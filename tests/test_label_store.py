@@ -1,0 +1,157 @@
+"""Label files (data_gen/label_store.py): a consequence recording's labels exported, and replayed into a
+new recording with other inputs or more examples, give the rows a fresh search gives, with no search
+for the stored examples; a stored label that no longer fits the new pass is dropped and counted; labels
+of other settings or another pair are refused."""
+
+import gzip
+import shutil
+import json
+from pathlib import Path
+
+import pytest
+
+from data_gen.label_store import LabelStore, export_labels
+from data_gen.recorder import Recorder
+from data_gen.run import run_gen
+from router.engine.tiny import tiny_pair
+from router.infra.config import ConfigError
+from router.records import AGREE, IMPORTANT, UNTESTED, RecordsError, load_records, read_manifest
+from router.tasks import metrics
+from specroute.cli import main as cli
+from test_consequence import _gen_config, _qa_data, length_metric
+
+LABEL_COLUMNS = ("example_id", "split", "position", "token", "consequence", "branch_correct", "branch_answer")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(seed=2, noise=0.05)  # several mismatches per answer, some important
+
+
+@pytest.fixture
+def setup(tmp_path, pair, monkeypatch):
+    monkeypatch.setitem(metrics.METRICS, "length3", length_metric)
+    data = _qa_data(tmp_path, 10)
+
+    def record(name, **kw):
+        cfg = _gen_config(tmp_path, data, output=str(tmp_path / name), consequence_horizon=4, **kw)
+        return cfg, run_gen(cfg, Recorder(cfg, *pair))
+
+    return record
+
+
+def _rows(folder, columns=LABEL_COLUMNS + ("horizon_score",)):
+    ds = load_records(folder, mode="consequence").to_pandas()
+    return ds.sort_values(["example_id", "position"]).reset_index(drop=True)[list(columns)]
+
+
+def test_replayed_labels_equal_a_fresh_search_and_grow_with_new_examples(setup, tmp_path):
+    _, fresh = setup("fresh")  # all 10 examples searched: the reference
+    setup("first6", max_examples=6)
+    header = export_labels(tmp_path / "first6", tmp_path / "labels.jsonl.gz")
+    assert header["examples"] == 6 and header["tested"] > 0
+    # the 6 labelled examples replayed with window inputs added, the other 4 searched
+    _, replay = setup("replay", window=2, labels_from=str(tmp_path / "labels.jsonl.gz"))
+    assert _rows(tmp_path / "replay").equals(_rows(tmp_path / "fresh"))
+    assert read_manifest(tmp_path / "replay").window == 2
+    counts = replay.counts
+    assert counts["replayed_examples"] == 6 and counts["replayed_labels"] == header["tested"]
+    assert counts["replayed_labels_dropped"] == 0
+    assert 0 < counts["consequence_branch_tokens"] < fresh.counts["consequence_branch_tokens"]  # only 4 searched
+    assert replay.consequence == fresh.consequence
+
+
+def test_a_label_that_no_longer_fits_is_dropped_and_counted(setup, tmp_path):
+    cfg, _ = setup("first", max_examples=6)
+    path = tmp_path / "labels.jsonl.gz"
+    export_labels(cfg.output, path)
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    entry = json.loads(lines[1])
+    t, kind, sub, *_ = entry["tested"][0]
+    entry["tested"][0][2] = sub + 1  # as if another dtype's drafter had substituted another token
+    path.write_bytes(gzip.compress(("\n".join([lines[0], json.dumps(entry), *lines[2:]]) + "\n").encode()))
+    _, replay = setup("replay", max_examples=6, labels_from=str(path))
+    assert replay.counts["replayed_labels_dropped"] == 1
+    rows = _rows(tmp_path / "replay", LABEL_COLUMNS + ("q_argmax",))
+    at = rows[(rows.example_id == entry["example_id"]) & (rows.position == t)].iloc[0]
+    # what this pass says there, without a label: agreement (a harmless substitution kept the drafter's token)
+    assert at.consequence == (AGREE if at.q_argmax == at.token else UNTESTED) and at.branch_answer == ""
+    before = _rows(cfg.output)
+    assert (rows.consequence != before.consequence).sum() == 1
+
+
+def test_labels_of_other_settings_or_another_pair_are_refused(setup, tmp_path, monkeypatch):
+    cfg, _ = setup("first", max_examples=4)
+    path = tmp_path / "labels.jsonl.gz"
+    export_labels(cfg.output, path)
+    other = _gen_config(tmp_path, cfg.data_path, consequence_horizon=4, consequence_max_new_tokens=9)
+    with pytest.raises(ConfigError, match="consequence_max_new_tokens: 14 there, 9 here"):
+        LabelStore(path).check(other, tiny_pair(seed=2, noise=0.05))
+    with pytest.raises(ConfigError, match="verifier"):
+        LabelStore(path).check(cfg, tiny_pair(seed=5, noise=0.05))
+    with pytest.raises(ConfigError, match="does not exist"):
+        LabelStore(tmp_path / "missing.jsonl.gz")
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    with pytest.raises(ConfigError, match="not a readable label file"):
+        LabelStore(tmp_path / "bad.jsonl.gz")
+
+
+def test_the_cli_exports_and_shows_and_explains_a_recording_in_progress(setup, tmp_path, capsys):
+    cfg, _ = setup("first", max_examples=4)
+    out = tmp_path / "labels" / "l.jsonl.gz"
+    assert cli(["labels", "export", cfg.output, str(out)]) == 0
+    assert cli(["labels", "show", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "4 examples" in shown and "labels_from=" in shown
+    important = sum(t[1] == IMPORTANT for e in LabelStore(out).entries.values() for t in e["tested"])
+    assert (
+        f"{LabelStore(out).header['important']} important" in shown and important == LabelStore(out).header["important"]
+    )
+    (Path(cfg.output) / "manifest.json").unlink()
+    assert cli(["labels", "export", cfg.output, str(out)]) == 2
+    assert "snapshot_records.py" in capsys.readouterr().err
+    gold = tmp_path / "gold"
+    setup("gold", max_examples=4, modes=["gold"])
+    with pytest.raises(RecordsError, match="no consequence rows"):
+        export_labels(gold, tmp_path / "g.jsonl.gz")
+
+
+@pytest.mark.e2e
+def test_the_background_chain_exports_its_labels_and_replays_them(tmp_path):
+    """scripts/label-background.sh: a stage labels, `export` writes its labels (from a snapshot while a
+    folder has no manifest), and the next run on a fresh machine replays them and searches only the rest."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "tc.yaml").write_text(
+        "task: gsm8k\ndrafter: tiny:drafter\nverifier: tiny:verifier\ndtype: float32\nmax_examples: 8\n"
+        "modes: [gold, consequence]\nconsequence_max_new_tokens: 12\nconsequence_max_mismatches: 2\n"
+        "max_continuation_tokens: 16\nmax_prompt_tokens: 128\nbatch_size: 4\nexamples_per_shard: 4\n"
+    )
+    env = dict(
+        SPECROUTE_BIN=str(Path(sys.executable).parent),
+        LABEL_CONFIGS=str(configs),
+        LABEL_RECORDS=str(tmp_path / "records"),
+        LABEL_FILES=str(tmp_path / "labels"),
+        LABEL_STAGES="tc:4",
+        PATH="/usr/bin:/bin",
+        HOME=str(tmp_path),
+    )
+    script = str(repo / "scripts" / "label-background.sh")
+
+    def chain(*args, **extra):
+        done = subprocess.run(["bash", script, *args], env={**env, **extra}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    chain()
+    (tmp_path / "records" / "tc" / "manifest.json").unlink()  # as if the stage were still running
+    chain("export")
+    store = LabelStore(tmp_path / "labels" / "tc.jsonl.gz")
+    assert len(store.entries) == 4 and not (tmp_path / "records" / ".export-tc").exists()
+    shutil.rmtree(tmp_path / "records")  # a fresh machine: only the committed label file is left
+    chain(LABEL_STAGES="tc:8")
+    counts = read_manifest(tmp_path / "records" / "tc").counts
+    assert counts["replayed_examples"] == 4 and counts["replayed_labels_dropped"] == 0
