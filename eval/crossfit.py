@@ -35,9 +35,8 @@ from eval.tables import markdown_table
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
-from router.offline.views import example_index, greedy_columns, greedy_score
+from router.offline.views import example_index, greedy_columns, greedy_rule_scores, greedy_score
 from router.records import HARMLESS, IMPORTANT
-from router.rules import get_rule, offline_rules
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
 BOOTSTRAP = 2000
@@ -62,11 +61,9 @@ def check_no_leak(router, fold: dict, name: str) -> None:
 
 
 def _scores(view: RecordView, router, name: str) -> dict[str, np.ndarray]:
-    """Greedy-view defer scores (N,) per method on a view: every rule with an offline score, the router."""
-    out = {}
-    for rule in offline_rules():
-        s = get_rule(rule).offline_score(view.cols, view.cand)
-        out[rule] = s[:, 0] if np.ndim(s) == 2 else s
+    """Greedy-view defer scores (N,) per method on a view: every rule with an offline score (window rules
+    where the records hold windows), the router."""
+    out = greedy_rule_scores(view)
     out[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
     return out
 

@@ -26,7 +26,7 @@ from router.machine.costs import block_seconds, tokens_per_block
 from router.model import LearnedRouter, RouterError
 from router.records import IMPORTANT, RecordsError
 from router.offline.inputs import RecordView, router_scores
-from router.rules import get_rule, offline_rules, window_offline_rules
+from router.rules import offline_rules, window_offline_rules
 from router.offline.views import (
     areas,
     best_of,
@@ -34,6 +34,7 @@ from router.offline.views import (
     compare,
     example_index,
     greedy_columns,
+    greedy_rule_scores,
     greedy_score,
     method_sweeps,
 )
@@ -230,10 +231,7 @@ def consequence_catch(folders: list[str], routers: dict[str, LearnedRouter]) -> 
     if not important.sum():
         return None
     g, (index, n_ex) = greedy_columns(view), example_index(view)
-    scores = {"oracle": important}  # defers exactly at the important mismatches
-    for name in offline_rules():
-        score = get_rule(name).offline_score(view.cols, view.cand)
-        scores[name] = score[:, 0] if np.ndim(score) == 2 else score
+    scores = {"oracle": important, **greedy_rule_scores(view)}  # the oracle defers exactly at important ones
     for name, router in routers.items():
         scores[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
     lossless = float(g["cost"].mean())

@@ -8,6 +8,7 @@ import shutil
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from data_gen.label_store import LabelStore, export_labels
@@ -155,3 +156,23 @@ def test_the_background_chain_exports_its_labels_and_replays_them(tmp_path):
     chain(LABEL_STAGES="tc:8")
     counts = read_manifest(tmp_path / "records" / "tc").counts
     assert counts["replayed_examples"] == 4 and counts["replayed_labels_dropped"] == 0
+
+
+def test_window_rules_join_the_answer_level_measure_where_labels_have_windows(setup, tmp_path):
+    """A consequence recording with window inputs: fly is scored at the labelled mismatches beside the
+    per-position rules, from the recorded windows, and stays out where the windows are too short."""
+    from eval.offline import consequence_catch
+    from router.offline.inputs import RecordView
+    from router.offline.views import greedy_rule_scores
+    from router.rules import get_rule
+
+    width = get_rule("fly").follow
+    cfg, _ = setup("wide", window=width, split_fractions=[0.0, 0.0, 1.0])
+    view = RecordView([cfg.output], "test", mode="consequence")
+    scores = greedy_rule_scores(view)
+    windows = view.follow_windows(np.arange(len(view)), width)
+    assert np.array_equal(scores["fly"], get_rule("fly").offline_score(windows)) and "entropy_gate" in scores
+    caught = consequence_catch([cfg.output], {})
+    assert caught is not None and {"fly", "entropy_gate", "token_v2"} <= set(caught["methods"])
+    short, _ = setup("short", window=width - 1, split_fractions=[0.0, 0.0, 1.0])
+    assert "fly" not in greedy_rule_scores(RecordView([short.output], "test", mode="consequence"))

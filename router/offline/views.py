@@ -120,6 +120,20 @@ def _greedy_sweeper(view: RecordView):
     return lambda score: cascade_sweep(score, g["cost"], g["q_val"], g["p_val"], index, n_ex)
 
 
+def greedy_rule_scores(view: RecordView) -> dict[str, np.ndarray]:
+    """Greedy-view defer scores (N,) of every rule with an offline score, window rules included where
+    the records hold windows wide enough for them (data_gen/window.py)."""
+    out = {}
+    for name in offline_rules():
+        score = get_rule(name).offline_score(view.cols, view.cand)
+        out[name] = score[:, 0] if np.ndim(score) == 2 else score
+    for name in window_offline_rules():
+        width = get_rule(name).follow
+        if view.has_windows(width):
+            out[name] = get_rule(name).offline_score(view.follow_windows(np.arange(len(view)), width))
+    return out
+
+
 def greedy_sweeps(
     view: RecordView, predictions: np.ndarray | None = None, head: str = "cascade", rules: bool = True
 ) -> dict[str, Sweep]:
@@ -129,13 +143,7 @@ def greedy_sweeps(
     sweep, g = _greedy_sweeper(view), greedy_columns(view)
     out = {"oracle": sweep(ratio_score(g["p_val"] - g["q_val"], g["cost"]))}
     if rules:
-        for name in offline_rules():
-            score = get_rule(name).offline_score(view.cols, view.cand)
-            out[name] = sweep(score[:, 0] if np.ndim(score) == 2 else score)
-        for name in window_offline_rules():  # where the records hold windows wide enough (data_gen/window.py)
-            width = get_rule(name).follow
-            if view.has_windows(width):
-                out[name] = sweep(get_rule(name).offline_score(view.follow_windows(np.arange(len(view)), width)))
+        out.update({name: sweep(score) for name, score in greedy_rule_scores(view).items()})
     if predictions is not None:
         out["router"] = sweep(greedy_score(predictions, head, view.cols["tv"]))
     return out
