@@ -13,6 +13,16 @@ same resampled examples (95% percentile bootstrap over examples).
     python studies/window_crossfit.py --records runs/records/gsm8k-window --follow 0 --lag 2 \
         --out runs/judge/lag-crossfit
 
+With `--labels consequence` (record folders with consequence rows and window inputs, e.g.
+configs/gen/gsm8k-consequence.yaml) both judges learn the answer-level label instead (mode
+consequence, target consequence) and are scored on the answer-level measure over the tested
+mismatches at matched rejection rates (eval/crossfit.py): the share of IMPORTANT mismatches kept (lower
+is better) and of HARMLESS ones kept (higher is better), paired the same way; window rules such as
+`fly` are among the rules the per-fold best rule is chosen from where the windows are wide enough.
+
+    python studies/window_crossfit.py --labels consequence --records runs/records/gsm8k-consequence-150 \
+        --out runs/judge/window-crossfit-consequence
+
 Writes crossfit.json and crossfit.csv into --out and prints the table.
 """
 
@@ -33,19 +43,29 @@ from router.offline.folds import read_plan  # noqa: E402
 from train.run import TrainConfig, run_train  # noqa: E402
 
 
-def train(records: list[str], out: Path, k: int, follow: int, lag: int, hidden: list[str], epochs: int) -> float:
+LABELS = {  # what the judges learn, and the measures they are scored on (higher first is better?)
+    "gold": dict(mode="gold", target="greedy_01_gap", measures={"quality": "higher"}),
+    "consequence": dict(mode="consequence", target="consequence", measures={"important": "lower", "harmless": "higher"}),
+}  # fmt: skip
+
+
+def train(
+    records: list[str], out: Path, k: int, follow: int, lag: int, hidden: list[str], epochs: int, labels: str = "gold"
+) -> float:
     """Fit the K fold routers of one judge into `out` (seconds)."""
     started = time.perf_counter()
+    what = LABELS[labels]
     cfg = TrainConfig(
-        records=records, head="judge", target="greedy_01_gap", hidden_inputs=hidden, follow=follow, lag=lag,
-        cross_fit=k, max_epochs=epochs, patience=4, baselines=False, output=str(out),
+        records=records, mode=what["mode"], head="judge", target=what["target"], hidden_inputs=hidden, follow=follow,
+        lag=lag, cross_fit=k, max_epochs=epochs, patience=4, baselines=False, output=str(out),
     )  # fmt: skip
     run_train(cfg)
     return time.perf_counter() - started
 
 
-def paired(first: dict, second: dict, reps: int = BOOTSTRAP, seed: int = 0) -> dict:
-    """Per target: quality of `first`'s router minus `second`'s on the same examples, paired bootstrap."""
+def paired(first: dict, second: dict, reps: int = BOOTSTRAP, seed: int = 0, what: str = "quality") -> dict:
+    """Per target: a measure (quality, or the kept share of important / harmless mismatches) of `first`'s
+    router minus `second`'s on the same examples, paired bootstrap."""
     rng = np.random.default_rng(seed)
     out = {}
     for t in first["sums"]:
@@ -55,8 +75,8 @@ def paired(first: dict, second: dict, reps: int = BOOTSTRAP, seed: int = 0) -> d
             raise ValueError("the two cross-fits scored different examples: train them on the same records and seed")
         weights = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(np.float64)
         ones = np.ones((1, n))
-        diff = _share(a, "quality", weights) - _share(b, "quality", weights)
-        point = float(_share(a, "quality", ones)[0] - _share(b, "quality", ones)[0])
+        diff = _share(a, what, weights) - _share(b, what, weights)
+        point = float(_share(a, what, ones)[0] - _share(b, what, ones)[0])
         lo, hi = np.percentile(diff, [2.5, 97.5])
         out[str(t)] = {"diff": point, "low": float(lo), "high": float(hi), "examples": n}
     return out
@@ -64,7 +84,8 @@ def paired(first: dict, second: dict, reps: int = BOOTSTRAP, seed: int = 0) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", nargs="+", required=True, help="gold record folders with window inputs")
+    parser.add_argument("--records", nargs="+", required=True, help="record folders with window inputs")
+    parser.add_argument("--labels", choices=sorted(LABELS), default="gold", help="what the judges learn (above)")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--follow", type=int, default=6, help="following drafts the richer judge reads")
     parser.add_argument("--lag", type=int, default=0, help="positions before the draft the richer judge reads")
@@ -80,40 +101,55 @@ def main() -> None:
     seconds = {
         name: train(
             args.records, folder, args.k, args.follow if name == rich else 0, args.lag if name == rich else 0,
-            args.hidden, args.epochs,
+            args.hidden, args.epochs, args.labels,
         )
         for name, folder in folders.items()
     }  # fmt: skip
     if read_plan(folders[rich])["folds"] != read_plan(folders["judge"])["folds"]:
         raise SystemExit("the two cross-fits have different fold plans")
-    results = {name: out_of_fold(folder, args.records) for name, folder in folders.items()}
+    answer_level = args.labels == "consequence"  # over the tested mismatches, at matched rejection rates
+    results = {
+        name: out_of_fold(folder, args.records, tested_only=answer_level, matched=answer_level)
+        for name, folder in folders.items()
+    }
     summaries = {name: summarise(r) for name, r in results.items()}
-    difference = paired(results[rich], results["judge"])
+    measures = LABELS[args.labels]["measures"]
+    difference = {m: paired(results[rich], results["judge"], what=m) for m in measures}
     versus = f"{rich} - judge"
     rows = []
     for t in map(str, TARGETS):
-        for name, s in summaries.items():
-            m = s["targets"][t]["methods"]
-            v = m[name]["quality_vs_best_rule"]
-            rows.append(dict(target=t, method=name, quality=m[name]["quality"], best_rule=m["best_rule"]["quality"],
-                             vs_best_rule=v["diff"], low=v["low"], high=v["high"]))  # fmt: skip
-        d = difference[t]
-        rows.append(dict(target=t, method=versus, quality=float("nan"), best_rule=float("nan"),
-                         vs_best_rule=d["diff"], low=d["low"], high=d["high"]))  # fmt: skip
+        for measure in measures:
+            for name, s in summaries.items():
+                m = s["targets"][t]["methods"]
+                v = m[name][f"{measure}_vs_best_rule"]
+                rows.append(dict(target=t, measure=measure, method=name, value=m[name][measure],
+                                 best_rule=m["best_rule"][measure], vs_best_rule=v["diff"], low=v["low"],
+                                 high=v["high"]))  # fmt: skip
+            d = difference[measure][t]
+            rows.append(dict(target=t, measure=measure, method=versus, value=float("nan"), best_rule=float("nan"),
+                             vs_best_rule=d["diff"], low=d["low"], high=d["high"]))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    result = dict(records=args.records, cpu=cpu_kind(), k=args.k, follow=args.follow, lag=args.lag,
-                  hidden=args.hidden, train_seconds=seconds, summaries=summaries, richer=rich,
+    result = dict(records=args.records, labels=args.labels, cpu=cpu_kind(), k=args.k, follow=args.follow,
+                  lag=args.lag, hidden=args.hidden, train_seconds=seconds, summaries=summaries, richer=rich,
                   richer_minus_judge=difference)  # fmt: skip
     write_json(out / "crossfit.json", result)
     write_csv(out / "crossfit.csv", list(rows[0]), rows)
-    print(f"\nout of fold, greedy view, {difference[str(TARGETS[0])]['examples']} examples, K = {args.k}; quality = "
-          f"share of emitted tokens equal to gold; differences with 95% paired bootstrap intervals over examples")  # fmt: skip
-    print(f"{'rejection target':<18}{'method':<24}{'quality':>9}{'diff':>9}{'95% interval':>22}")
+    examples = difference[next(iter(measures))][str(TARGETS[0])]["examples"]
+    meaning = (
+        "important / harmless = share of the tested IMPORTANT / HARMLESS mismatches kept (lower / higher is better), "
+        "rejection rates matched over the tested mismatches"
+        if answer_level
+        else "quality = share of emitted tokens equal to gold"
+    )
+    print(f"\nout of fold, greedy view, {examples} examples, K = {args.k}; {meaning}; differences with 95% paired "
+          f"bootstrap intervals over examples")  # fmt: skip
+    print(f"{'rejection target':<18}{'measure':<11}{'method':<24}{'value':>9}{'diff':>9}{'95% interval':>22}")
     for r in rows:
         interval = f"[{r['low']:+.4f}, {r['high']:+.4f}]"
         pairing = "vs best rule" if r["method"] != versus else "paired"
         print(
-            f"{r['target']:<18}{r['method']:<24}{r['quality']:>9.4f}{r['vs_best_rule']:>+9.4f}{interval:>22} {pairing}"
+            f"{r['target']:<18}{r['measure']:<11}{r['method']:<24}{r['value']:>9.4f}{r['vs_best_rule']:>+9.4f}"
+            f"{interval:>22} {pairing}"
         )
     print(f"\nresults: {out / 'crossfit.json'}, {out / 'crossfit.csv'}")
 

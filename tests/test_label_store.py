@@ -176,3 +176,26 @@ def test_window_rules_join_the_answer_level_measure_where_labels_have_windows(se
     assert caught is not None and {"fly", "entropy_gate", "token_v2"} <= set(caught["methods"])
     short, _ = setup("short", window=width - 1, split_fractions=[0.0, 0.0, 1.0])
     assert "fly" not in greedy_rule_scores(RecordView([short.output], "test", mode="consequence"))
+
+
+def test_window_crossfit_study_pairs_judges_on_answer_level_labels(setup, tmp_path, monkeypatch, capsys):
+    """studies/window_crossfit.py --labels consequence: both judges learn the answer-level label and are
+    paired on the kept shares of important and harmless mismatches, over the tested mismatches."""
+    from helpers import study_module
+
+    cfg, _ = setup("cw", window=2)
+    study = study_module("window_crossfit")
+    args = ["x", "--labels", "consequence", "--records", cfg.output, "--k", "2", "--follow", "2", "--hidden"]
+    monkeypatch.setattr("sys.argv", [*args, "--epochs", "1", "--out", str(tmp_path / "cf")])
+    study.main()
+    result = json.loads((tmp_path / "cf" / "crossfit.json").read_text())
+    assert set(result["richer_minus_judge"]) == {"important", "harmless"}
+    for measure, by_target in result["richer_minus_judge"].items():
+        for t, d in by_target.items():
+            summaries = {
+                name: result["summaries"][name]["targets"][t]["methods"][name] for name in ("judge-window", "judge")
+            }
+            assert d["diff"] == pytest.approx(summaries["judge-window"][measure] - summaries["judge"][measure])
+            assert d["low"] <= d["diff"] <= d["high"] and d["examples"] == 10
+    assert result["summaries"]["judge"]["tested_only"] and result["summaries"]["judge"]["matched"]
+    assert "share of the tested IMPORTANT" in capsys.readouterr().out

@@ -187,7 +187,8 @@ def test_window_crossfit_study_pairs_the_two_judges_out_of_fold(window_judge, tm
     study.main()
     result = json.loads((tmp_path / "cf" / "crossfit.json").read_text())
     assert result["richer"] == "judge-window"
-    for t, d in result["richer_minus_judge"].items():
+    assert set(result["richer_minus_judge"]) == {"quality"}
+    for t, d in result["richer_minus_judge"]["quality"].items():
         window = result["summaries"]["judge-window"]["targets"][t]["methods"]["judge-window"]["quality"]
         plain = result["summaries"]["judge"]["targets"][t]["methods"]["judge"]["quality"]
         assert d["diff"] == pytest.approx(window - plain) and d["low"] <= d["diff"] <= d["high"]
