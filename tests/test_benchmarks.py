@@ -455,6 +455,7 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
         ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
         ("gpu.py", ["--tiny", "--batches", "1", "--gammas", "1", "--blocks", "2", "--tokens", "4"]),
         ("drafter_step.py", ["--tiny", "--batches", "1", "--steps", "4"]),
+        ("gqa_attention.py", ["--tiny", "--batches", "1", "2", "--repeats", "1"]),
     ],
 )
 def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
