@@ -9,6 +9,7 @@ import errno
 import hashlib
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -210,11 +211,14 @@ def _models(cfg: GenConfig, recorder) -> dict:
     return entry
 
 
-def write_shard_counts(out: Path, name: str, now: dict, before: dict, ranks) -> None:
+def write_shard_counts(out: Path, name: str, now: dict, before: dict, ranks, dtype: dict | None = None) -> None:
     """`<shard>.counts.json`: what recording one shard counted (prompts truncated, examples skipped,
-    ...) and which process made it, so the manifest's counts cover the whole folder after a resume."""
+    ...), which process made it and in which dtype, so the manifest's counts cover the whole folder
+    after a resume, and its dtype is the one the rows were computed in (a resume on another machine,
+    or a snapshot loading the pair under load, may resolve `auto` differently)."""
     counts = {k: v - before.get(k, 0) for k, v in now.items()}
-    write_json(out / f"{name}.counts.json", {"counts": counts, "rank": ranks.rank, "world": ranks.world})
+    done = {"counts": counts, "rank": ranks.rank, "world": ranks.world}
+    write_json(out / f"{name}.counts.json", {**done, "dtype": dtype} if dtype else done)
 
 
 def _folder_counts(out: Path, plan) -> tuple[dict, dict]:
@@ -230,8 +234,29 @@ def _folder_counts(out: Path, plan) -> tuple[dict, dict]:
         for k, v in done["counts"].items():
             counts[k] = counts.get(k, 0) + v
         by_shard[name] = {"rank": done["rank"], "world": done["world"]}
+        if done.get("dtype"):
+            by_shard[name]["dtype"] = done["dtype"]
     worlds = sorted({s["world"] for s in by_shard.values()})
     return counts, {"worlds": worlds, "by_shard": by_shard, "uncounted_shards": uncounted}
+
+
+def folder_dtype(processes: dict, here: dict) -> dict:
+    """The manifest's dtype: the one every shard says it was recorded in; `here` (this process's) for
+    shards that do not say (older folders); where shards differ, their names joined and the count of
+    shards of each (with a warning: the rows of one folder come from two numerics)."""
+    recorded = [s.get("dtype", here) for s in processes["by_shard"].values()] or [here]
+    names = sorted({d["dtype"] for d in recorded})
+    if len(names) == 1:
+        return recorded[0]
+    shards = {n: sum(d["dtype"] == n for d in recorded) for n in names}
+    warnings.warn(f"the shards were recorded in different dtypes ({shards}): `dtype: auto` resolved differently "
+                  f"between runs; set dtype explicitly to keep one folder in one dtype")  # fmt: skip
+    return {
+        "dtype": "+".join(names),
+        "shards": shards,
+        "reason": "shards recorded in different runs",
+        "cpu": here["cpu"],
+    }
 
 
 def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float) -> Manifest:
@@ -253,7 +278,7 @@ def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float) -
         models=_models(cfg, recorder),
         tokenizer_hash=tokenizer_fingerprint(recorder.tok)[:16],
         vocab=recorder.vocab,
-        dtype=recorder.dtype.as_dict(),
+        dtype=folder_dtype(processes, recorder.dtype.as_dict()),
         feature_names=list(FEATURE_NAMES),
         top_k=cfg.top_k,
         hidden_states=cfg.hidden_states,

@@ -74,7 +74,9 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             bar.set_postfix(tok_s=f"{tokens_done / (clock.now() - started):.0f}")
         if rows:
             write_shard_or_explain(out, name, rows, ids)
-        write_shard_counts(out, name, recorder.counts, before, ranks)  # the manifest sums them, resumes included
+        write_shard_counts(
+            out, name, recorder.counts, before, ranks, recorder.dtype.as_dict()
+        )  # the manifest sums them, resumes included
     bar.close()
     barrier()  # every rank's shards are on disk before rank 0 sums them
     if ranks.main:

@@ -1,5 +1,6 @@
 """data_gen: task loaders, record round trip, resume, exact scalars, bad input."""
 
+import copy
 import errno
 import importlib.util
 import json
@@ -424,3 +425,24 @@ def test_a_damaged_folder_among_several_is_an_error_not_a_smaller_result(qa_file
     victim.unlink()
     with pytest.raises(RecordsError, match=rf"{victim.name} is damaged \(missing\)"):
         RecordView([str(f) for f in folders], "train", "gold")
+
+
+def test_the_manifest_dtype_is_the_shards_own(qa_file, tmp_path, tiny):
+    """Each shard says the dtype its rows were computed in: a snapshot or a resume whose process resolved
+    `auto` differently does not relabel them, and a folder whose shards differ says so (with a warning)."""
+    from data_gen.plan import load_examples, plan_shards, recorded_shards
+
+    out = tmp_path / "rec"
+    cfg = cfg_for(qa_file, out, dtype="auto")
+    run_gen(cfg, Recorder(cfg, *tiny))  # float32 models
+    half = [copy.deepcopy(m).to(torch.bfloat16) for m in tiny[:2]]  # copies: the fixture's models stay float32
+    plan = plan_shards(load_examples(cfg), cfg, recorded_shards(out))
+    manifest = rec.finish_manifest(out, cfg, plan, Recorder(cfg, *half, tiny[2]), seconds=0.0)
+    assert manifest.dtype["dtype"] == "float32"  # re-finished by a bf16 process: the rows are still float32
+    first = sorted(out.glob("train-*.arrow"))[0]
+    for path in (first, first.with_name(first.name + ".json"), out / "manifest.json"):
+        path.unlink()
+    with pytest.warns(UserWarning, match="different dtypes"):
+        manifest = run_gen(cfg, Recorder(cfg, *half, tiny[2]))  # the lost shard recorded again in bf16
+    assert manifest.dtype["dtype"] == "bfloat16+float32"
+    assert manifest.dtype["shards"] == {"bfloat16": 1, "float32": len(manifest.shards) - 1}
