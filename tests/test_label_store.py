@@ -199,3 +199,13 @@ def test_window_crossfit_study_pairs_judges_on_answer_level_labels(setup, tmp_pa
             assert d["low"] <= d["diff"] <= d["high"] and d["examples"] == 10
     assert result["summaries"]["judge"]["tested_only"] and result["summaries"]["judge"]["matched"]
     assert "share of the tested IMPORTANT" in capsys.readouterr().out
+
+
+def test_short_horizon_only_labels_replay_too(setup, tmp_path):
+    """consequence_max_mismatches=0 (the cheap labelling at scale): the answers and every mismatch's
+    short-horizon score come back from the file, nothing decoded."""
+    cfg, _ = setup("h", consequence_max_mismatches=0)
+    export_labels(cfg.output, tmp_path / "h.jsonl.gz")
+    _, replay = setup("h2", consequence_max_mismatches=0, labels_from=str(tmp_path / "h.jsonl.gz"))
+    assert _rows(tmp_path / "h2").equals(_rows(tmp_path / "h"))
+    assert replay.counts["replayed_examples"] == 10 and replay.counts.get("horizon_mismatches", 0) == 0
