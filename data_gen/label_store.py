@@ -47,6 +47,17 @@ LABEL_FIELDS = (
     "stop",
 )
 TESTED = (HARMLESS, IMPORTANT)
+_EXPORTED = (  # the record columns a label file is made of
+    "example_id",
+    "position",
+    "token",
+    "q_argmax",
+    "consequence",
+    "branch_correct",
+    "branch_answer",
+    "answer_correct",
+    "horizon_score",
+)
 
 
 def export_labels(folder: str | Path, path: str | Path) -> dict:
@@ -73,20 +84,6 @@ def export_labels(folder: str | Path, path: str | Path) -> dict:
     data = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)  # mtime 0: one file per content
     write_bytes(Path(path), data)
     return header
-
-
-_EXPORTED = (
-    "example_id",
-    "split",
-    "position",
-    "token",
-    "q_argmax",
-    "consequence",
-    "branch_correct",
-    "branch_answer",
-    "answer_correct",
-    "horizon_score",
-)
 
 
 def _rows_by_example(ids: np.ndarray) -> list[np.ndarray]:

@@ -153,9 +153,13 @@ class Recorder:
             stored[i] = s
         return stored
 
+    def replayed(self, ex: Example) -> bool:
+        """The example's search comes from the label file (labels_from), not from this run."""
+        return self.store is not None and ex.example_id in self.store.entries
+
     def label_columns(self, ex: Example, s: Searched, row: dict) -> dict:
         """A consequence row's label columns: as searched, or as stored (checked against this pass)."""
-        if self.store is not None and ex.example_id in self.store.entries:
+        if self.replayed(ex):
             return self.store.columns(ex.example_id, row["q_argmax"], self.counts)
         return consequence_columns(s, row["q_argmax"])
 
@@ -169,7 +173,7 @@ class Recorder:
         started = clock.now()
         out = np.full(len(row["token"]), np.nan, dtype=np.float32)
         at = [t for t in range(len(out)) if row["consequence"][t] in (HARMLESS, IMPORTANT, UNTESTED)]
-        if self.store is not None and ex.example_id in self.store.entries:
+        if self.replayed(ex):
             stored = self.store.horizon(ex.example_id, row["q_argmax"])
             out[[t for t in at if t in stored]] = [stored[t] for t in at if t in stored]
             at = [t for t in at if t not in stored]
