@@ -7,7 +7,8 @@
 # labelled); each stage resumes where an interrupted run stopped (its shards are written atomically) and
 # a finished stage is skipped. Where data/labels/<config>.jsonl.gz exists (labels exported by
 # `scripts/label-background.sh export` and committed), its problems are replayed, not searched again:
-# the answers and verdicts come from the file and only the record rows are computed.
+# the answers and verdicts come from the file and only the record rows are computed; each finished stage
+# rewrites its label file, and `export` writes those of unfinished folders too (commit data/labels/).
 #   nohup scripts/label-background.sh > runs/label.log 2>&1 &
 #   LABEL_STAGES="gsm8k-horizon" scripts/label-background.sh       # one stage, the config's own size
 #   scripts/label-background.sh export                             # labels so far -> data/labels/
@@ -44,5 +45,7 @@ for stage in $stages; do
   [ -f "$files/$config.jsonl.gz" ] && args+=("labels_from=$files/$config.jsonl.gz")
   echo "== $(date -u +%FT%TZ) $stage"
   nice -n 19 "$bin/specroute" gen --config "$configs_dir/$config.yaml" output="$records/$config" "${args[@]}" || { echo "== $stage failed (rc $?)"; exit 1; }
+  # a finished stage's labels go to its label file at once (no model is loaded for a finished folder)
+  "$bin/specroute" labels export "$records/$config" "$files/$config.jsonl.gz" || exit 1
 done
 echo "== $(date -u +%FT%TZ) all labelled"

@@ -148,6 +148,8 @@ def test_the_background_chain_exports_its_labels_and_replays_them(tmp_path):
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
     chain()
+    assert len(LabelStore(tmp_path / "labels" / "tc.jsonl.gz").entries) == 4  # a finished stage exports itself
+    (tmp_path / "labels" / "tc.jsonl.gz").unlink()
     (tmp_path / "records" / "tc" / "manifest.json").unlink()  # as if the stage were still running
     chain("export")
     store = LabelStore(tmp_path / "labels" / "tc.jsonl.gz")
