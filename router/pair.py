@@ -14,7 +14,6 @@ import torch
 
 from router.infra.embedded import embedded_path
 from router.machine.hardware import announce, resolve_dtype
-from router.machine.attention import fast_cpu_attention
 from router.records import Manifest, RecordsError
 
 DEFAULT_DRAFTER = "embedded:drafter"
@@ -74,8 +73,6 @@ def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     check_device(device)
     choice = resolve_dtype(dtype, device)
     announce(choice, device)
-    if device == "cpu" and device_map is None:
-        fast_cpu_attention()  # grouped-query attention without KV copies (router/machine/attention.py)
     path, extra = resolve_model_path(spec, choice.dtype)
     if device_map is not None:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, device_map=device_map, **extra).eval()
@@ -237,8 +234,6 @@ def load_pair(
             )
         check_device(device)
         choice = resolve_dtype(dtype, device)
-        if device == "cpu":
-            fast_cpu_attention()
         d_model, v_model, tok = tiny_pair()
         return Pair(d_model.to(device, choice.dtype), v_model.to(device, choice.dtype), tok)
     for spec in (drafter, verifier):  # a missing folder is said before either model loads
