@@ -17,7 +17,6 @@ Prints a table (ratios against the dynamic cache) and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling gpu.py, however this file is loaded
+from router.infra.files import write_json  # noqa: E402
 from gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment, sync  # noqa: E402
 
 PROMPT = 16
@@ -140,8 +140,7 @@ def main(argv=None) -> int:
     args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     result = run(args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json(out, result)
     env = result["environment"]
     print(f"drafter step, {result['shapes']}, {env['dtype']} on {env.get('gpu') or env.get('cpu')}, "
           f"torch {env['torch']}, compile mode {args.mode}, median of {args.steps} steps")  # fmt: skip

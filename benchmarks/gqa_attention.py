@@ -19,7 +19,6 @@ Prints a table (ratio: enable_gqa over the default) and writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling gpu.py, however this file is loaded
+from router.infra.files import write_json  # noqa: E402
 from gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment  # noqa: E402
 from router.machine.attention import FLAG  # noqa: E402
 
@@ -120,8 +120,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     result = run(args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    write_json(out, result)
     env = result["environment"]
     print(f"verifier verification forward, {result['shapes']}, {env['dtype']} on {env['gpu']}, torch {env['torch']}, "
           f"prefix {args.prefix}, {args.queries} new tokens per row, median of {args.repeats}")  # fmt: skip
