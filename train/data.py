@@ -162,11 +162,29 @@ class RecordDataModule(L.LightningDataModule):
                 train, val = (set(self.examples[k]) for k in ("train", "validation"))
                 self.train = RecordSplit(split="all", max_rows=self.max_train_rows, examples=train, **self.args)
                 self.val = RecordSplit(split="all", examples=val, **self.args)
-            # built once: the training iterable counts epochs to reshuffle each one differently
-            self._batches = {
-                name: BatchIterable(data, self.batch_size, name == "train", self.seed)
-                for name, data in (("train", self.train), ("val", self.val))
-            }
+            self._batches = self._batch_iterables()
+
+    def reseeded(self, seed: int) -> "RecordDataModule":
+        """The same splits (read once, shared) with their batches shuffled by another seed: what each
+        member of a seed ensemble trains on, without reading the records again per member."""
+        self.setup("fit")
+        twin = RecordDataModule(
+            batch_size=self.batch_size,
+            seed=seed,
+            max_train_rows=self.max_train_rows,
+            examples=self.examples,
+            **self.args,
+        )
+        twin.train, twin.val = self.train, self.val
+        twin._batches = twin._batch_iterables()
+        return twin
+
+    def _batch_iterables(self) -> dict:
+        # built once per module: the training iterable counts epochs to reshuffle each one differently
+        return {
+            name: BatchIterable(data, self.batch_size, name == "train", self.seed)
+            for name, data in (("train", self.train), ("val", self.val))
+        }
 
     def train_dataloader(self):
         return torch.utils.data.DataLoader(self._batches["train"], batch_size=None)

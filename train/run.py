@@ -166,13 +166,15 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
     or, given examples {"train": ids, "validation": ids} (a cross-fitting fold), on those examples. With
     ensemble N > 1, N members (seeds seed .. seed + N - 1, each in out/members/) averaged into one network
     (train/ensemble.py)."""
+    data = _data_module(cfg, examples)
     if cfg.ensemble <= 1:
-        fitted = _fit_member(cfg, out, examples)
+        fitted = _fit_member(cfg, out, examples, data)
         return _finish(cfg, *fitted, out) if fitted else {}
     members = []
     for i in range(cfg.ensemble):
         member = dataclasses.replace(cfg, seed=cfg.seed + i, ensemble=1)
-        fitted = _fit_member(member, out / "members" / f"seed-{member.seed}", examples)
+        # the records are read once; each member only reshuffles its batches with its own seed
+        fitted = _fit_member(member, out / "members" / f"seed-{member.seed}", examples, data.reseeded(member.seed))
         if fitted is None:  # under DDP rank 0 exports
             return {}
         members.append(fitted)
@@ -185,28 +187,31 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
     return _finish(cfg, module, train, val, trainer, out)
 
 
-def _fit_member(cfg: TrainConfig, out: Path, examples: dict | None):
-    """(module with its best checkpoint loaded, train split, validation split, trainer); None on a DDP rank
-    other than 0."""
-    import lightning as L
-
-    L.seed_everything(cfg.seed, verbose=False)
-    manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
-    window = cfg.window if cfg.arch == "gru" else 1
-    data = RecordDataModule(
+def _data_module(cfg: TrainConfig, examples: dict | None) -> RecordDataModule:
+    """The records' train and validation rows as batches (a cross-fitting fold's examples if given)."""
+    return RecordDataModule(
         cfg.records,
         cfg.mode,
         cfg.target,
         cfg.hidden_inputs,
         cfg.batch_size,
         cfg.seed,
-        window,
+        cfg.window if cfg.arch == "gru" else 1,
         cfg.head,
         cfg.max_train_rows,
         examples,
         cfg.follow,
         cfg.lag,
     )
+
+
+def _fit_member(cfg: TrainConfig, out: Path, examples: dict | None, data: RecordDataModule):
+    """(module with its best checkpoint loaded, train split, validation split, trainer); None on a DDP rank
+    other than 0."""
+    import lightning as L
+
+    L.seed_everything(cfg.seed, verbose=False)
+    manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     data.setup("fit")
     train, val = data.train, data.val
     if len(np.unique(train.y > 0)) < 2:
