@@ -62,21 +62,25 @@ _EXPORTED = (  # the record columns a label file is made of
 
 def export_labels(folder: str | Path, path: str | Path) -> dict:
     """Write the consequence labels of a finished record folder to `path` (gzip JSON lines: a header,
-    then one line per searched example); returns the header."""
+    then one line per searched example), merged with what a label file already at `path` holds beyond
+    the folder; returns the header."""
     manifest = read_manifest(folder)
     if "consequence" not in manifest.modes:
         raise RecordsError(f"{folder} has no consequence rows (modes {manifest.modes}): nothing to export")
     ds = load_records(folder, mode="consequence")
     cols = {name: np.asarray(ds[name]) for name in _EXPORTED if name in ds.column_names}
     entries = [_entry(cols, rows) for rows in _rows_by_example(cols["example_id"])]
+    config = {k: manifest.config.get(k) for k in LABEL_FIELDS}
+    entries, carried = _merge_with_file(Path(path), entries, config, manifest.pair)
     header = {
         "format": FORMAT,
         "source": str(folder),
         "manifest": manifest.id,
         "pair": manifest.pair,
         "dtype": manifest.dtype.get("dtype"),
-        "config": {k: manifest.config.get(k) for k in LABEL_FIELDS},
+        "config": config,
         "examples": len(entries),
+        "carried": carried,
         "tested": sum(len(e["tested"]) for e in entries),
         "important": sum(sum(t[1] == IMPORTANT for t in e["tested"]) for e in entries),
     }
@@ -84,6 +88,44 @@ def export_labels(folder: str | Path, path: str | Path) -> dict:
     data = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)  # mtime 0: one file per content
     write_bytes(Path(path), data)
     return header
+
+
+def _merge_with_file(path: Path, entries: list[dict], config: dict, pair) -> tuple[list[dict], dict]:
+    """The folder's entries plus what an existing label file at `path` knows beyond them, so an export
+    never loses labels: its examples the folder does not hold (a folder recorded again with fewer
+    examples), and, for an example whose answer is unchanged, its labels the folder dropped (a replay on
+    another CPU or dtype whose drafter argmax differs there keeps no label at that position; the label
+    still belongs to its substitution, and a replay where the argmax matches again uses it)."""
+    carried = {"examples": 0, "tested": 0, "horizon": 0}
+    if not path.exists():
+        return entries, carried
+    old = LabelStore(path)
+    same = json.dumps(old.header.get("config"), sort_keys=True) == json.dumps(config, sort_keys=True)
+    if not same or json.dumps(old.header.get("pair"), sort_keys=True) != json.dumps(pair, sort_keys=True):
+        raise ConfigError(
+            f"{path} holds labels searched with other settings or another pair: export to another file, or "
+            f"remove it to replace its labels"
+        )
+    mine = {e["example_id"] for e in entries}
+    for e in entries:
+        before = old.entries.get(e["example_id"])
+        if before is None or before["tokens"] != e["tokens"]:
+            continue  # another answer: its labels belong to other positions
+        for key in ("tested", "horizon"):
+            if key in before or key in e:
+                e[key], n = _union_by_position(e.get(key, []), before.get(key, []))
+                carried[key] += n
+    extra = [e for example_id, e in old.entries.items() if example_id not in mine]
+    carried["examples"] = len(extra)
+    return entries + extra, carried
+
+
+def _union_by_position(new: list[list], old: list[list]) -> tuple[list[list], int]:
+    """`new`'s [position, ...] items plus `old`'s at positions `new` lacks, by position; and how many
+    came from `old`."""
+    have = {item[0] for item in new}
+    extra = [item for item in old if item[0] not in have]
+    return sorted(new + extra, key=lambda item: item[0]), len(extra)
 
 
 def _rows_by_example(ids: np.ndarray) -> list[np.ndarray]:

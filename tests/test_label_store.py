@@ -81,6 +81,30 @@ def test_a_label_that_no_longer_fits_is_dropped_and_counted(setup, tmp_path):
     assert (rows.consequence != before.consequence).sum() == 1
 
 
+def test_an_export_keeps_what_its_file_knows_beyond_the_folder(setup, tmp_path):
+    """Exporting a smaller or replayed folder over an existing label file loses nothing: the file's other
+    examples stay, and a label the replay dropped (another CPU's argmax) stays with its substitution."""
+    cfg, _ = setup("all")
+    path = tmp_path / "labels.jsonl.gz"
+    full = export_labels(cfg.output, path)
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    entry = json.loads(lines[1])
+    entry["tested"][0][2] += 1  # as if another machine's drafter had substituted another token there
+    moved = entry["tested"][0]
+    path.write_bytes(gzip.compress(("\n".join([lines[0], json.dumps(entry), *lines[2:]]) + "\n").encode()))
+    setup("first4", max_examples=4, labels_from=str(path))  # drops that label: its argmax differs here
+    header = export_labels(tmp_path / "first4", path)
+    store = LabelStore(path)
+    assert header["examples"] == len(store.entries) == 10 and header["carried"]["examples"] == 6
+    assert header["carried"]["tested"] == 1 and header["tested"] == full["tested"]
+    assert moved in store.entries[entry["example_id"]]["tested"]
+    assert set(store.entries) == {json.loads(line)["example_id"] for line in lines[1:]}
+    other, _ = setup("other", max_examples=4, consequence_max_new_tokens=9)
+    with pytest.raises(ConfigError, match="other settings"):
+        export_labels(other.output, path)
+    assert LabelStore(path).header == header  # refused before anything was written
+
+
 def test_labels_of_other_settings_or_another_pair_are_refused(setup, tmp_path, monkeypatch):
     cfg, _ = setup("first", max_examples=4)
     path = tmp_path / "labels.jsonl.gz"
