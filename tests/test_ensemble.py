@@ -71,3 +71,18 @@ def test_an_ensemble_trains_exports_and_scores_as_its_members_mean(tmp_path):
     assert json.loads((tmp_path / "ens" / "metrics.json").read_text())["router"]["area"] is not None
     with pytest.raises(Exception, match="use arch mlp"):
         TrainConfig(records=[str(records)], ensemble=2, arch="gru")
+
+
+def test_an_ensemble_member_is_the_router_a_standalone_run_with_its_seed_trains(tmp_path):
+    """Reading the records once for all members changes nothing: member seed-1 of an ensemble is the
+    network `seed: 1` trains on its own."""
+    records = synthetic_token_records(tmp_path / "rec", n_examples=60)
+    common = dict(records=[str(records)], width=8, max_epochs=2, batch_size=256, baselines=False)
+    run_train(TrainConfig(ensemble=2, output=str(tmp_path / "ens"), **common))
+    run_train(TrainConfig(seed=1, output=str(tmp_path / "one"), **common))
+    (ckpt,) = (tmp_path / "ens" / "members" / "seed-1" / "checkpoints").glob("*.ckpt")
+    member = torch.load(ckpt, weights_only=False)["state_dict"]
+    alone = load_router(tmp_path / "one").net.state_dict()
+    assert member.keys() == {f"net.{k}" for k in alone}
+    for k, v in alone.items():
+        torch.testing.assert_close(member[f"net.{k}"], v, atol=0, rtol=0)

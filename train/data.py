@@ -9,6 +9,8 @@ weights q(v) (how often v is drafted there). `RecordDataModule` serves both to L
 
 from __future__ import annotations
 
+import warnings
+
 import lightning as L
 import numpy as np
 import torch
@@ -65,6 +67,22 @@ class RecordSplit(RecordView):
         """Inputs without GRU windows, one row per position or per token-head candidate: (n [* K], D)."""
         x = self.inputs(idx, self.head, 1, self.hidden_inputs, follow=self.follow, lag=self.lag)
         return x.reshape(-1, x.shape[-1])
+
+
+def warn_if_one_sided(train: RecordSplit) -> None:
+    """Warn when the training labels cannot teach a decision (all on one side of 0)."""
+    if len(np.unique(train.y > 0)) < 2:
+        warnings.warn(
+            "every training label falls on one side of 0 (no position where deferring pays, or all do): "
+            "the router will be trivial; record more or other data"
+        )
+
+
+def input_stats(train: RecordSplit) -> tuple[np.ndarray, np.ndarray]:
+    """The network's input (mean, std), from (a sample of) the training rows."""
+    idx = np.random.default_rng(0).permutation(len(train))[:20000]
+    x = train.flat_inputs(np.sort(idx))  # token head: every candidate
+    return x.mean(0), x.std(0) + 1e-6
 
 
 def hidden_size(folder: str, role: str) -> int:

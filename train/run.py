@@ -8,7 +8,6 @@ Lightning's CSV logs and checkpoints.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from router.infra.console import summary_table, wandb_offline
 from router.infra.files import output_lock, write_csv, write_json
 from router.offline.inputs import router_scores
 from router.offline.views import greedy_areas
-from train.data import RecordDataModule, RecordSplit, hidden_size
+from train.data import RecordDataModule, RecordSplit, hidden_size, input_stats, warn_if_one_sided
 from train.ensemble import merge_members
 from train.validation import plugin_areas, router_metrics, tradeoff_table
 from train.module import LOSSES, RouterModule
@@ -167,14 +166,20 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
     ensemble N > 1, N members (seeds seed .. seed + N - 1, each in out/members/) averaged into one network
     (train/ensemble.py)."""
     data = _data_module(cfg, examples)
+    # read once for all members: the pair, the splits and the input standardisation they share
+    manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
+    data.setup("fit")
+    warn_if_one_sided(data.train)
+    stats = input_stats(data.train)
     if cfg.ensemble <= 1:
-        fitted = _fit_member(cfg, out, examples, data)
+        fitted = _fit_member(cfg, out, examples, data, manifests, stats)
         return _finish(cfg, *fitted, out) if fitted else {}
     members = []
     for i in range(cfg.ensemble):
         member = dataclasses.replace(cfg, seed=cfg.seed + i, ensemble=1)
-        # the records are read once; each member only reshuffles its batches with its own seed
-        fitted = _fit_member(member, out / "members" / f"seed-{member.seed}", examples, data.reseeded(member.seed))
+        # each member only reshuffles the shared splits' batches with its own seed
+        where = out / "members" / f"seed-{member.seed}"
+        fitted = _fit_member(member, where, examples, data.reseeded(member.seed), manifests, stats)
         if fitted is None:  # under DDP rank 0 exports
             return {}
         members.append(fitted)
@@ -205,20 +210,20 @@ def _data_module(cfg: TrainConfig, examples: dict | None) -> RecordDataModule:
     )
 
 
-def _fit_member(cfg: TrainConfig, out: Path, examples: dict | None, data: RecordDataModule):
-    """(module with its best checkpoint loaded, train split, validation split, trainer); None on a DDP rank
-    other than 0."""
+def _fit_member(
+    cfg: TrainConfig,
+    out: Path,
+    examples: dict | None,
+    data: RecordDataModule,
+    manifests: list[Manifest],
+    stats: tuple[np.ndarray, np.ndarray],
+):
+    """(module with its best checkpoint loaded, train split, validation split, trainer) of one network
+    trained with cfg.seed on `data` (set up); None on a DDP rank other than 0."""
     import lightning as L
 
     L.seed_everything(cfg.seed, verbose=False)
-    manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
-    data.setup("fit")
     train, val = data.train, data.val
-    if len(np.unique(train.y > 0)) < 2:
-        warnings.warn(
-            "every training label falls on one side of 0 (no position where deferring pays, or all do): "
-            "the router will be trivial; record more or other data"
-        )
     if cfg.head == "judge":
         train.judge_columns()  # reads the token class table the judge carries into its export
     module = RouterModule(
@@ -226,7 +231,8 @@ def _fit_member(cfg: TrainConfig, out: Path, examples: dict | None, data: Record
     )
     if cfg.head == "judge":
         module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
-    _standardise(module, train)
+    module.net.mean.copy_(torch.from_numpy(stats[0]))
+    module.net.std.copy_(torch.from_numpy(stats[1]))
     trainer, ckpt = _trainer(cfg, out)
     trainer.fit(module, datamodule=data)
     if not trainer.is_global_zero:
@@ -292,14 +298,6 @@ def _trainer(cfg: TrainConfig, out: Path):
         log_every_n_steps=10,
     )
     return trainer, ckpt
-
-
-def _standardise(module: RouterModule, train: RecordSplit) -> None:
-    """Set the network's input mean/std from (a sample of) the training rows."""
-    idx = np.random.default_rng(0).permutation(len(train))[:20000]
-    x = train.flat_inputs(np.sort(idx))  # token head: every candidate
-    module.net.mean.copy_(torch.from_numpy(x.mean(0)))
-    module.net.std.copy_(torch.from_numpy(x.std(0) + 1e-6))
 
 
 def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
