@@ -215,8 +215,9 @@ class LabelStore:
         recording's drafter argmax is the token that was substituted (counted in `counts`)."""
         e = self.entries[example_id]
         s = self.searched(example_id)
-        kept = {t for t, _, sub, *_ in e["tested"] if t < len(q_argmax) and int(q_argmax[t]) == sub}
-        s.labels = {t: kind for t, kind in s.labels.items() if t in kept}
+        # a label belongs to its substitution: kept only where this pass drafts the same token there
+        s.labels = {t: kind for t, kind, sub, *_ in e["tested"] if t < len(q_argmax) and int(q_argmax[t]) == sub}
+        kept = s.labels
         cols = consequence_columns(s, q_argmax)
         counts["replayed_examples"] = counts.get("replayed_examples", 0) + 1
         counts["replayed_labels"] = counts.get("replayed_labels", 0) + len(kept)
