@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.tables import markdown_table
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
@@ -60,12 +59,26 @@ def check_no_leak(router, fold: dict, name: str) -> None:
         )
 
 
-def _scores(view: RecordView, router, name: str) -> dict[str, np.ndarray]:
+def _scores(view: RecordView, routers: dict) -> dict[str, np.ndarray]:
     """Greedy-view defer scores (N,) per method on a view: every rule with an offline score (window rules
-    where the records hold windows), the router."""
+    where the records hold windows), then each router by name."""
     out = greedy_rule_scores(view)
-    out[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
+    for name, router in routers.items():
+        out[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
     return out
+
+
+def shared_plan(folders: list[Path]) -> tuple[dict, str]:
+    """The fold plan and row mode the cross-fitted folders share; refused where they differ (a best router
+    is chosen per fold among routers that were trained and scored on the same folds)."""
+    plan, mode = read_plan(folders[0]), _mode(folders[0])
+    for folder in folders[1:]:
+        if read_plan(folder)["folds"] != plan["folds"] or _mode(folder) != mode:
+            raise RouterError(
+                f"{folder} was cross-fitted on other folds or rows than {folders[0]}: train both on the same "
+                f"records with the same cross_fit and cross_fit_seed to compare them fold by fold"
+            )
+    return plan, mode
 
 
 def tested_rows(view: RecordView) -> np.ndarray:
@@ -148,28 +161,39 @@ def out_of_fold(
     consequence is unknown, and which a router may tell apart, e.g. by where they fall in an answer)
     onto tested ones; the verifier's rejection rate there is 1 (it defers at every tested mismatch).
     matched: thresholds set on the scored rows to the target rejection rate (module docstring)."""
-    return _out_of_fold(Path(folder), records, targets, ((tested_only, matched),))[(tested_only, matched)]
+    return _out_of_fold(_folders(folder), records, targets, ((tested_only, matched),))[(tested_only, matched)]
 
 
-def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict[tuple, dict]:
+def _folders(folder) -> list[Path]:
+    """One cross-fitted folder or a list of them (a best router chosen per fold among them)."""
+    return [Path(f) for f in folder] if isinstance(folder, (list, tuple)) else [Path(folder)]
+
+
+def _out_of_fold(folders: list[Path], records: list[str], targets, populations) -> dict[tuple, dict]:
     """out_of_fold for each population, (tested_only, matched) pairs, from one pass over the folds: each
-    fold's router is loaded, its views read and every method scored once."""
-    plan, mode, name = read_plan(folder), _mode(folder), folder.name
+    fold's routers are loaded, its views read and every method scored once. With several cross-fitted
+    folders (one fold plan), also "best_router": per fold the router best on its validation examples."""
+    plan, mode = shared_plan(folders)
+    names = [folder.name for folder in folders]
+    if len(set(names)) < len(names):
+        names = [f"{folder.parent.name}/{folder.name}" for folder in folders]
     sums = {p: {t: {} for t in targets} for p in populations}
-    chosen = {p: {t: [] for t in targets} for p in populations}
+    chosen = {p: {t: {"rule": [], "router": []} for t in targets} for p in populations}
     for f, fold in enumerate(plan["folds"]):
-        router = load_router(fold_folder(folder, f))
-        check_no_leak(router, fold, f"{name}/fold-{f}")
-        val = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["validation"]))
-        scored = RecordView(records, "all", mode, tuple(router.cfg.hidden_inputs), examples=set(fold["scored"]))
-        s_val, s_scored = _scores(val, router, name), _scores(scored, router, name)
+        routers = {name: load_router(fold_folder(folder, f)) for name, folder in zip(names, folders)}
+        for name, router in routers.items():
+            check_no_leak(router, fold, f"{name}/fold-{f}")
+        hidden = tuple(sorted({h for r in routers.values() for h in r.cfg.hidden_inputs}))
+        val = RecordView(records, "all", mode, hidden, examples=set(fold["validation"]))
+        scored = RecordView(records, "all", mode, hidden, examples=set(fold["scored"]))
+        s_val, s_scored = _scores(val, routers), _scores(scored, routers)
         for p in populations:
             tested, matched = p
             r_val, r_scored = (tested_rows(v) if tested else None for v in (val, scored))
             _score_fold(
                 sums[p],
                 chosen[p],
-                name,
+                names,
                 mode == "consequence",
                 {m: _select(s, r_val) for m, s in s_val.items()},
                 {m: _select(s, r_scored) for m, s in s_scored.items()},
@@ -181,13 +205,15 @@ def _out_of_fold(folder: Path, records: list[str], targets, populations) -> dict
             )
     return {
         p: {
-            "router": name,
+            "router": names[0] if len(names) == 1 else "best_router",
+            "routers": names,
             "mode": mode,
             "k": plan["k"],
             "tested_only": p[0],
             "matched": p[1],
             "sums": sums[p],
-            "best_rule_per_fold": chosen[p],
+            "best_rule_per_fold": {t: c["rule"] for t, c in chosen[p].items()},
+            **({"best_router_per_fold": {t: c["router"] for t, c in chosen[p].items()}} if len(names) > 1 else {}),
         }
         for p in populations
     }
@@ -197,10 +223,11 @@ def _select(x: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
     return x if rows is None else x[rows]
 
 
-def _score_fold(sums: dict, chosen: dict, name: str, consequence: bool, s_val, s_scored, on, costs) -> None:
+def _score_fold(sums: dict, chosen: dict, routers: list[str], consequence: bool, s_val, s_scored, on, costs) -> None:
     """One fold at every target: each method's threshold chosen on the validation rows (matched: a second
     one on the scored rows, when their costs are given), its per-example sums on the scored rows
-    appended, and the fold's best rule (on validation) recorded."""
+    appended, and the fold's best rule (on validation) recorded; with several routers, the best of them
+    too (by the same measure on the same validation rows)."""
     on_val, on_scored = on
     cost, scored_cost = costs
     for t in sums:
@@ -211,12 +238,20 @@ def _score_fold(sums: dict, chosen: dict, name: str, consequence: bool, s_val, s
                 here[method] = on_scored(s_scored[method] > thr)
             else:  # matched: the scored rows' own operating point at the target (no label read)
                 here[method] = on_scored(_defer_top(s_scored[method], scored_cost, t * scored_cost.mean()))
-            if method != name:  # the best rule of this fold, chosen on its validation examples
-                value[method] = _value(on_val(s_val[method] > thr), consequence)
-        best = max(value, key=value.get)  # the first of equals, in registry order
-        chosen[t].append(best)
-        for method, per_example in {**here, "best_rule": here[best]}.items():
+            value[method] = _value(on_val(s_val[method] > thr), consequence)
+        best = {"rule": _best(value, [m for m in value if m not in routers])}  # first of equals: registry order
+        if len(routers) > 1:
+            best["router"] = _best(value, routers)
+            here["best_router"] = here[best["router"]]
+        for kind, method in best.items():
+            chosen[t][kind].append(method)
+        for method, per_example in {**here, "best_rule": here[best["rule"]]}.items():
             _append(sums[t], method, per_example)
+
+
+def _best(value: dict, among: list[str]) -> str:
+    """The method of `among` with the highest validation value (the first of equals)."""
+    return max(among, key=value.get)
 
 
 def _append(table: dict, method: str, per_example: dict) -> None:
@@ -242,6 +277,7 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     rng = np.random.default_rng(seed)
     out = {
         "router": result["router"],
+        "routers": result.get("routers", [result["router"]]),
         "mode": result["mode"],
         "k": result["k"],
         "tested_only": result.get("tested_only", False),
@@ -263,6 +299,8 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
                 row[f"{m}_vs_best_rule"] = {"diff": point, "low": float(lo), "high": float(hi)}
             rows[method] = row
         out["targets"][str(t)] = {"methods": rows, "best_rule_per_fold": result["best_rule_per_fold"][t]}
+        if "best_router_per_fold" in result:
+            out["targets"][str(t)]["best_router_per_fold"] = result["best_router_per_fold"][t]
     return out
 
 
@@ -272,13 +310,14 @@ def population_name(tested_only: bool, matched: bool) -> str:
     return ("tested" if tested_only else "all") + ("-matched" if matched else "")
 
 
-def populations(folder: str | Path, records: list[str], reps: int = BOOTSTRAP) -> dict[str, dict]:
+def populations(folder, records: list[str], reps: int = BOOTSTRAP) -> dict[str, dict]:
     """{"all": summary, "all-matched": summary} of a cross-fitted folder out of fold, plus "tested" and
-    "tested-matched" (the tested mismatches alone) for consequence rows, from one pass over its folds."""
-    folder = Path(folder)
-    tested = (False, True) if _mode(folder) == "consequence" else (False,)
+    "tested-matched" (the tested mismatches alone) for consequence rows, from one pass over its folds.
+    A list of folders (one fold plan): all of them, and the best router per fold ("best_router")."""
+    folders = _folders(folder)
+    tested = (False, True) if _mode(folders[0]) == "consequence" else (False,)
     pops = tuple((t, m) for t in tested for m in (False, True))
-    results = _out_of_fold(folder, records, TARGETS, pops)
+    results = _out_of_fold(folders, records, TARGETS, pops)
     return {population_name(*p): summarise(results[p], reps=reps) for p in pops}
 
 
@@ -293,58 +332,19 @@ def out_of_fold_results(folders: list, records: list[str], reps: int = BOOTSTRAP
         "tested-matched": " (tested only, matched)",
     }
     out = {}
-    for folder in folders:
-        name = Path(folder).name
-        for population, summary in populations(folder, records, reps).items():
+    groups = [[folder] for folder in folders]
+    if len(folders) > 1 and _one_plan(folders):  # and the best of them per fold, the variant a fold picks
+        groups.append(list(folders))
+    for group in groups:
+        name = Path(group[0]).name if len(group) == 1 else "best router"
+        for population, summary in populations(group, records, reps).items():
             out[name + labels[population]] = summary
     return out
 
 
-def out_of_fold_section(results: dict) -> list[str]:
-    """report.md: each cross-fitted router against every rule and the per-fold best rule, out of fold."""
-    parts = []
-    for name, res in results.items():
-        measures = ("important", "harmless") if res["mode"] == "consequence" else ("quality",)
-        parts += [
-            f"### Out of fold: {name} ({res['k']}-fold cross-fitting, {res['mode']} rows, greedy view)",
-            "",
-            "Every labelled example scored once, by the fold router that never saw it; alphas and the best rule "
-            "chosen per fold on inner validation examples at each target rejection rate (a fraction of the "
-            "verifier's). "
-            + (
-                "important / harmless: the share of the tested important / harmless mismatches a method keeps "
-                "(lower / higher is better); "
-                + (
-                    "rejection rates over the tested mismatches alone (untested ones left out). "
-                    if res.get("tested_only")
-                    else "untested mismatches count toward the rejection rate only. "
-                )
-                if res["mode"] == "consequence"
-                else "quality: the share of emitted tokens equal to the gold one. "
-            )
-            + (
-                "Matched: every method's threshold set on the scored examples to the target rejection rate (no "
-                "labels read), so all are compared at the same rate. "
-                if res.get("matched")
-                else ""
-            )
-            + "Intervals: paired bootstrap over examples, method minus the per-fold best rule.",
-            "",
-        ]
-        for target, block in res["targets"].items():
-            rows = []
-            for method, row in block["methods"].items():
-                cells = [method, row["rejection"]]
-                for m in measures:
-                    d = row[f"{m}_vs_best_rule"]
-                    cells += [row[m], f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"]
-                rows.append(cells)
-            header = ["method", "rejection", *[h for m in measures for h in (m, f"{m} - best rule [95%]")]]
-            parts += [
-                f"At {float(target):.0%} of the verifier's rejection rate (best rule per fold: "
-                f"{', '.join(block['best_rule_per_fold'])}):",
-                "",
-                markdown_table(header, rows),
-                "",
-            ]
-    return parts
+def _one_plan(folders: list) -> bool:
+    try:
+        shared_plan([Path(f) for f in folders])
+        return True
+    except RouterError:
+        return False

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.crossfit import out_of_fold_section
+from eval.crossfit_report import out_of_fold_section
 from eval.online_report import online_lines, online_sections
 from eval.tables import ci, markdown_table
 from router.infra.console import summary_table

@@ -93,6 +93,68 @@ def test_a_router_that_copies_a_rule_scores_as_that_rule_out_of_fold(records, tm
         assert mine["examples"] == 60  # every example, once
 
 
+def _opposite_of_opt() -> RouterNet:
+    """Defers where opt keeps most surely."""
+    net = _copy_of_opt()
+    with torch.no_grad():
+        net.body.weight.neg_()
+    return net
+
+
+def test_the_best_router_is_chosen_per_fold_on_validation_among_cross_fits(records, tmp_path):
+    """Several cross-fitted folders on one fold plan: per fold "best_router" is scored as the router it
+    chose; folders of other folds are refused."""
+    from eval.crossfit import out_of_fold_results
+
+    good = _hand_cross_fit(tmp_path / "opt-copy", records)
+    bad = _hand_cross_fit(tmp_path / "opt-opposite", records, make=_opposite_of_opt)
+    result = out_of_fold([bad, good], [str(records)])
+    assert result["routers"] == ["opt-opposite", "opt-copy"] and result["router"] == "best_router"
+    sizes = np.cumsum([0] + [len(f["scored"]) for f in read_plan(good)["folds"]])
+    for t, table in result["sums"].items():
+        assert result["best_rule_per_fold"][t] == out_of_fold(good, [str(records)])["best_rule_per_fold"][t]
+        for f, name in enumerate(result["best_router_per_fold"][t]):
+            fold = slice(sizes[f], sizes[f + 1])
+            for key in ("rejections", "quality", "positions"):
+                assert np.array_equal(table["best_router"][key][fold], table[name][key][fold]), (t, f, key)
+    summary = summarise(result, reps=100)["targets"]["0.5"]
+    assert summary["best_router_per_fold"] == result["best_router_per_fold"][0.5]
+    both = out_of_fold_results([good, bad], [str(records)], reps=50)
+    assert {"opt-copy", "opt-opposite", "best router"} <= set(both)
+    assert "best_router" in both["best router"]["targets"]["0.5"]["methods"]
+    other = _hand_cross_fit(tmp_path / "three", records, k=3)
+    with pytest.raises(RouterError, match="other folds"):
+        out_of_fold([good, other], [str(records)])
+    assert "best router" not in out_of_fold_results([good, other], [str(records)], reps=50)
+    from helpers import study_module
+
+    study = study_module("best_router")
+    assert (
+        study.main([str(good), str(bad), "--records", str(records), "--reps", "50", "--out", str(tmp_path / "s")]) == 0
+    )
+    saved = json.loads((tmp_path / "s" / "best_router.json").read_text())["summaries"]["all-matched"]
+    assert saved["routers"] == ["opt-copy", "opt-opposite"] and "best_router_per_fold" in saved["targets"]["0.5"]
+    assert "best_router |" in "\n".join(study.table(saved))
+
+
+def test_the_best_router_and_the_best_rule_are_each_the_best_on_validation():
+    """One fold by hand: the validation gain of deferring at each row is known; the router (and the rule)
+    ranking by it is chosen over its opposite, and routers never count as the best rule."""
+    from eval.crossfit import _score_fold
+
+    rng = np.random.default_rng(0)
+    gain = rng.normal(size=200)  # what deferring at a row adds to quality, on validation and scored rows
+
+    def on(defer):
+        return {"quality": np.array([float(gain[defer].sum())]), "positions": np.array([len(gain)])}
+
+    scores = {"rule_up": gain, "rule_down": -gain, "router_down": -gain, "router_up": gain + 1}
+    sums, chosen = {0.5: {}}, {0.5: {"rule": [], "router": []}}
+    _score_fold(sums, chosen, ["router_down", "router_up"], False, scores, scores, (on, on), (np.ones(200), None))
+    assert chosen[0.5] == {"rule": ["rule_up"], "router": ["router_up"]}
+    assert sums[0.5]["best_router"] == sums[0.5]["router_up"] and sums[0.5]["best_rule"] == sums[0.5]["rule_up"]
+
+
 def test_a_fold_router_scored_on_examples_it_saw_is_refused(records, tmp_path):
     folder = _hand_cross_fit(tmp_path / "swapped", records)
     shutil.move(fold_folder(folder, 0), folder / "tmp")
