@@ -21,7 +21,8 @@ for that reason alone. Matched, each method's threshold is set on the fold's sco
 reach the target rejection rate exactly: it reads their scores and where deferring costs a rejection,
 never their labels (an operating point fixed by a deferral budget, as in selective prediction at equal
 coverage), so every method is compared at the same rejection rate; the best rule is still chosen on the
-validation examples.
+validation examples, at their own matched operating point (the same top-scored share of the rows where
+deferring costs a rejection), so that the choice, like the comparison, is made at equal rejection rates.
 """
 
 from __future__ import annotations
@@ -238,7 +239,10 @@ def _score_fold(sums: dict, chosen: dict, routers: list[str], consequence: bool,
                 here[method] = on_scored(s_scored[method] > thr)
             else:  # matched: the scored rows' own operating point at the target (no label read)
                 here[method] = on_scored(_defer_top(s_scored[method], scored_cost, t * scored_cost.mean()))
-            value[method] = _value(on_val(s_val[method] > thr), consequence)
+            # matched: the best is chosen at validation's own matched point too, else a rule whose scores
+            # tie (fly's window verdicts) overshoots the target there and wins by deferring more
+            val_defer = s_val[method] > thr if scored_cost is None else _defer_top(s_val[method], cost, t * cost.mean())
+            value[method] = _value(on_val(val_defer), consequence)
         best = {"rule": _best(value, [m for m in value if m not in routers])}  # first of equals: registry order
         if len(routers) > 1:
             best["router"] = _best(value, routers)

@@ -155,6 +155,25 @@ def test_the_best_router_and_the_best_rule_are_each_the_best_on_validation():
     assert sums[0.5]["best_router"] == sums[0.5]["router_up"] and sums[0.5]["best_rule"] == sums[0.5]["rule_up"]
 
 
+def test_matched_the_best_rule_is_chosen_at_validations_own_matched_rate():
+    """A rule whose scores all tie reaches no target by threshold: it defers at every row of validation.
+    Where deferring always helps, it wins there unmatched; matched, every rule defers the same number of
+    validation rows, and the one ranking rows by their gain is chosen."""
+    from eval.crossfit import _score_fold
+
+    gain = np.abs(np.random.default_rng(1).normal(size=200)) + 0.1  # deferring helps everywhere, unevenly
+
+    def on(defer):
+        return {"quality": np.array([float(gain[defer].sum())]), "positions": np.array([len(gain)])}
+
+    scores = {"rule_tied": np.zeros(200), "rule_up": gain, "router": gain}
+    cost = np.ones(200)
+    for scored_cost, expected in ((None, "rule_tied"), (cost, "rule_up")):
+        sums, chosen = {0.5: {}}, {0.5: {"rule": [], "router": []}}
+        _score_fold(sums, chosen, ["router"], False, scores, scores, (on, on), (cost, scored_cost))
+        assert chosen[0.5]["rule"] == [expected]
+
+
 def test_a_fold_router_scored_on_examples_it_saw_is_refused(records, tmp_path):
     folder = _hand_cross_fit(tmp_path / "swapped", records)
     shutil.move(fold_folder(folder, 0), folder / "tmp")
