@@ -64,6 +64,7 @@ class RouterConfig:
     hidden_sizes: dict = field(default_factory=dict)  # their widths, e.g. {"verifier": 1536}
     vocab: int = 0  # judge head: size of its token class table (the pair's vocabulary)
     follow: int = 0  # judge head: following drafts of the block it reads (router/window/inputs.py), 0: none
+    follow_block: int = 0  # window judge: the block size its windows were cut for in training (0: uncut)
     lag: int = 0  # judge head: positions before the drafted one whose features it reads (router/window/lag.py)
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""  # manifest id of the training records
@@ -97,6 +98,10 @@ class RouterConfig:
         if self.follow and self.head != "judge" or self.follow < 0:
             raise RouterError(
                 f"follow (drafts read after the drafted one) needs head: judge and >= 0, got {self.follow}"
+            )
+        if self.follow_block and not self.follow or self.follow_block < 0:
+            raise RouterError(
+                f"follow_block (a window judge's block size) needs follow > 0 and >= 0, got {self.follow_block}"
             )
         if self.lag and self.head != "judge" or not 0 <= self.lag <= 8:
             raise RouterError(f"lag (positions read before the drafted one) needs head: judge and 0..8, got {self.lag}")

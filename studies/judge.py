@@ -50,6 +50,8 @@ VARIANTS = {  # name -> TrainConfig overrides
     # window judges (records with window >= 6, configs/gen/gsm8k-window.yaml): + the next 6 drafts' scores
     "judge-window": dict(**JUDGE, hidden_inputs=["after"], follow=6),
     "judge-window-qp": dict(**JUDGE, follow=6),
+    # the window judge trained on windows cut as blocks of 5 drafts cut them (the eval's gamma): follow_block
+    "judge-window-cut5": dict(**JUDGE, hidden_inputs=["after"], follow=6, follow_block=5),
 }
 
 

@@ -11,7 +11,14 @@ from helpers import StubLM
 from router.decoding import generate
 from router.rules import get_rule, register_rule, unregister_rule
 from router.window.fly import FLY_ENTROPY_THRE, fly_keep, fly_rule
-from router.window.inputs import DRAFT_SCALARS, block_window, continuation_window, draft_scalars
+from router.window.inputs import (
+    DRAFT_SCALARS,
+    block_followers,
+    block_window,
+    continuation_window,
+    cut_window,
+    draft_scalars,
+)
 
 SURE = [0.97, 0.01, 0.01, 0.005, 0.005]  # top-3 entropy 0.1216 < 0.3: FLy's gate is closed
 UNSURE = [0.4, 0.3, 0.2, 0.05, 0.05]  # top-3 entropy 1.0496: the gate is open
@@ -47,6 +54,32 @@ def test_continuation_window_is_the_block_window_of_the_same_tokens():
         offline = continuation_window(draft_scalars(drafts[:, j:], p[:, j:]), 3)
         assert torch.equal(offline.at, online.at[:, j]) and torch.equal(offline.values, online.values[:, j])
         assert torch.equal(offline.valid, online.valid[:, j])
+
+
+def test_a_recorded_window_cut_for_a_block_is_that_blocks_window():
+    """Training's cut (follow_block): the uncut window of a draft with a long continuation, cut to the
+    g - 1 - j drafts that follow it at position j of a block of g, is the block's own window there."""
+    g = torch.Generator().manual_seed(1)
+    p = torch.randn(1, 9, 11, generator=g).softmax(-1)
+    drafts = torch.randint(0, 11, (1, 9), generator=g)
+    block = 4  # the loop's block: the first 4 drafts
+    online = block_window(drafts[:, :block], p[:, :block], 3)
+    for j in range(block):
+        uncut = continuation_window(draft_scalars(drafts[:, j:], p[:, j:]), 3)
+        assert uncut.valid.all()  # recorded: every follower exists
+        cut = cut_window(uncut, torch.tensor([block - 1 - j]))
+        assert torch.equal(cut.valid, online.valid[:, j]) and torch.equal(cut.values, online.values[:, j])
+        assert torch.equal(cut.at, online.at[:, j])
+
+
+def test_block_followers_are_uniform_over_the_positions_of_a_block_and_seeded():
+    n = block_followers(20000, 5)
+    assert n.min() == 0 and n.max() == 4  # the last draft has none, the first has 4
+    assert abs(n.mean() - 2.0) < 0.05 and all(abs((n == k).mean() - 0.2) < 0.02 for k in range(5))
+    assert (block_followers(20000, 5) == n).all() and not (block_followers(20000, 5, seed=1) == n).all()
+    assert (block_followers(7, 1) == 0).all()
+    with pytest.raises(ValueError, match="at least 1 draft"):
+        block_followers(3, 0)
 
 
 def _fly_case(rows, drafts, win_len=2, alpha=FLY_ENTROPY_THRE):

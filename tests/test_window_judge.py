@@ -218,3 +218,37 @@ def test_folders_of_mixed_window_widths_skip_window_rules_instead_of_failing(win
         unregister_rule("fly_w2")
     with pytest.raises(Exception, match="windows of \\[2, 3\\] following drafts"):
         view.follow_windows(np.arange(3), WIDTH)
+
+
+def test_a_window_judge_trained_for_a_block_size_reads_windows_cut_as_such_blocks_cut_them(window_judge):
+    """follow_block: training and offline scoring cut each recorded window as a block of that size would,
+    the router remembers it, and decoding at another block size (or an uncut judge in short blocks) warns."""
+    uncut, (drafter, verifier, tok), tmp, _ = window_judge
+    with pytest.raises(Exception, match="follow_block=3 cuts a window judge's windows: it needs follow > 0"):
+        TrainConfig(records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow_block=3)
+    train = TrainConfig(
+        records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow=WIDTH, follow_block=2,
+        max_epochs=1, batch_size=128, output=str(tmp / "judge-cut"), baselines=False,
+    )  # fmt: skip
+    run_train(train)
+    router = load_router(tmp / "judge-cut")
+    assert router.cfg.follow_block == 2
+    view = RecordView([str(tmp / "rec")], "train")
+    rows = np.arange(len(view))
+    full, cut = view.follow_windows(rows, WIDTH), view.follow_windows(rows, WIDTH, block=2)
+    assert full.valid.sum(-1).max() == WIDTH and cut.valid.sum(-1).max() == 1  # a block of 2: at most 1 follows
+    assert (cut.valid <= full.valid).all() and cut.valid.any() and (cut.valid != full.valid).any()
+    assert torch.equal(view.follow_windows(rows, WIDTH, block=2).valid, cut.valid)  # seeded: the same cuts
+    x_cut = view.inputs(rows, "judge", follow=WIDTH, follow_block=2)
+    assert not np.array_equal(x_cut, view.inputs(rows, "judge", follow=WIDTH))
+    ids = torch.tensor([tok.encode("Add 3 and 6.\nA:")])
+    with pytest.warns(UserWarning, match="trained on windows cut as in blocks of 2 drafts and decodes with gamma 3"):
+        generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=3, max_new_tokens=4)
+    with pytest.warns(UserWarning, match="trained on uncut windows, but with gamma 1"):
+        generate(drafter, verifier, ids, rule=uncut, alpha=0.0, gamma=1, max_new_tokens=4)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # at its own block size (and the uncut judge in long blocks): no warning
+        generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=2, max_new_tokens=4)
+        generate(drafter, verifier, ids, rule=uncut, alpha=0.0, gamma=WIDTH + 1, max_new_tokens=4)

@@ -36,6 +36,7 @@ class RecordSplit(RecordView):
         examples: set | None = None,
         follow: int = 0,
         lag: int = 0,
+        follow_block: int = 0,
     ):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(
@@ -55,17 +56,27 @@ class RecordSplit(RecordView):
             )
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows, examples)
         self.head, self.window, self.hidden_inputs, self.follow = head, window, tuple(hidden_inputs), follow
-        self.lag = lag
+        self.lag, self.follow_block = lag, follow_block
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
 
     def batch_inputs(self, idx: np.ndarray) -> np.ndarray:
         """What the router being trained reads for these rows."""
-        return self.inputs(idx, self.head, self.window, self.hidden_inputs, follow=self.follow, lag=self.lag)
+        return self.inputs(
+            idx,
+            self.head,
+            self.window,
+            self.hidden_inputs,
+            follow=self.follow,
+            lag=self.lag,
+            follow_block=self.follow_block,
+        )
 
     def flat_inputs(self, idx: np.ndarray) -> np.ndarray:
         """Inputs without GRU windows, one row per position or per token-head candidate: (n [* K], D)."""
-        x = self.inputs(idx, self.head, 1, self.hidden_inputs, follow=self.follow, lag=self.lag)
+        x = self.inputs(
+            idx, self.head, 1, self.hidden_inputs, follow=self.follow, lag=self.lag, follow_block=self.follow_block
+        )
         return x.reshape(-1, x.shape[-1])
 
 
@@ -152,6 +163,7 @@ class RecordDataModule(L.LightningDataModule):
         examples: dict | None = None,
         follow: int = 0,
         lag: int = 0,
+        follow_block: int = 0,
     ):
         """examples: {"train": ids, "validation": ids} to fit on those examples of every split (a
         cross-fitting fold) instead of the records' train and validation splits."""
@@ -166,6 +178,7 @@ class RecordDataModule(L.LightningDataModule):
             head=head,
             follow=follow,
             lag=lag,
+            follow_block=follow_block,
         )
         self.batch_size, self.seed, self.max_train_rows = batch_size, seed, max_train_rows
         self.train: RecordSplit | None = None

@@ -44,6 +44,8 @@ class TrainConfig:
     window: int = 4  # gru context
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
     follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (records with window >= it)
+    follow_block: int = 0  # window judge: cut each training window as a block of this many drafts would (the
+    # gamma it decodes at: a draft at block position j has g - 1 - j followers; router/window/inputs.py); 0: uncut
     lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
     ensemble: int = (
         1  # > 1: that many members (seeds seed, seed + 1, ...) averaged into one network (train/ensemble.py)
@@ -81,13 +83,17 @@ class TrainConfig:
             raise ConfigError("records is empty: name the record folder(s) to train on")
         check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
-        check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow", "lag")
+        check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow", "lag", "follow_block")
         check_minimum(self, 1, "ensemble")
         if self.ensemble > 1 and self.arch == "gru":
             raise ConfigError("ensemble packs mlp or linear members into one network: use arch mlp (or ensemble 1)")
         if self.follow and self.head != "judge":
             raise ConfigError(
                 f"follow (the drafts a window judge reads after its own) needs head: judge, got {self.head}"
+            )
+        if self.follow_block and not self.follow:
+            raise ConfigError(
+                f"follow_block={self.follow_block} cuts a window judge's windows: it needs follow > 0 (the drafts read)"
             )
         if self.lag and self.head != "judge" or self.lag > 8:
             raise ConfigError(
@@ -207,6 +213,7 @@ def _data_module(cfg: TrainConfig, examples: dict | None) -> RecordDataModule:
         examples,
         cfg.follow,
         cfg.lag,
+        cfg.follow_block,
     )
 
 
@@ -258,6 +265,7 @@ def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifes
         alpha_grid=list(cfg.alpha_grid),
         vocab=len(train.token_classes) if cfg.head == "judge" else 0,
         follow=cfg.follow,
+        follow_block=cfg.follow_block,
         lag=cfg.lag,
         trained_on=_trained_on(cfg, train, manifests, examples),
     )
@@ -360,7 +368,8 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
     hidden = f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else ""
     n_features = len(JUDGE_FEATURE_NAMES if cfg.head == "judge" else FEATURE_NAMES)
-    extra = (f" + {cfg.follow} following drafts" if cfg.follow else "") + (
+    cut = f" (cut as in blocks of {cfg.follow_block})" if cfg.follow_block else ""
+    extra = (f" + {cfg.follow} following drafts{cut}" if cfg.follow else "") + (
         f" + {cfg.lag} lagged positions" if cfg.lag else ""
     )
     rows = [

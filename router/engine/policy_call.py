@@ -8,6 +8,8 @@ size a window rule cannot work with (`min_gamma`).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from router.reduce import fast_argmax
@@ -50,6 +52,9 @@ def check_block_size(policy: DeferralPolicy, gamma) -> None:
             f"{policy.name} reads the features of the {policy.lag} positions before each draft, which gamma auto's "
             f"verifier-only steps do not compute: give gamma as a number"
         )
+    note = window_block_note(policy, gamma)
+    if note:
+        warnings.warn(note, stacklevel=3)
     least = getattr(policy, "min_gamma", 1)
     if least <= 1:
         return
@@ -63,6 +68,29 @@ def check_block_size(policy: DeferralPolicy, gamma) -> None:
             f"{policy.name} reads the {policy.follow} drafts after each draft: with gamma {gamma} no draft has "
             f"them inside its block, so it would only verify (lossless); use gamma >= {least}"
         )
+
+
+def window_block_note(policy: DeferralPolicy, gamma) -> str | None:
+    """Why a window judge's windows online will differ from those it was trained on, or None. It was
+    trained on windows cut as blocks of `follow_block` drafts cut them (0: never cut, as recorded); at
+    another block size the invalid flags it reads online are ones it has not seen, and its alpha,
+    matched offline, no longer gives the rejection rate it was matched to."""
+    follow, trained = getattr(policy, "follow", 0), getattr(getattr(policy, "cfg", None), "follow_block", 0)
+    if not follow or getattr(policy, "min_gamma", 1) > 1:  # a window rule (fly) handles cut windows itself
+        return None
+    if trained and gamma != trained:
+        return (
+            f"{policy.name} was trained on windows cut as in blocks of {trained} drafts and decodes with gamma "
+            f"{gamma}: decode with gamma {trained}, or retrain with follow_block={gamma if gamma != 'auto' else 'your gamma'}"
+        )
+    if not trained and (gamma == "auto" or gamma - 1 < follow):
+        return (
+            f"{policy.name} reads {follow} drafts after each draft and was trained on uncut windows, but with gamma "
+            f"{gamma} at most {'gamma' if gamma == 'auto' else gamma} - 1 drafts follow one in its block, so every "
+            f"window it reads is cut: its decisions and matched alpha drift; "
+            f"retrain it with follow_block={gamma if gamma != 'auto' else 'your gamma'} (train's option)"
+        )
+    return None
 
 
 def block_drafts(policy: DeferralPolicy, gamma: int, remaining: int) -> int:

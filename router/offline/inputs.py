@@ -31,7 +31,7 @@ from router.records import (
     require_judge,
 )
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
-from router.window.inputs import FollowWindow, follow_features, window_of_rows
+from router.window.inputs import FollowWindow, block_followers, cut_window, follow_features, window_of_rows
 from router.window.lag import lag_features, lag_history, predecessor_rows
 
 JUDGE_COLUMNS = (
@@ -119,6 +119,7 @@ class RecordView:
         self._cand_x = None
         self._judge_cols = None
         self._windows = None  # (N, (1 + W) * C) the recorded window column, read on first use
+        self._followers: dict = {}  # block size -> (N,) drafts following each row in such a block (seeded)
         self.token_classes: np.ndarray | None = None  # (V,) class bits, once judge inputs are read
 
     def __len__(self) -> int:
@@ -194,9 +195,10 @@ class RecordView:
         recorded = {m.window for m in self.manifests}
         return "window" in self.ds.column_names and len(recorded) == 1 and min(recorded) >= width
 
-    def follow_windows(self, idx: np.ndarray, width: int) -> FollowWindow:
+    def follow_windows(self, idx: np.ndarray, width: int, block: int = 0) -> FollowWindow:
         """The recorded windows (data_gen/window.py) of the drafter's argmax at these rows: FollowWindow
-        (len(idx),); rows without one (the drafter agreed with the verifier) are all invalid."""
+        (len(idx),); rows without one (the drafter agreed with the verifier) are all invalid. block > 0:
+        each cut as a block of that many drafts cuts it (router.window.inputs.block_followers, seeded per view)."""
         recorded = sorted({m.window for m in self.manifests})
         if not self.has_windows(width):
             raise RecordsError(
@@ -205,13 +207,25 @@ class RecordView:
             )
         if self._windows is None:  # read the column once per view: rules and judges index into it
             self._windows = np.asarray(self.ds.select_columns(["window"])[:]["window"], np.float32)
-        return window_of_rows(self._windows[np.asarray(idx)], recorded[0])
+        window = window_of_rows(self._windows[np.asarray(idx)], recorded[0])
+        if not block:
+            return window
+        if block not in self._followers:
+            self._followers[block] = block_followers(len(self), block)
+        return cut_window(window, torch.from_numpy(self._followers[block][np.asarray(idx)]))
 
     def judge_inputs(
-        self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", follow: int = 0, lag: int = 0
+        self,
+        idx: np.ndarray,
+        hidden: tuple = (),
+        drafted: str = "argmax",
+        follow: int = 0,
+        lag: int = 0,
+        follow_block: int = 0,
     ) -> np.ndarray:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
-        then (follow > 0) the window of the drafts after it (router.window.inputs.follow_features), then
+        then (follow > 0) the window of the drafts after it (router.window.inputs.follow_features; cut as in
+        blocks of `follow_block` drafts if > 0), then
         (lag > 0) the features of the `lag` rows before it on its trajectory (router.window.lag)."""
         if follow and drafted != "argmax":
             raise RecordsError(
@@ -236,7 +250,7 @@ class RecordView:
             class_bits(t(self.token_classes), t(np.asarray(d, np.int64))),
         ).numpy()
         if follow:
-            x = np.concatenate([x, follow_features(self.follow_windows(idx, follow), follow).numpy()], -1)
+            x = np.concatenate([x, follow_features(self.follow_windows(idx, follow, follow_block), follow).numpy()], -1)
         if lag:
             history, valid = lag_history(self.features, self.traj, idx, lag)
             x = np.concatenate([x, lag_features(t(history), t(valid)).numpy()], -1)
@@ -252,12 +266,13 @@ class RecordView:
         drafted: str = "argmax",
         follow: int = 0,
         lag: int = 0,
+        follow_block: int = 0,
     ) -> np.ndarray:
         """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
-        (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it and the
-        features of the `lag` positions before it)."""
+        (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it, cut as in
+        blocks of `follow_block` drafts if > 0, and the features of the `lag` positions before it)."""
         if head == "judge":
-            return self.judge_inputs(idx, hidden, drafted, follow, lag)
+            return self.judge_inputs(idx, hidden, drafted, follow, lag, follow_block)
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
@@ -293,6 +308,7 @@ def router_scores(
     parts = []
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        x = view.inputs(idx, router.cfg.head, window, hidden, drafted, router.cfg.follow, router.cfg.lag)
+        cfg = router.cfg
+        x = view.inputs(idx, cfg.head, window, hidden, drafted, cfg.follow, cfg.lag, cfg.follow_block)
         parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()

@@ -10,6 +10,10 @@ policy reads the same numbers in both.
 
 Where fewer than `follow` drafts follow (the block's end), the missing ones are zeros marked invalid
 (`FollowWindow.valid`): a policy decides what a cut window means (`fly` falls back to verification).
+Recorded windows are never cut (W drafts follow every recorded draft), but in a block of g drafts the
+draft at position j has only g - 1 - j followers: a window judge meant to decode at block size g is
+trained and scored on recorded windows cut as such a block would cut them (`cut_window`,
+`block_followers`; train's `follow_block`), so the invalid flags it reads online are ones it has seen.
 """
 
 from __future__ import annotations
@@ -85,6 +89,24 @@ def continuation_window(scalars: torch.Tensor, width: int) -> FollowWindow:
     (N, W, C). The offline twin of `block_window`: the same numbers for the same tokens."""
     window = follow_window(scalars, width)
     return FollowWindow(window.at[:, 0], window.values[:, 0], window.valid[:, 0])
+
+
+def block_followers(n: int, block: int, seed: int = 0) -> np.ndarray:
+    """(n,) how many drafts follow each of n drafted tokens in a block of `block` drafts, each token at a
+    uniformly random position j (block - 1 - j followers). Uniform because a block starts wherever the
+    last one ended, so when most drafts are kept a token lands at each of the g positions about equally
+    often. Seeded: the same rows get the same cuts in training, validation and offline scoring."""
+    if block < 1:
+        raise ValueError(f"a block holds at least 1 draft, got follow_block={block}")
+    return block - 1 - np.random.default_rng(seed).integers(0, block, n)
+
+
+def cut_window(window: FollowWindow, followers: torch.Tensor) -> FollowWindow:
+    """The window (N,) as a block gives it when only followers (N,) drafts follow each drafted token: the
+    later entries zeroed and marked invalid, as `follow_window` marks a block's end."""
+    kept = torch.arange(window.width, device=window.valid.device) < followers[:, None]  # (N, W)
+    valid = window.valid & kept
+    return FollowWindow(window.at, window.values * valid[..., None], valid)
 
 
 FOLLOW_FEATURE_NAMES = (*DRAFT_SCALARS, "valid")  # per following draft, what a window judge reads
