@@ -32,6 +32,8 @@ class EvalConfig(DecodeOptions):
     # own (lossless) rejection, in the view the decoding uses: greedy (temperature 0: drafts are argmaxes,
     # rejected where they differ from the verifier's) or temperature 1 (rejection TV(q, pi))
     online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    match_split: str = "validation"  # the records' split those offline rejections are read on: validation, so
+    #   alphas are not chosen on the test examples results are reported on (`test`: runs before 2026-12-03)
     paired_with: list = field(default_factory=list)  # online methods every point is also paired with, prompt by
     #   prompt (e.g. [judge, token_v2]); the verifier always is
     max_prompts: int = 10  # held-out prompts: the records' test examples, then (when more are asked)
@@ -55,6 +57,11 @@ class EvalConfig(DecodeOptions):
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
         super().__post_init__()  # the decoding knobs' one check
         check_minimum(self, 1, "max_prompts", "batch_size", "bootstrap")
+        if self.match_split not in ("validation", "test", "train"):
+            raise ConfigError(
+                f"match_split is the records' split online alphas are matched on: validation (default), test or "
+                f"train; got {self.match_split!r}"
+            )
         if not all(0 < t <= 1 for t in self.online_rejection_targets):
             raise ConfigError(
                 f"online_rejection_targets are fractions of the verifier's own rejection rate, each in (0, 1]; "

@@ -88,7 +88,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
         cfg = replace(cfg, gamma=gamma.gamma)
     online = None
     if cfg.online:
-        match, verifier_rejection = _matching_view(cfg, held_out, curves, greedy)
+        match, verifier_rejection = _matching_view(cfg, held_out, routers)
         online, pair = _run_online(cfg, manifests[0], task, match, verifier_rejection, routers, pair, ranks)
     if not ranks.main:  # rank 0 writes the results; the other ranks return them once written
         barrier()
@@ -109,13 +109,20 @@ def _run_eval(cfg: EvalConfig) -> dict:
     return metrics
 
 
-def _matching_view(cfg: EvalConfig, held_out: RecordView, curves: dict, greedy: dict) -> tuple[dict, float]:
-    """The curves online alphas are matched on, and the verifier's own rejection in that view:
-    greedy decoding meets argmax drafts (rejected where they differ from the verifier's), sampling
+def _matching_view(cfg: EvalConfig, held_out: RecordView, routers: dict) -> tuple[dict, float]:
+    """The curves online alphas are matched on (on the records' `match_split`: validation by default, so
+    no alpha is chosen on the examples results are reported on), and the verifier's own rejection in that
+    view: greedy decoding meets argmax drafts (rejected where they differ from the verifier's), sampling
     the expected TV(q, pi)."""
+    view = held_out if cfg.match_split == "test" else load_held_out(cfg.records, split=cfg.match_split)
+    if len(view) == 0:
+        raise ConfigError(
+            f"the records {cfg.records} hold no {cfg.match_split} rows to match online alphas on: record more "
+            f"examples, set match_split=test, or give alphas by hand (alphas: {{method: [..]}})"
+        )
     if cfg.temperature <= 0:
-        return greedy, float(np.mean(held_out.cols["q_argmax"] != held_out.cols["p_argmax"]))
-    return curves, float(np.mean(held_out.cols["tv"]))
+        return greedy_curves(view, routers), float(np.mean(view.cols["q_argmax"] != view.cols["p_argmax"]))
+    return method_curves(view, routers), float(np.mean(view.cols["tv"]))
 
 
 def _auto_gamma(cfg: EvalConfig, manifest: Manifest, out: Path, ranks: Ranks):

@@ -517,35 +517,36 @@ def test_bonus_from_reaches_every_speculative_point_and_its_fingerprint(tiny_pip
         load_config(EvalConfig, None, ["bonus_from=drafter"])
 
 
-def test_greedy_online_alphas_are_matched_in_the_greedy_view(tiny_pipeline):
+def test_greedy_online_alphas_are_matched_in_the_greedy_view_on_validation(tiny_pipeline):
     """Greedy decoding drafts argmaxes and rejects where they differ from the verifier's: the online
     alphas come from each method's greedy-view curve, at fractions of lossless's greedy rejection
-    (the temperature-1 curve put a judge at alpha 3040, where it never defers)."""
+    (the temperature-1 curve put a judge at alpha 3040, where it never defers), read on the records'
+    validation split (match_split), not on the test examples the results are reported on."""
     from eval.grid import alphas_at_rejection
     from eval.offline import greedy_curves
 
     root, rec, rtr = tiny_pipeline
-    out = root / "eval-greedy-alphas"
-    args = _eval_args(
-        root,
-        rec,
-        rtr,
-        f"output={out}",
-        "offline=false",
-        "max_prompts=1",
-        "max_new_tokens=2",
-        "online_rejection_targets=[0.5]",
-    )
-    args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[opt,token_v2,router]"
-    assert cli.main(args) == 0
-    held = load_held_out([str(rec)])
-    curves = greedy_curves(held, {"router": load_router(rtr)})
-    target = 0.5 * float(np.mean(held.cols["q_argmax"] != held.cols["p_argmax"]))
-    points = json.loads((out / "metrics.json").read_text())["online"]["points"]
-    for method in ("opt", "token_v2", "router"):
-        rng = get_rule(method).alpha_range if method != "router" else None
-        (want,) = alphas_at_rejection(curves[method].threshold, curves[method].rejection, [target], rng)
-        assert [p["alpha"] for p in points if p["method"] == method] == [want], method
+    got = {}
+    for split in ("validation", "test"):
+        out = root / f"eval-greedy-alphas-{split}"
+        args = _eval_args(
+            root, rec, rtr, f"output={out}", "offline=false", "max_prompts=1", "max_new_tokens=2",
+            "online_rejection_targets=[0.5]", *([] if split == "validation" else ["match_split=test"]),
+        )  # fmt: skip
+        args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[opt,token_v2,router]"
+        assert cli.main(args) == 0
+        held = load_held_out([str(rec)], split=split)
+        curves = greedy_curves(held, {"router": load_router(rtr)})
+        target = 0.5 * float(np.mean(held.cols["q_argmax"] != held.cols["p_argmax"]))
+        points = json.loads((out / "metrics.json").read_text())["online"]["points"]
+        for method in ("opt", "token_v2", "router"):
+            rng = get_rule(method).alpha_range if method != "router" else None
+            (want,) = alphas_at_rejection(curves[method].threshold, curves[method].rejection, [target], rng)
+            got[split, method] = [p["alpha"] for p in points if p["method"] == method]
+            assert got[split, method] == [want], (split, method)
+    assert any(got["validation", m] != got["test", m] for m in ("opt", "token_v2", "router"))
+    with pytest.raises(Exception, match="match_split is the records' split online alphas are matched on"):
+        load_config(EvalConfig, None, ["match_split=heldout"])
 
 
 def test_methods_are_timed_interleaved_so_a_load_change_lands_on_all(tiny_pipeline, monkeypatch):

@@ -220,18 +220,25 @@ def test_folders_of_mixed_window_widths_skip_window_rules_instead_of_failing(win
         view.follow_windows(np.arange(3), WIDTH)
 
 
-def test_a_window_judge_trained_for_a_block_size_reads_windows_cut_as_such_blocks_cut_them(window_judge):
-    """follow_block: training and offline scoring cut each recorded window as a block of that size would,
-    the router remembers it, and decoding at another block size (or an uncut judge in short blocks) warns."""
-    uncut, (drafter, verifier, tok), tmp, _ = window_judge
-    with pytest.raises(Exception, match="follow_block=3 cuts a window judge's windows: it needs follow > 0"):
-        TrainConfig(records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow_block=3)
+@pytest.fixture(scope="module")
+def cut_judge(window_judge):
+    """The window judge trained for blocks of 2 drafts (follow_block=2)."""
+    tmp = window_judge[2]
     train = TrainConfig(
         records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow=WIDTH, follow_block=2,
         max_epochs=1, batch_size=128, output=str(tmp / "judge-cut"), baselines=False,
     )  # fmt: skip
     run_train(train)
-    router = load_router(tmp / "judge-cut")
+    return load_router(tmp / "judge-cut")
+
+
+def test_a_window_judge_trained_for_a_block_size_reads_windows_cut_as_such_blocks_cut_them(window_judge, cut_judge):
+    """follow_block: training and offline scoring cut each recorded window as a block of that size would,
+    the router remembers it, and decoding at another block size (or an uncut judge in short blocks) warns."""
+    uncut, (drafter, verifier, tok), tmp, _ = window_judge
+    with pytest.raises(Exception, match="follow_block=3 cuts a window judge's windows: it needs follow > 0"):
+        TrainConfig(records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow_block=3)
+    router = cut_judge
     assert router.cfg.follow_block == 2
     view = RecordView([str(tmp / "rec")], "train")
     rows = np.arange(len(view))
@@ -252,3 +259,26 @@ def test_a_window_judge_trained_for_a_block_size_reads_windows_cut_as_such_block
         warnings.simplefilter("error")  # at its own block size (and the uncut judge in long blocks): no warning
         generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=2, max_new_tokens=4)
         generate(drafter, verifier, ids, rule=uncut, alpha=0.0, gamma=WIDTH + 1, max_new_tokens=4)
+
+
+def test_window_cut_study_reads_the_rate_at_the_matched_alpha_on_uncut_and_cut_windows(
+    window_judge, cut_judge, tmp_path
+):
+    """studies/window_cut.py on the tiny records: the rejection rate at the matched alpha, and at the same
+    alpha with the windows cut for a block size; a judge trained for that block size stays where it was
+    matched (its matched rate is read on windows cut the same way)."""
+    from helpers import study_module
+
+    _, _, tmp, _ = window_judge
+    window_cut = study_module("window_cut")
+    rows = window_cut.study([str(tmp / "rec")], [str(tmp / "judge"), str(tmp / "judge-cut")], "test", 2, [0.5])
+    by = {r["router"]: r for r in rows}
+    assert set(by) == {"judge", "judge-cut"} and by["judge-cut"]["trained_follow_block"] == 2
+    assert by["judge-cut"]["matched"] == by["judge-cut"]["at_gamma"]
+    for r in rows:
+        assert 0 <= r["matched"] <= r["verifier_rejection"] and 0 <= r["at_gamma"] <= r["verifier_rejection"]
+    assert window_cut.main(
+        ["--records", str(tmp / "rec"), "--routers", str(tmp / "judge"), "--gamma", "2", "--splits", "test",
+         "--out", str(tmp_path / "cut")]
+    ) == 0  # fmt: skip
+    assert (tmp_path / "cut" / "window_cut.csv").read_text().startswith("router,")
