@@ -12,6 +12,8 @@ same resampled examples (95% percentile bootstrap over examples).
         [--hidden after] [--out runs/judge/window-crossfit]
     python studies/window_crossfit.py --records runs/records/gsm8k-window --follow 0 --lag 2 \
         --out runs/judge/lag-crossfit
+    python studies/window_crossfit.py --records runs/records/mbpp-window --follow-block 5 \
+        --out runs/judge/window-crossfit-cut5    # the window judge as it decodes at gamma 5 (cut windows)
 
 With `--labels consequence` (record folders with consequence rows and window inputs, e.g.
 configs/gen/gsm8k-consequence.yaml) both judges learn the answer-level label instead (mode
@@ -50,14 +52,24 @@ LABELS = {  # what the judges learn, and the measures they are scored on (higher
 
 
 def train(
-    records: list[str], out: Path, k: int, follow: int, lag: int, hidden: list[str], epochs: int, labels: str = "gold"
+    records: list[str],
+    out: Path,
+    k: int,
+    follow: int,
+    lag: int,
+    hidden: list[str],
+    epochs: int,
+    labels: str = "gold",
+    follow_block: int = 0,
 ) -> float:
-    """Fit the K fold routers of one judge into `out` (seconds)."""
+    """Fit the K fold routers of one judge into `out` (seconds); follow_block > 0: its windows cut as blocks
+    of that many drafts cut them (train's follow_block), in training and in the out-of-fold scoring."""
     started = time.perf_counter()
     what = LABELS[labels]
     cfg = TrainConfig(
         records=records, mode=what["mode"], head="judge", target=what["target"], hidden_inputs=hidden, follow=follow,
-        lag=lag, cross_fit=k, max_epochs=epochs, patience=4, baselines=False, output=str(out),
+        lag=lag, follow_block=follow_block if follow else 0, cross_fit=k, max_epochs=epochs, patience=4,
+        baselines=False, output=str(out),
     )  # fmt: skip
     run_train(cfg)
     return time.perf_counter() - started
@@ -88,6 +100,9 @@ def main() -> None:
     parser.add_argument("--labels", choices=sorted(LABELS), default="gold", help="what the judges learn (above)")
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--follow", type=int, default=6, help="following drafts the richer judge reads")
+    parser.add_argument(
+        "--follow-block", type=int, default=0, help="cut the window judge's windows as blocks of this gamma (0: uncut)"
+    )
     parser.add_argument("--lag", type=int, default=0, help="positions before the draft the richer judge reads")
     parser.add_argument("--hidden", nargs="*", default=["after"], help="hidden inputs of both judges")
     parser.add_argument("--epochs", type=int, default=20)
@@ -101,7 +116,7 @@ def main() -> None:
     seconds = {
         name: train(
             args.records, folder, args.k, args.follow if name == rich else 0, args.lag if name == rich else 0,
-            args.hidden, args.epochs, args.labels,
+            args.hidden, args.epochs, args.labels, args.follow_block,
         )
         for name, folder in folders.items()
     }  # fmt: skip
@@ -130,8 +145,8 @@ def main() -> None:
                              vs_best_rule=d["diff"], low=d["low"], high=d["high"]))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     result = dict(records=args.records, labels=args.labels, cpu=cpu_kind(), k=args.k, follow=args.follow,
-                  lag=args.lag, hidden=args.hidden, train_seconds=seconds, summaries=summaries, richer=rich,
-                  richer_minus_judge=difference)  # fmt: skip
+                  follow_block=args.follow_block, lag=args.lag, hidden=args.hidden, train_seconds=seconds,
+                  summaries=summaries, richer=rich, richer_minus_judge=difference)  # fmt: skip
     write_json(out / "crossfit.json", result)
     write_csv(out / "crossfit.csv", list(rows[0]), rows)
     examples = difference[next(iter(measures))][str(TARGETS[0])]["examples"]

@@ -225,6 +225,16 @@ def test_window_crossfit_study_pairs_judges_on_answer_level_labels(setup, tmp_pa
             assert d["low"] <= d["diff"] <= d["high"] and d["examples"] == 10
     assert result["summaries"]["judge"]["tested_only"] and result["summaries"]["judge"]["matched"]
     assert "share of the tested IMPORTANT" in capsys.readouterr().out
+    monkeypatch.setattr("sys.argv", [*args, "--epochs", "1", "--follow-block", "2", "--out", str(tmp_path / "cut")])
+    study.main()  # the window judge as it decodes at gamma 2: windows cut in training and scoring
+    assert json.loads((tmp_path / "cut" / "crossfit.json").read_text())["follow_block"] == 2
+    folds = {
+        json.loads(f.read_text())["follow_block"]
+        for f in (tmp_path / "cut" / "judge-window").glob("fold-*/config.json")
+    }
+    assert folds == {2} and {
+        json.loads(f.read_text())["follow_block"] for f in (tmp_path / "cut" / "judge").glob("fold-*/config.json")
+    } == {0}
 
 
 def test_short_horizon_only_labels_replay_too(setup, tmp_path):
