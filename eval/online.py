@@ -151,6 +151,21 @@ def recheck_reference(pair, point: OnlinePoint, prompts: list[Prompt], cfg, metr
     point.recheck = {"first_seconds": point.batches[0]["seconds"], "again_seconds": again["batch"]["seconds"]}
 
 
+def _retime_reused_reference(pair, grid, paths, done, mine, prompts, cfg, metric, rules, ends, ranks) -> None:
+    """A run that decodes some points and reuses the reference (verifier) point from an earlier run compares
+    timings taken hours apart: the reference's first batch is timed once more in this run (`recheck`, with
+    `reused`), so a change of the machine's speed between the runs is measured and warned about."""
+    if not ranks.main or not mine or any(t.method == "verifier" for t in mine):
+        return
+    names = [point_name(m, a) for m, a in grid]
+    if REFERENCE not in names or done[names.index(REFERENCE)] is None:
+        return
+    ref, path = done[names.index(REFERENCE)], paths[names.index(REFERENCE)]
+    recheck_reference(pair, ref, prompts, cfg, metric, rules, ends)
+    ref.recheck["reused"] = True
+    ref.write(path)
+
+
 # measurements a point sums over its batches; TIME_PARTS split its wall time (eval/paired.py)
 BATCH_TOTALS = ("new_tokens", "wall_seconds", "verifier_row_forwards", "drafts_evaluated", "rejections", *TIME_PARTS)
 
@@ -268,6 +283,7 @@ def run_grid(
         for partial in (t.journal.path, t.journal.stale):  # the point file holds it all now
             if partial is not None:
                 partial.unlink(missing_ok=True)
+    _retime_reused_reference(pair, grid, paths, done, mine, prompts, cfg, metric, rules, ends, ranks)
     bar.close()
     barrier()  # every rank's points are on disk
     return read_points(paths) if ranks.main else None

@@ -64,7 +64,7 @@ def _setting(online: dict, cfg) -> str:
     where = dtype["cpu"] if cfg.device == "cpu" else cfg.device
     return (
         f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch {cfg.batch_size}; "
-        f"latency per token relative to verifier-only in the same run. Models in {dtype['dtype']} on {where} "
+        f"latency per token relative to verifier-only (timed in the same run, or retimed: see warnings). Models in {dtype['dtype']} on {where} "
         f"({dtype['reason']})."
     )
 

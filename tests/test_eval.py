@@ -186,8 +186,11 @@ def test_online_end_to_end_on_tiny_models_writes_everything_and_resumes(tiny_pip
     old = {f.name: json.loads(f.read_text())["fingerprint"]["routers"] for f in (out / "online").glob("router@*.json")}
     assert old and all(set(r) == {"router"} for r in old.values())  # a point lists its own router only
     assert json.loads((out / "online" / "verifier@0.json").read_text())["fingerprint"]["routers"] == {}
+    before = json.loads((out / "online" / "verifier@0.json").read_text())
     assert cli.main(_eval_args(root, rec, rtr, "online_methods=[router]")) == 0
-    assert (out / "online" / "verifier@0.json").stat().st_mtime == stamps["verifier@0.json"]  # kept
+    after = json.loads((out / "online" / "verifier@0.json").read_text())  # kept, its first batch timed again
+    assert {k: v for k, v in after.items() if k != "recheck"} == {k: v for k, v in before.items() if k != "recheck"}
+    assert after["recheck"]["reused"] and after["recheck"]["first_seconds"] == before["batches"][0]["seconds"]
     new = {
         f.name: json.loads(f.read_text())["fingerprint"]["routers"]
         for f in (out / "online").glob("router@*.json")
@@ -267,7 +270,7 @@ def test_an_online_point_cut_short_resumes_from_its_finished_batches(tiny_pipeli
     point.write_text(point.read_text()[:100])
     calls.clear()
     assert cli.main([*args, f"output={root / 'eval-cut'}"]) == 0
-    assert calls == ["opt"] * 3
+    assert calls == ["opt"] * 3 + ["verifier"]  # its 3 batches, then the reused verifier's first batch retimed
     assert [e["text"] for e in json.loads(point.read_text())["examples"]] == [e["text"] for e in cut["examples"]]
 
 
@@ -610,6 +613,39 @@ def test_timing_checks_by_hand():
     assert any(
         "verifier@0's first batch took 1.00 s when first timed and 0.50 s" in w for w in timing_warnings([verifier])
     )
+    verifier.recheck = {"first_seconds": 1.0, "again_seconds": 1.1, "reused": True}  # 10%: too much across runs
+    (said,) = timing_warnings([verifier])
+    assert said.startswith("verifier@0 was reused from an earlier run and its first batch, timed again in this one")
+    verifier.recheck["again_seconds"] = 1.02
+    assert timing_warnings([verifier]) == []
+
+
+def test_a_run_that_reuses_the_reference_times_it_again(tiny_pipeline, monkeypatch):
+    """A second run adding a method reuses the verifier's point from the first: its first batch is timed
+    again in the second run, and a machine slower by then is named in a timing warning."""
+    from router.infra import clock
+
+    root, rec, _ = tiny_pipeline
+    out = root / "eval-reused"
+    args = [
+        "eval", "--config", "configs/eval/tiny.yaml", f"records=[{rec}]", "routers=[]", "offline=false",
+        "max_prompts=2", "max_new_tokens=4", "online_rejection_targets=[0.5]", f"output={out}",
+    ]  # fmt: skip
+    assert cli.main([*args, "online_methods=[opt]"]) == 0
+    first = json.loads((out / "online" / "verifier@0.json").read_text())
+    assert not first["recheck"].get("reused")
+    real_now, state = clock.now, {"extra": 0.0}
+
+    def slow_now():  # the machine is slower now: every interval timed comes out 0.5 s longer per clock read
+        state["extra"] += 0.5
+        return real_now() + state["extra"]
+
+    monkeypatch.setattr(clock, "now", slow_now)
+    assert cli.main([*args, "online_methods=[opt,token_v2]"]) == 0
+    ref = json.loads((out / "online" / "verifier@0.json").read_text())
+    assert ref["recheck"]["reused"] and ref["recheck"]["again_seconds"] > ref["recheck"]["first_seconds"] + 0.4
+    warnings = json.loads((out / "metrics.json").read_text())["online"]["timing_warnings"]
+    assert any("was reused from an earlier run" in w for w in warnings)
 
 
 def test_a_window_rule_decodes_online_at_its_own_block_size(tiny_pipeline, monkeypatch):
