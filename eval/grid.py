@@ -114,8 +114,14 @@ def method_alphas(method: str, cfg, curves: dict, targets: list[float]) -> list[
         sign = -1.0 if rule is not None and rule.form == "window" else 1.0
         rng = rule.alpha_range if rule is not None else None
         alphas = alphas_at_rejection(sign * curves[method].threshold, curves[method].rejection, targets, rng)
-    else:
+    elif method in DEFAULT_ALPHAS:
         alphas = DEFAULT_ALPHAS[method]
+    else:
+        raise ConfigError(
+            f"{method}'s online alpha is matched to its offline curve on the records' {cfg.match_split} split, "
+            f"which holds no rows: record more examples, set match_split=test, or give it alphas by hand "
+            f"(alphas: {{{method}: [..]}})"
+        )
     if method in rule_names():
         for a in alphas:  # refuse before any model call, not halfway through the grid
             get_rule(method).check_alpha(float(a))

@@ -520,7 +520,7 @@ def test_bonus_from_reaches_every_speculative_point_and_its_fingerprint(tiny_pip
         load_config(EvalConfig, None, ["bonus_from=drafter"])
 
 
-def test_greedy_online_alphas_are_matched_in_the_greedy_view_on_validation(tiny_pipeline):
+def test_greedy_online_alphas_are_matched_in_the_greedy_view_on_validation(tiny_pipeline, capsys):
     """Greedy decoding drafts argmaxes and rejects where they differ from the verifier's: the online
     alphas come from each method's greedy-view curve, at fractions of lossless's greedy rejection
     (the temperature-1 curve put a judge at alpha 3040, where it never defers), read on the records'
@@ -550,6 +550,27 @@ def test_greedy_online_alphas_are_matched_in_the_greedy_view_on_validation(tiny_
     assert any(got["validation", m] != got["test", m] for m in ("opt", "token_v2", "router"))
     with pytest.raises(Exception, match="match_split is the records' split online alphas are matched on"):
         load_config(EvalConfig, None, ["match_split=heldout"])
+    import eval.run as eval_run
+    from router.records import RecordsError
+
+    real = eval_run.load_held_out
+
+    def no_validation_rows(folders, split="test", mode="gold"):  # records recorded without a validation split
+        if split == "validation":
+            raise RecordsError("no gold-mode rows in the validation split")
+        return real(folders, split, mode)
+
+    out = root / "eval-no-validation"
+    args = _eval_args(root, rec, rtr, f"output={out}", "offline=false", "max_prompts=1", "max_new_tokens=2")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eval_run, "load_held_out", no_validation_rows)
+        args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[lossless,opt]"
+        assert cli.main(args) == 2
+        assert (
+            "opt's online alpha is matched to its offline curve on the records' validation split, which holds no rows"
+            in (capsys.readouterr().err)
+        )
+        assert cli.main([*args, "alphas={opt: [0.5]}"]) == 0  # given by hand (and lossless needs none): fine
 
 
 def test_methods_are_timed_interleaved_so_a_load_change_lands_on_all(tiny_pipeline, monkeypatch):
