@@ -160,7 +160,8 @@ def _retime_reused_reference(pair, grid, paths, done, mine, prompts, cfg, metric
     names = [point_name(m, a) for m, a in grid]
     if REFERENCE not in names or done[names.index(REFERENCE)] is None:
         return
-    ref, path = done[names.index(REFERENCE)], paths[names.index(REFERENCE)]
+    i = names.index(REFERENCE)
+    ref, path = done[i], paths[i]
     recheck_reference(pair, ref, prompts, cfg, metric, rules, ends)
     ref.recheck["reused"] = True
     ref.write(path)

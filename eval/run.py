@@ -88,7 +88,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
         cfg = replace(cfg, gamma=gamma.gamma)
     online = None
     if cfg.online:
-        match, verifier_rejection = _matching_view(cfg, held_out, routers)
+        match, verifier_rejection = _matching_view(cfg, held_out, curves, greedy, routers)
         online, pair = _run_online(cfg, manifests[0], task, match, verifier_rejection, routers, pair, ranks)
     if not ranks.main:  # rank 0 writes the results; the other ranks return them once written
         barrier()
@@ -109,20 +109,25 @@ def _run_eval(cfg: EvalConfig) -> dict:
     return metrics
 
 
-def _matching_view(cfg: EvalConfig, held_out: RecordView, routers: dict) -> tuple[dict, float]:
+def _matching_view(
+    cfg: EvalConfig, held_out: RecordView, curves: dict, greedy: dict, routers: dict
+) -> tuple[dict, float]:
     """The curves online alphas are matched on (on the records' `match_split`: validation by default, so
     no alpha is chosen on the examples results are reported on), and the verifier's own rejection in that
     view: greedy decoding meets argmax drafts (rejected where they differ from the verifier's), sampling
-    the expected TV(q, pi)."""
-    try:
-        view = held_out if cfg.match_split == "test" else load_held_out(cfg.records, split=cfg.match_split)
-    except RecordsError:  # no rows in that split (the folders themselves were read already)
-        view = None
-    if view is None or len(view) == 0:  # nothing to match on: eval.grid refuses a method that needs it
-        return {}, float("nan")
-    if cfg.temperature <= 0:
-        return greedy_curves(view, routers), float(np.mean(view.cols["q_argmax"] != view.cols["p_argmax"]))
-    return method_curves(view, routers), float(np.mean(view.cols["tv"]))
+    the expected TV(q, pi). On the test split the curves computed for the offline results are reused."""
+    greedy_view, view = cfg.temperature <= 0, held_out
+    if cfg.match_split != "test":
+        try:
+            view = load_held_out(cfg.records, split=cfg.match_split)
+        except RecordsError:  # no rows in that split (the folders themselves were read already)
+            view = None
+        if view is None or len(view) == 0:  # nothing to match on: eval.grid refuses a method that needs it
+            return {}, float("nan")
+        curves = greedy = (greedy_curves if greedy_view else method_curves)(view, routers)  # the one view used
+    if greedy_view:
+        return greedy, float(np.mean(view.cols["q_argmax"] != view.cols["p_argmax"]))
+    return curves, float(np.mean(view.cols["tv"]))
 
 
 def _auto_gamma(cfg: EvalConfig, manifest: Manifest, out: Path, ranks: Ranks):

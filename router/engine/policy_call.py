@@ -78,17 +78,17 @@ def window_block_note(policy: DeferralPolicy, gamma) -> str | None:
     follow, trained = getattr(policy, "follow", 0), getattr(getattr(policy, "cfg", None), "follow_block", 0)
     if not follow or getattr(policy, "min_gamma", 1) > 1:  # a window rule (fly) handles cut windows itself
         return None
+    retrain = f"follow_block={'your gamma' if gamma == 'auto' else gamma}"
     if trained and gamma != trained:
         return (
             f"{policy.name} was trained on windows cut as in blocks of {trained} drafts and decodes with gamma "
-            f"{gamma}: decode with gamma {trained}, or retrain with follow_block={gamma if gamma != 'auto' else 'your gamma'}"
+            f"{gamma}: decode with gamma {trained}, or retrain with {retrain}"
         )
     if not trained and (gamma == "auto" or gamma - 1 < follow):
         return (
             f"{policy.name} reads {follow} drafts after each draft and was trained on uncut windows, but with gamma "
             f"{gamma} at most {'gamma' if gamma == 'auto' else gamma} - 1 drafts follow one in its block, so every "
-            f"window it reads is cut: its decisions and matched alpha drift; "
-            f"retrain it with follow_block={gamma if gamma != 'auto' else 'your gamma'} (train's option)"
+            f"window it reads is cut: its decisions and matched alpha drift; retrain it with {retrain} (train's option)"
         )
     return None
 

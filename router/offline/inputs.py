@@ -305,10 +305,9 @@ def router_scores(
             f"top-{k}: record with top_k={router.cfg.token_candidates} or retrain on these records"
         )
     net, window, hidden = router.eval(), input_window(router), tuple(router.cfg.hidden_inputs)
-    parts = []
+    parts, cfg = [], router.cfg
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        cfg = router.cfg
         x = view.inputs(idx, cfg.head, window, hidden, drafted, cfg.follow, cfg.lag, cfg.follow_block)
         parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()
