@@ -10,33 +10,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def decode_tiny(out, *options: str) -> list[str]:
+    """benchmarks/decode.py on the tiny pair: 2 prompts, 5 new tokens, batch sizes 1 and 2, opt and
+    token_v2 at alpha 0.3, no drafter-only row, plus `options`."""
+    command = [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--prompts", "2"]
+    command += ["--max-new-tokens", "5", "--batch", "1", "2", *options, "--opt-alphas", "0.3"]
+    return command + ["--token-alphas", "0.3", "--skip-drafter-only", "--out", str(out)]
+
+
 @pytest.mark.e2e
 def test_decode_benchmark_side_by_side_on_tiny_models(tmp_path):
     out = tmp_path / "bench"
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "decode.py"),
-            "--tiny",
-            "--prompts",
-            "2",
-            "--max-new-tokens",
-            "5",
-            "--batch",
-            "1",
-            "2",
-            "--few-shot",
-            "--draft-stop",
-            "0.5",
-            "--hf-constant",
-            "--opt-alphas",
-            "0.3",
-            "--token-alphas",
-            "0.3",
-            "--skip-drafter-only",
-            "--out",
-            str(out),
-        ],
+        decode_tiny(out, "--few-shot", "--draft-stop", "0.5", "--hf-constant"),
         capture_output=True,
         text=True,
         timeout=600,
@@ -116,38 +102,12 @@ def test_decode_benchmark_matches_alphas_and_calibrates_gamma_from_records(tmp_p
     rec = tmp_path / "rec"
     run_gen(load_config(GenConfig, ROOT / "configs/gen/tiny.yaml", [f"output={rec}", "max_examples=12"]))
     out = tmp_path / "bench"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "decode.py"),
-            "--tiny",
-            "--prompts",
-            "2",
-            "--max-new-tokens",
-            "5",
-            "--batch",
-            "1",
-            "2",
-            "--gamma",
-            "auto",
-            "--records",
-            str(rec),
-            "--methods",
-            "token_v2",
-            "opt",
-            "--opt-alphas",
-            "0.3",
-            "--token-alphas",
-            "0.3",
-            "--skip-drafter-only",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
+    command = decode_tiny(out, "--gamma", "auto", "--records", str(rec), "--methods", "token_v2", "opt")
+    for _ in range(2):  # the tiny pair's passes take milliseconds: a load spike (another job) can make
+        # gamma auto refuse its timings as implausible, which is right for a user and no fault of the benchmark
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        if "could not measure the pair's costs plausibly" not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.with_suffix(".json").read_text())
     for batch in ("1", "2"):
@@ -453,15 +413,15 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
         ("gen.py", ["--tiny", "--examples", "2", "--batch-size", "2", "--judge", "--window", "2"]),
         ("train.py", ["--tiny", "--rows", "4096"]),
         ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
-        ("gpu.py", ["--tiny", "--batches", "1", "--gammas", "1", "--blocks", "2", "--tokens", "4"]),
-        ("drafter_step.py", ["--tiny", "--batches", "1", "--steps", "4"]),
         ("gqa_attention.py", ["--tiny", "--batches", "1", "2", "--repeats", "1"]),
     ],
 )
 def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
-    """A --tiny smoke run of the benchmark scripts no other test runs: each finishes and writes its JSON."""
+    """A --tiny smoke run of the benchmark scripts no other test runs: each finishes and writes its JSON.
+    (gpu.py runs as __main__ in test_gpu_benchmark_needs_only_torch_transformers_numpy_safetensors and
+    drafter_step.py's main() in test_drafter_step_benchmark_compares_the_three_steps_on_the_same_tokens.)"""
     out = tmp_path / "result"
-    flag = ["--out", str(out.with_suffix(".json") if script not in ("gen.py", "gpu.py") else out)]
+    flag = ["--out", str(out.with_suffix(".json") if script != "gen.py" else out)]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args, *flag],
         capture_output=True,

@@ -49,7 +49,7 @@ def test_the_layering_check_sees_imports_inside_functions(tmp_path):
 
 def test_router_top_level_holds_only_the_method():
     top = {p.stem for p in (ROOT / "router").glob("*.py")} - {"__init__"}
-    assert top == {"rules", "sampling", "decoding", "features", "records", "model", "pair", "reduce"}
+    assert top == {"rules", "targets", "sampling", "decoding", "features", "records", "model", "pair", "reduce"}
 
 
 def test_public_api_of_design_md_imports():
@@ -67,10 +67,10 @@ def test_public_api_of_design_md_imports():
 
 
 # Size limits of the product code (router/, the stages, specroute/): a file over 400 lines or a function
-# whose body (docstring excluded) is over 60 lines holds more than one idea. router/rules.py is the one
-# registry of every rule and may be longer. Scripts under benchmarks/ and studies/ are left out: their
-# main() functions are argument parsing and report printing, read top to bottom.
-MAX_FILE_LINES, MAX_FUNCTION_LINES, LONG_FILES_ALLOWED = 400, 60, {"router/rules.py"}
+# whose body (docstring excluded) is over 60 lines holds more than one idea (no file is exempt: the rule
+# registry keeps its targets and scores in router/targets.py). Scripts under benchmarks/ and studies/ are
+# left out: their main() functions are argument parsing and report printing, read top to bottom.
+MAX_FILE_LINES, MAX_FUNCTION_LINES, LONG_FILES_ALLOWED = 400, 60, set()
 
 
 def _function_lengths(path: Path):
