@@ -8,6 +8,7 @@ shards (resume); a complete folder is left alone unless `overwrite`.
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -64,6 +65,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             bar.update(len(shard_examples))
             continue
         rows, before = [], dict(recorder.counts)
+        shard_started, shard_cpu = clock.now(), time.process_time()
         for i in range(0, len(shard_examples), cfg.batch_size):
             batch = shard_examples[i : i + cfg.batch_size]
             for mode in cfg.modes:
@@ -74,6 +76,7 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
             bar.set_postfix(tok_s=f"{tokens_done / (clock.now() - started):.0f}")
         if rows:
             write_shard_or_explain(out, name, rows, ids)
+        _count_shard_time(recorder.counts, clock.now() - shard_started, time.process_time() - shard_cpu)
         write_shard_counts(
             out, name, recorder.counts, before, ranks, recorder.dtype.as_dict()
         )  # the manifest sums them, resumes included
@@ -84,6 +87,13 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
         print_summary(manifest)
     barrier()
     return read_manifest(out)
+
+
+def _count_shard_time(counts: dict, wall: float, cpu: float) -> None:
+    """Seconds a shard took, whole (answers, searches, record rows, writing): wall time, and this process's
+    CPU time, which a pause (SIGSTOP) or other jobs' load does not inflate (studies/label_rate.py reads both)."""
+    counts["shard_seconds"] = counts.get("shard_seconds", 0.0) + wall
+    counts["shard_cpu_seconds"] = counts.get("shard_cpu_seconds", 0.0) + cpu
 
 
 def _on_main(ranks, decide):
