@@ -9,7 +9,8 @@ pause nor another job's load inflates), the mismatches it labelled and the CPU a
 A folder may hold shards from several machines (a recording resumed on another CPU), so rates are
 given per (folder, CPU, dtype). Shards that replayed problems from a label file (labels_from) did not
 search them and are left out of the rates (counted apart). Older shards have no whole-shard times:
-their rates read the labelling seconds only (answers, searches and scores, not the record rows).
+they count in the rates per hour of labelling work (answers, searches and scores, not the record
+rows) only; the wall and CPU rates read the shards timed whole.
 Writes label_rate.json and label_rate.csv to --out and prints one line per group.
 """
 
@@ -24,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+TESTED = ("consequence_important", "consequence_harmless")  # full-answer verdicts
+TIMED = ("timed_problems", "timed_horizon_mismatches", "timed_tested_mismatches")
 SUMMED = (
     "consequence_seconds",
     "horizon_seconds",
@@ -64,7 +67,8 @@ def group_rates(folder: Path) -> list[dict]:
             (r["cpu"], r["dtype"]),
             {"folder": str(folder), "cpu": r["cpu"], "dtype": r["dtype"], "shards": 0, "problems": 0}
             | {"replayed_shards": 0, "replayed_problems": 0, "timed_shards": 0}
-            | dict.fromkeys(SUMMED, 0.0),
+            | dict.fromkeys(SUMMED, 0.0)
+            | dict.fromkeys(TIMED, 0.0),
         )
         if r["counts"].get("replayed_examples", 0):  # its labels came from a file: no search cost to count
             g["replayed_shards"] += 1
@@ -72,28 +76,32 @@ def group_rates(folder: Path) -> list[dict]:
             continue
         g["shards"] += 1
         g["problems"] += r["examples"]
-        g["timed_shards"] += "shard_seconds" in r["counts"]
         for key in SUMMED:
             g[key] += r["counts"].get(key, 0)
+        if "shard_seconds" in r["counts"]:  # timed whole: the wall and CPU rates read these shards only
+            g["timed_shards"] += 1
+            g["timed_problems"] += r["examples"]
+            g["timed_horizon_mismatches"] += r["counts"].get("horizon_mismatches", 0)
+            g["timed_tested_mismatches"] += sum(r["counts"].get(k, 0) for k in TESTED)
     return [_rates(g) for g in groups.values()]
 
 
 def _rates(g: dict) -> dict:
-    """Per-hour rates: problems and labels per hour of labelling work, and (where every shard was timed
-    whole) per hour of whole-shard wall time and per CPU-hour."""
-    tested = g["consequence_important"] + g["consequence_harmless"]
+    """Per-hour rates: problems and labels per hour of labelling work (every counted shard), and per hour
+    of whole-shard wall time and per CPU-hour (the shards timed whole)."""
+    tested = sum(g[k] for k in TESTED)
     labelling = g["consequence_seconds"] + g["horizon_seconds"]
-    whole = g["timed_shards"] == g["shards"] and g["shards"] > 0
     out = dict(g, tested_mismatches=tested, labelling_seconds=labelling)
-    for name, seconds in (
-        ("per_labelling_hour", labelling),
-        ("per_wall_hour", g["shard_seconds"] if whole else math.nan),
-        ("per_cpu_hour", g["shard_cpu_seconds"] if whole else math.nan),
+    every = (g["problems"], g["horizon_mismatches"], tested)
+    timed = (g["timed_problems"], g["timed_horizon_mismatches"], g["timed_tested_mismatches"])
+    for name, seconds, counted in (
+        ("per_labelling_hour", labelling, every),
+        ("per_wall_hour", g["shard_seconds"], timed),
+        ("per_cpu_hour", g["shard_cpu_seconds"], timed),
     ):
-        hours = seconds / 3600 if seconds and seconds == seconds else math.nan
-        out[f"problems_{name}"] = g["problems"] / hours if hours == hours else math.nan
-        out[f"horizon_labels_{name}"] = g["horizon_mismatches"] / hours if hours == hours else math.nan
-        out[f"tested_labels_{name}"] = tested / hours if hours == hours else math.nan
+        hours = seconds / 3600 if seconds > 0 else math.nan
+        for what, n in zip(("problems", "horizon_labels", "tested_labels"), counted):
+            out[f"{what}_{name}"] = n / hours
     return out
 
 
@@ -106,8 +114,9 @@ def _line(r: dict) -> str:
         f"({r['replayed_problems']} replayed, not counted); {int(r['horizon_mismatches'])} short-horizon and "
         f"{int(r['tested_mismatches'])} full-answer labels. Per hour of labelling work: "
         f"{f(r['problems_per_labelling_hour'])} problems, {f(r['horizon_labels_per_labelling_hour'])} short-horizon, "
-        f"{f(r['tested_labels_per_labelling_hour'])} full-answer labels; per wall hour (whole shards): "
-        f"{f(r['problems_per_wall_hour'])} problems; per CPU-hour: {f(r['problems_per_cpu_hour'])} problems"
+        f"{f(r['tested_labels_per_labelling_hour'])} full-answer labels; over the {r['timed_shards']} shards "
+        f"timed whole: {f(r['problems_per_wall_hour'])} problems per wall hour, "
+        f"{f(r['problems_per_cpu_hour'])} per CPU-hour"
     )
 
 

@@ -52,6 +52,15 @@ def test_rates_per_machine_from_the_receipts(folder):
     assert math.isnan(epyc["problems_per_wall_hour"]) and math.isnan(epyc["problems_per_cpu_hour"])
 
 
+def test_wall_and_cpu_rates_read_the_shards_timed_whole(folder):
+    _shard(folder, "train-00003", 16, {"consequence_seconds": 40.0, "horizon_mismatches": 50}, XEON)  # untimed
+    xeon = next(r for r in label_rate.group_rates(folder) if r["dtype"] == "bfloat16")
+    assert (xeon["shards"], xeon["timed_shards"], xeon["timed_problems"]) == (3, 2, 32)
+    assert xeon["problems_per_labelling_hour"] == pytest.approx(48 / 160 * 3600)  # every searched shard
+    assert xeon["problems_per_wall_hour"] == pytest.approx(32 / 180 * 3600)  # the timed ones only
+    assert xeon["horizon_labels_per_cpu_hour"] == pytest.approx(300 / 360 * 3600)
+
+
 def test_the_command_writes_json_and_csv_and_refuses_a_non_record_folder(folder, tmp_path, capsys):
     assert label_rate.main([str(folder), "--out", str(tmp_path / "rate")]) == 0
     assert "32 problems searched in 2 shards (16 replayed, not counted)" in capsys.readouterr().out
