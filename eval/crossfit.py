@@ -11,7 +11,10 @@ chosen per fold on the same validation examples, by the same measure. Measures p
 - consequence mode (answer-level): of the tested mismatches, the share of IMPORTANT ones the method
   keeps (lower is better) and of HARMLESS ones (higher is better). An untested mismatch counts
   toward the rejection rate like any other (deferring there costs a verifier step) and in neither
-  share (its consequence is unknown).
+  share (its consequence is unknown). Where the records hold short-horizon scores (data_gen/horizon.py),
+  also `horizon`: the share of the mismatches' summed score (clipped at 0) a method keeps, lower is
+  better; records with scores but no tested mismatch (short-horizon labels only) are scored, and
+  their best rule chosen, by it alone.
 Intervals: paired percentile bootstrap over examples, method minus the per-fold best rule.
 
 Matched operating points (`matched=True`, populations "...-matched"): a threshold chosen on validation
@@ -36,7 +39,7 @@ from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
 from router.offline.views import example_index, greedy_columns, greedy_rule_scores, greedy_score
-from router.records import HARMLESS, IMPORTANT
+from router.records import HARMLESS, IMPORTANT, load_records
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
 BOOTSTRAP = 2000
@@ -101,6 +104,9 @@ def _example_sums(view: RecordView, rows: np.ndarray | None = None):
             kind: view.cols["consequence"][keep] == value
             for kind, value in (("important", IMPORTANT), ("harmless", HARMLESS))
         }
+    damage = None  # (N,) a mismatch's short-horizon score, 0 where none (agreement) and below 0
+    if "horizon_score" in view.cols:
+        damage = np.clip(np.nan_to_num(np.asarray(view.cols["horizon_score"], np.float64)[keep], nan=0.0), 0, None)
 
     def total(x):
         return np.bincount(index, weights=np.asarray(x, np.float64), minlength=n)
@@ -116,6 +122,9 @@ def _example_sums(view: RecordView, rows: np.ndarray | None = None):
         for kind, mask in tested.items():
             out[kind] = total(mask)
             out[f"{kind}_kept"] = total(mask & ~defer)
+        if damage is not None:
+            out["horizon"] = total(damage)
+            out["horizon_kept"] = total(damage * ~defer)
         return out
 
     return sums
@@ -146,11 +155,37 @@ def _defer_top(score: np.ndarray, cost: np.ndarray, target: float, seed: int = 0
     return defer
 
 
-def _value(sums: dict, consequence: bool) -> float:
-    """The measure a best rule is chosen by (higher is better)."""
-    if consequence:
-        return -sums["important_kept"].sum() / max(sums["important"].sum(), 1)
-    return sums["quality"].sum() / max(sums["positions"].sum(), 1)
+def _value(sums: dict, measure: str) -> float:
+    """The measure a best rule is chosen by, `answer_measures(...)[0]`, as higher is better."""
+    if measure == "quality":
+        return sums["quality"].sum() / max(sums["positions"].sum(), 1)
+    return -sums[f"{measure}_kept"].sum() / max(sums[measure].sum(), 1e-12)  # a kept share: lower is better
+
+
+def answer_measures(records: list[str], mode: str) -> tuple[str, ...]:
+    """The measures out-of-fold scoring reports on these records, the first the one the best rule (and
+    the best router) is chosen by: quality on gold rows; on consequence rows important and harmless
+    where any mismatch was tested, and horizon where the records hold short-horizon scores."""
+    if mode != "consequence":
+        return ("quality",)
+    tested = scored = False
+    for folder in records:
+        ds = load_records(folder, mode=mode)
+        if "consequence" in ds.column_names:
+            tested |= bool(np.isin(_column(ds, "consequence"), (IMPORTANT, HARMLESS)).any())
+        if "horizon_score" in ds.column_names:
+            scored |= bool(np.isfinite(_column(ds, "horizon_score").astype(np.float64)).any())
+    if not tested and not scored:
+        raise ValueError(
+            f"{', '.join(map(str, records))} hold no answer-level label: no tested mismatch and no short-horizon "
+            f"score. Score on records with full-answer labels (consequence_max_mismatches > 0) or short-horizon "
+            f"scores (consequence_horizon > 0), e.g. --eval-records of such a folder"
+        )
+    return ("important", "harmless") * tested + ("horizon",) * scored
+
+
+def _column(ds, name: str) -> np.ndarray:
+    return np.asarray(ds.select_columns([name])[:][name])
 
 
 def out_of_fold(
@@ -175,6 +210,7 @@ def _out_of_fold(folders: list[Path], records: list[str], targets, populations) 
     fold's routers are loaded, its views read and every method scored once. With several cross-fitted
     folders (one fold plan), also "best_router": per fold the router best on its validation examples."""
     plan, mode = shared_plan(folders)
+    measures = answer_measures(records, mode)
     names = [folder.name for folder in folders]
     if len(set(names)) < len(names):
         names = [f"{folder.parent.name}/{folder.name}" for folder in folders]
@@ -195,7 +231,7 @@ def _out_of_fold(folders: list[Path], records: list[str], targets, populations) 
                 sums[p],
                 chosen[p],
                 names,
-                mode == "consequence",
+                measures[0],
                 {m: _select(s, r_val) for m, s in s_val.items()},
                 {m: _select(s, r_scored) for m, s in s_scored.items()},
                 (_example_sums(val, r_val), _example_sums(scored, r_scored)),
@@ -209,6 +245,7 @@ def _out_of_fold(folders: list[Path], records: list[str], targets, populations) 
             "router": names[0] if len(names) == 1 else "best_router",
             "routers": names,
             "mode": mode,
+            "measures": measures,
             "k": plan["k"],
             "tested_only": p[0],
             "matched": p[1],
@@ -224,7 +261,7 @@ def _select(x: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
     return x if rows is None else x[rows]
 
 
-def _score_fold(sums: dict, chosen: dict, routers: list[str], consequence: bool, s_val, s_scored, on, costs) -> None:
+def _score_fold(sums: dict, chosen: dict, routers: list[str], measure: str, s_val, s_scored, on, costs) -> None:
     """One fold at every target: each method's threshold chosen on the validation rows (matched: a second
     one on the scored rows, when their costs are given), its per-example sums on the scored rows
     appended, and the fold's best rule (on validation) recorded; with several routers, the best of them
@@ -242,7 +279,7 @@ def _score_fold(sums: dict, chosen: dict, routers: list[str], consequence: bool,
             # matched: the best is chosen at validation's own matched point too, else a rule whose scores
             # tie (fly's window verdicts) overshoots the target there and wins by deferring more
             val_defer = s_val[method] > thr if scored_cost is None else _defer_top(s_val[method], cost, t * cost.mean())
-            value[method] = _value(on_val(val_defer), consequence)
+            value[method] = _value(on_val(val_defer), measure)
         best = {"rule": _best(value, [m for m in value if m not in routers])}  # first of equals: registry order
         if len(routers) > 1:
             best["router"] = _best(value, routers)
@@ -276,13 +313,13 @@ def _share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
 def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     """Per target and method: rejection rate, the measures, and the paired bootstrap interval of
     method minus the per-fold best rule, over examples (the same resampled examples for both)."""
-    consequence = result["mode"] == "consequence"
-    measures = ("important", "harmless") if consequence else ("quality",)
+    measures = result_measures(result)
     rng = np.random.default_rng(seed)
     out = {
         "router": result["router"],
         "routers": result.get("routers", [result["router"]]),
         "mode": result["mode"],
+        "measures": list(measures),
         "k": result["k"],
         "tested_only": result.get("tested_only", False),
         "matched": result.get("matched", False),
@@ -308,6 +345,13 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     return out
 
 
+def result_measures(result: dict) -> tuple[str, ...]:
+    """The measures of an out-of-fold result or summary (older ones: by their mode)."""
+    if "measures" in result:
+        return tuple(result["measures"])
+    return ("important", "harmless") if result["mode"] == "consequence" else ("quality",)
+
+
 def population_name(tested_only: bool, matched: bool) -> str:
     """ "all" / "tested" (the tested mismatches alone), "-matched" where every method's rejection rate is
     set to the target on the scored examples."""
@@ -316,10 +360,11 @@ def population_name(tested_only: bool, matched: bool) -> str:
 
 def populations(folder, records: list[str], reps: int = BOOTSTRAP) -> dict[str, dict]:
     """{"all": summary, "all-matched": summary} of a cross-fitted folder out of fold, plus "tested" and
-    "tested-matched" (the tested mismatches alone) for consequence rows, from one pass over its folds.
+    "tested-matched" (the tested mismatches alone) for consequence rows with tested mismatches, from one
+    pass over its folds.
     A list of folders (one fold plan): all of them, and the best router per fold ("best_router")."""
     folders = _folders(folder)
-    tested = (False, True) if _mode(folders[0]) == "consequence" else (False,)
+    tested = (False, True) if "important" in answer_measures(records, _mode(folders[0])) else (False,)
     pops = tuple((t, m) for t in tested for m in (False, True))
     results = _out_of_fold(folders, records, TARGETS, pops)
     return {population_name(*p): summarise(results[p], reps=reps) for p in pops}

@@ -3,6 +3,7 @@ plug-in rule and the per-fold best rule (eval/crossfit.py computes the numbers).
 
 from __future__ import annotations
 
+from eval.crossfit import result_measures
 from eval.tables import markdown_table
 
 
@@ -10,24 +11,14 @@ def out_of_fold_section(results: dict) -> list[str]:
     """report.md: each cross-fitted router against every rule and the per-fold best rule, out of fold."""
     parts = []
     for name, res in results.items():
-        measures = ("important", "harmless") if res["mode"] == "consequence" else ("quality",)
+        measures = result_measures(res)
         parts += [
             f"### Out of fold: {name} ({res['k']}-fold cross-fitting, {res['mode']} rows, greedy view)",
             "",
             "Every labelled example scored once, by the fold router that never saw it; alphas and the best rule "
             "chosen per fold on inner validation examples at each target rejection rate (a fraction of the "
             "verifier's). "
-            + (
-                "important / harmless: the share of the tested important / harmless mismatches a method keeps "
-                "(lower / higher is better); "
-                + (
-                    "rejection rates over the tested mismatches alone (untested ones left out). "
-                    if res.get("tested_only")
-                    else "untested mismatches count toward the rejection rate only. "
-                )
-                if res["mode"] == "consequence"
-                else "quality: the share of emitted tokens equal to the gold one. "
-            )
+            + _measures_text(res, measures)
             + (
                 "Matched: every method's threshold set on the scored examples to the target rejection rate (no "
                 "labels read), so all are compared at the same rate. "
@@ -60,3 +51,20 @@ def out_of_fold_section(results: dict) -> list[str]:
                 "",
             ]
     return parts
+
+
+def _measures_text(res: dict, measures: tuple[str, ...]) -> str:
+    """What the table's measures are, in a sentence each."""
+    if "quality" in measures:
+        return "quality: the share of emitted tokens equal to the gold one. "
+    text = ""
+    if "important" in measures:
+        text += "important / harmless: the share of the tested important / harmless mismatches a method keeps (lower / "
+        text += "higher is better); " + (
+            "rejection rates over the tested mismatches alone (untested ones left out). "
+            if res.get("tested_only")
+            else "untested mismatches count toward the rejection rate only. "
+        )
+    if "horizon" in measures:
+        text += "horizon: the share of the mismatches' summed short-horizon score a method keeps (lower is better). "
+    return text

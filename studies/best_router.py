@@ -26,9 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def table(summary: dict) -> list[str]:
     """Markdown rows: per target, each learned method's kept shares and its difference to the best rule."""
+    from eval.crossfit import result_measures
     from eval.tables import markdown_table
 
-    measures = ("important", "harmless") if summary["mode"] == "consequence" else ("quality",)
+    measures = result_measures(summary)
     lines = []
     for target, block in summary["targets"].items():
         rows = []

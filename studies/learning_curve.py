@@ -55,7 +55,7 @@ def curve_rows(points: list[dict], router: str) -> list[dict]:
             for target, block in summary["targets"].items():
                 rows += [
                     _row(p, population, float(target), m, block["methods"][router], block["methods"]["best_rule"])
-                    for m in ("important", "harmless", "quality")
+                    for m in ("important", "harmless", "horizon", "quality")
                     if m in block["methods"][router]
                 ]
     return rows
@@ -82,11 +82,12 @@ def _row(point: dict, population: str, target: float, measure: str, mine: dict, 
 
 def projection(rows: list[dict], target: float, measure: str, population: str) -> dict:
     """Labelled examples at which the interval would exclude 0, if the fitted trend and 1/sqrt(n) held.
-    For `important` (lower is better) the router must get below the best rule: the sign is flipped."""
+    For `important` and `horizon` (kept shares, lower is better) the router must get below the best rule:
+    the sign is flipped."""
     pts = [r for r in rows if r["target"] == target and r["measure"] == measure and r["population"] == population]
     if len(pts) < 2:
         return {"note": "fewer than two curve points"}
-    sign = -1.0 if measure == "important" else 1.0
+    sign = -1.0 if measure in ("important", "horizon") else 1.0  # kept shares: lower is better
     x = np.log([r["train_examples"] for r in pts])
     y = sign * np.array([r["diff"] for r in pts])  # > 0: the router is better
     slope, intercept = np.polyfit(x, y, 1)
@@ -174,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     for p in points:  # every point's router is named after its folder: read each under its own name
         rows += curve_rows([p], Path(p["folder"]).name)
     middle = sorted({r["target"] for r in rows})[len({r["target"] for r in rows}) // 2]
-    measure = "important" if any(r["measure"] == "important" for r in rows) else "quality"
+    present = {r["measure"] for r in rows}
+    measure = next(m for m in ("important", "horizon", "quality") if m in present)  # the choosing measure
     population = fair_population(rows)
     result = {
         "config": args.config,

@@ -75,13 +75,24 @@ class StubLM(torch.nn.Module):
 
 
 def synthetic_token_records(
-    folder, n_examples=60, positions=30, vocab=6, seed=0, manifest_extra=None, keep=None, consequence=False
+    folder,
+    n_examples=60,
+    positions=30,
+    vocab=6,
+    seed=0,
+    manifest_extra=None,
+    keep=None,
+    consequence=False,
+    answer_labels="full",
 ):
     """Records over a vocab of 6 where the gold token is the verifier's argmax 90% of the time:
     keeping exactly the verifier's favourite candidate (what token_v2 does at alpha 0) is right.
     consequence=True: consequence-mode rows whose label at a mismatch (argmax q != argmax p) is
     IMPORTANT where the verifier's argmax is the gold token and the drafter's is not, else HARMLESS
-    (one mismatch in ten UNTESTED)."""
+    (one mismatch in ten UNTESTED). answer_labels: "full" (those labels), "full+horizon" (and a short-horizon
+    score at every mismatch: how much less likely the verifier finds the drafter's argmax than its own,
+    log p(p_argmax) - log p(q_argmax), NaN at agreements), "horizon" (the scores, every mismatch
+    UNTESTED: short-horizon labels only) or "untested" (no label at all)."""
     g = torch.Generator().manual_seed(seed)
     folder.mkdir(parents=True, exist_ok=True)
     shards = []
@@ -124,9 +135,24 @@ def synthetic_token_records(
         if consequence:
             cols["mode"] = ["consequence"] * n
             cols["consequence"] = _consequence_labels(q.argmax(-1), p.argmax(-1), y, g)
+            _answer_labels(cols, p, answer_labels)
         shards.append(write_split(folder, split, cols))
     write_synthetic_manifest(folder, shards, **(manifest_extra or {}))
     return folder
+
+
+def _answer_labels(cols: dict, p: torch.Tensor, kind: str) -> None:
+    from router.records import AGREE, UNTESTED
+
+    if kind not in ("full", "full+horizon", "horizon", "untested"):
+        raise ValueError(f"answer_labels {kind!r}: use full, full+horizon, horizon or untested")
+    q_arg, p_arg = torch.as_tensor(cols["q_argmax"]).long(), torch.as_tensor(cols["p_argmax"]).long()
+    if kind in ("full+horizon", "horizon"):
+        rows = torch.arange(len(q_arg))
+        gap = (p[rows, p_arg].log() - p[rows, q_arg].log()).numpy()
+        cols["horizon_score"] = np.where(q_arg.numpy() != p_arg.numpy(), gap, np.nan).astype(np.float32)
+    if kind in ("horizon", "untested"):
+        cols["consequence"] = np.where(cols["consequence"] == AGREE, AGREE, UNTESTED).astype(np.int8)
 
 
 def _consequence_labels(q_arg, p_arg, y, g) -> np.ndarray:

@@ -150,7 +150,7 @@ def test_the_best_router_and_the_best_rule_are_each_the_best_on_validation():
 
     scores = {"rule_up": gain, "rule_down": -gain, "router_down": -gain, "router_up": gain + 1}
     sums, chosen = {0.5: {}}, {0.5: {"rule": [], "router": []}}
-    _score_fold(sums, chosen, ["router_down", "router_up"], False, scores, scores, (on, on), (np.ones(200), None))
+    _score_fold(sums, chosen, ["router_down", "router_up"], "quality", scores, scores, (on, on), (np.ones(200), None))
     assert chosen[0.5] == {"rule": ["rule_up"], "router": ["router_up"]}
     assert sums[0.5]["best_router"] == sums[0.5]["router_up"] and sums[0.5]["best_rule"] == sums[0.5]["rule_up"]
 
@@ -170,7 +170,7 @@ def test_matched_the_best_rule_is_chosen_at_validations_own_matched_rate():
     cost = np.ones(200)
     for scored_cost, expected in ((None, "rule_tied"), (cost, "rule_up")):
         sums, chosen = {0.5: {}}, {0.5: {"rule": [], "router": []}}
-        _score_fold(sums, chosen, ["router"], False, scores, scores, (on, on), (cost, scored_cost))
+        _score_fold(sums, chosen, ["router"], "quality", scores, scores, (on, on), (cost, scored_cost))
         assert chosen[0.5]["rule"] == [expected]
 
 
@@ -350,3 +350,76 @@ def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, 
     assert moved["eval_records"] == [str(other)]
     scored = moved["points"][0]["summaries"]["all"]["targets"]["0.5"]["methods"]["best_rule"]["examples"]
     assert scored == 60 and moved["points"][0]["summaries"]["all"] != curve["points"][1]["summaries"]["all"]
+
+
+@pytest.fixture(scope="module")
+def horizon_only_records(tmp_path_factory):
+    return synthetic_token_records(
+        tmp_path_factory.mktemp("cfh") / "rec", n_examples=60, consequence=True, answer_labels="horizon"
+    )
+
+
+def test_short_horizon_labels_alone_are_scored_by_the_share_of_their_score_kept(horizon_only_records, tmp_path):
+    """Records with short-horizon scores and no tested mismatch (a horizon-only recording) are scored, and
+    their best rule chosen, by the share of the summed score a method keeps; no tested population."""
+    from eval.crossfit import _example_sums, answer_measures, populations
+    from router.offline.inputs import RecordView
+
+    records = [str(horizon_only_records)]
+    assert answer_measures(records, "consequence") == ("horizon",)
+    view = RecordView(records, "all", "consequence")
+    score = np.clip(np.nan_to_num(view.cols["horizon_score"].astype(np.float64)), 0, None)
+    n = len(score)
+    keep_all, defer_all = (_example_sums(view)(np.full(n, d)) for d in (False, True))
+    assert keep_all["horizon_kept"].sum() == pytest.approx(score.sum()) and score.sum() > 0
+    assert defer_all["horizon_kept"].sum() == 0 and keep_all["important"].sum() == keep_all["harmless"].sum() == 0
+    folder = _hand_cross_fit(tmp_path / "opt-copy", horizon_only_records, mode="consequence")
+    summaries = populations(folder, records, reps=100)
+    assert set(summaries) == {"all", "all-matched"}
+    for summary in summaries.values():
+        assert summary["measures"] == ["horizon"]
+        for block in summary["targets"].values():
+            methods = block["methods"]
+            assert methods["opt-copy"]["horizon"] == methods["opt"]["horizon"]  # the copy scores as its rule
+            assert 0 <= methods["best_rule"]["horizon"] <= 1 and "important" not in methods["best_rule"]
+    # a deferral ordered by the score itself keeps the least of it: far below random-like rules at 0.5
+    half = summaries["all-matched"]["targets"]["0.5"]["methods"]
+    assert half["best_rule"]["horizon"] < 0.9
+
+
+def test_full_answer_and_short_horizon_labels_together_report_both(tmp_path):
+    from eval.crossfit import answer_measures, summarise
+
+    both = synthetic_token_records(tmp_path / "both", n_examples=60, consequence=True, answer_labels="full+horizon")
+    assert answer_measures([str(both)], "consequence") == ("important", "harmless", "horizon")
+    folder = _hand_cross_fit(tmp_path / "opt-copy", both, mode="consequence")
+    summary = summarise(out_of_fold(folder, [str(both)], tested_only=True), reps=50)
+    row = summary["targets"]["0.5"]["methods"]["opt-copy"]
+    assert {"important", "harmless", "horizon"} <= set(row) and summary["measures"][0] == "important"
+
+
+def test_consequence_records_without_any_answer_level_label_are_refused(tmp_path):
+    from eval.crossfit import answer_measures
+
+    bare = synthetic_token_records(tmp_path / "bare", n_examples=60, consequence=True, answer_labels="untested")
+    with pytest.raises(ValueError, match="no answer-level label"):
+        answer_measures([str(bare)], "consequence")
+
+
+def test_learning_curve_on_short_horizon_labels_projects_the_horizon_share(horizon_only_records, tmp_path):
+    """A cascade head trained on short-horizon scores, its curve read on the share of the score kept."""
+    from helpers import study_module
+
+    config = tmp_path / "cf.yaml"
+    config.write_text(
+        f"records: [{horizon_only_records}]\nmode: consequence\nhead: cascade\ntarget: horizon_score\n"
+        "loss: mse\nmax_epochs: 1\nbatch_size: 256\ncross_fit: 2\n"
+    )
+    out = tmp_path / "curve"
+    assert (
+        study_module("learning_curve").main(["--config", str(config), "--shares", "0.5", "1.0", "--out", str(out)]) == 0
+    )
+    curve = json.loads((out / "curve.json").read_text())
+    assert curve["projection"]["measure"] == "horizon" and curve["projection"]["population"] == "all-matched"
+    rows = (out / "curve.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 3  # shares x populations (all, all-matched) x targets, one measure
