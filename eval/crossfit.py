@@ -15,7 +15,8 @@ chosen per fold on the same validation examples, by the same measure. Measures p
   also `horizon`: the share of the mismatches' summed score (clipped at 0) a method keeps, lower is
   better; records with scores but no tested mismatch (short-horizon labels only) are scored, and
   their best rule chosen, by it alone.
-Intervals: paired percentile bootstrap over examples, method minus the per-fold best rule.
+Intervals: paired percentile bootstrap over examples, method minus the per-fold best rule, and minus
+the best rule in hindsight (the one rule best on the scored examples: eval/crossfit_summary.py).
 
 Matched operating points (`matched=True`, populations "...-matched"): a threshold chosen on validation
 examples reaches its target there, not on the scored ones, so two methods' realised rejection rates can
@@ -35,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+# the summaries (bootstrap intervals) are eval/crossfit_summary.py's; callers of this module import them here
+from eval.crossfit_summary import BOOTSTRAP, _share, result_measures, summarise  # noqa: F401
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
@@ -42,7 +45,6 @@ from router.offline.views import example_index, greedy_columns, greedy_rule_scor
 from router.records import HARMLESS, IMPORTANT, load_records
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
-BOOTSTRAP = 2000
 
 
 def _mode(folder: Path) -> str:
@@ -302,54 +304,6 @@ def _append(table: dict, method: str, per_example: dict) -> None:
         return
     for k, v in per_example.items():
         table[method][k] = np.concatenate([table[method][k], v])
-
-
-def _share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
-    """(R,) ratio of sums under example weights (R, E): quality per position, or a kept share."""
-    num, den = ("quality", "positions") if what == "quality" else (f"{what}_kept", what)
-    return (weights @ sums[num]) / np.maximum(weights @ sums[den], 1e-12)
-
-
-def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
-    """Per target and method: rejection rate, the measures, and the paired bootstrap interval of
-    method minus the per-fold best rule, over examples (the same resampled examples for both)."""
-    measures = result_measures(result)
-    rng = np.random.default_rng(seed)
-    out = {
-        "router": result["router"],
-        "routers": result.get("routers", [result["router"]]),
-        "mode": result["mode"],
-        "measures": list(measures),
-        "k": result["k"],
-        "tested_only": result.get("tested_only", False),
-        "matched": result.get("matched", False),
-        "targets": {},
-    }
-    for t, table in result["sums"].items():
-        n = len(table["best_rule"]["positions"])
-        weights = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(np.float64)  # (R, E)
-        ones = np.ones((1, n))
-        rows = {}
-        for method, sums in table.items():
-            row = {"rejection": float(sums["rejections"].sum() / max(sums["positions"].sum(), 1)), "examples": n}
-            for m in measures:
-                row[m] = float(_share(sums, m, ones)[0])
-                diff = _share(sums, m, weights) - _share(table["best_rule"], m, weights)
-                point = row[m] - float(_share(table["best_rule"], m, ones)[0])
-                lo, hi = np.percentile(diff, [2.5, 97.5])
-                row[f"{m}_vs_best_rule"] = {"diff": point, "low": float(lo), "high": float(hi)}
-            rows[method] = row
-        out["targets"][str(t)] = {"methods": rows, "best_rule_per_fold": result["best_rule_per_fold"][t]}
-        if "best_router_per_fold" in result:
-            out["targets"][str(t)]["best_router_per_fold"] = result["best_router_per_fold"][t]
-    return out
-
-
-def result_measures(result: dict) -> tuple[str, ...]:
-    """The measures of an out-of-fold result or summary (older ones: by their mode)."""
-    if "measures" in result:
-        return tuple(result["measures"])
-    return ("important", "harmless") if result["mode"] == "consequence" else ("quality",)
 
 
 def population_name(tested_only: bool, matched: bool) -> str:

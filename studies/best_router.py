@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def table(summary: dict) -> list[str]:
     """Markdown rows: per target, each learned method's kept shares and its difference to the best rule."""
     from eval.crossfit import result_measures
+    from eval.crossfit_report import hindsight_cell, hindsight_header
     from eval.tables import markdown_table
 
     measures = result_measures(summary)
@@ -39,8 +40,9 @@ def table(summary: dict) -> list[str]:
             for m in measures:
                 d = row[f"{m}_vs_best_rule"]
                 cells += [f"{row[m]:.4f}", f"{d['diff']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}]"]
-            rows.append(cells)
+            rows.append(cells + hindsight_cell(row, measures[0], block))
         header = ["method", "rejection", *[h for m in measures for h in (m, f"{m} - best rule [95%]")]]
+        header += hindsight_header(measures[0], block)
         lines += [
             f"At {float(target):g} x the verifier's rejection rate (best router per fold: "
             f"{', '.join(block['best_router_per_fold'])}; best rule per fold: {', '.join(block['best_rule_per_fold'])}):",

@@ -54,15 +54,24 @@ def curve_rows(points: list[dict], router: str) -> list[dict]:
         for population, summary in p["summaries"].items():
             for target, block in summary["targets"].items():
                 rows += [
-                    _row(p, population, float(target), m, block["methods"][router], block["methods"]["best_rule"])
+                    _row(
+                        p,
+                        population,
+                        float(target),
+                        m,
+                        block["methods"][router],
+                        block["methods"]["best_rule"],
+                        block.get("hindsight_rule", ""),
+                    )
                     for m in ("important", "harmless", "horizon", "quality")
                     if m in block["methods"][router]
                 ]
     return rows
 
 
-def _row(point: dict, population: str, target: float, measure: str, mine: dict, best: dict) -> dict:
+def _row(point: dict, population: str, target: float, measure: str, mine: dict, best: dict, hindsight: str) -> dict:
     d = mine[f"{measure}_vs_best_rule"]
+    h = mine.get(f"{measure}_vs_hindsight_rule", {"diff": float("nan"), "low": float("nan"), "high": float("nan")})
     return {
         "share": point["share"],
         "train_examples": point["train_examples"],
@@ -77,6 +86,10 @@ def _row(point: dict, population: str, target: float, measure: str, mine: dict, 
         "low": d["low"],
         "high": d["high"],
         "scored_examples": mine["examples"],
+        "hindsight_rule": hindsight,
+        "diff_hindsight": h["diff"],
+        "low_hindsight": h["low"],
+        "high_hindsight": h["high"],
     }
 
 
@@ -201,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {r['train_examples']:7.1f} training examples/fold, {r['population']}: {r['measure']} kept router "
                 f"{r['router']:.4f} (rejection {r['router_rejection']:.4f}), best rule {r['best_rule']:.4f} (rejection "
-                f"{r['best_rule_rejection']:.4f}), diff {r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}] "
-                f"({r['scored_examples']} examples scored)"
+                f"{r['best_rule_rejection']:.4f}), diff {r['diff']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]; vs "
+                f"{r['hindsight_rule']} (best rule in hindsight) {r['diff_hindsight']:+.4f} [{r['low_hindsight']:+.4f}, "
+                f"{r['high_hindsight']:+.4f}] ({r['scored_examples']} examples scored)"
             )
     print(f"  projection at {middle:g}: {result['projection']}\n  {out}/curve.json, curve.csv, curve.png")
     return 0

@@ -423,3 +423,20 @@ def test_learning_curve_on_short_horizon_labels_projects_the_horizon_share(horiz
     assert curve["projection"]["measure"] == "horizon" and curve["projection"]["population"] == "all-matched"
     rows = (out / "curve.csv").read_text().splitlines()
     assert len(rows) == 1 + 2 * 2 * 3  # shares x populations (all, all-matched) x targets, one measure
+
+
+def test_the_best_rule_in_hindsight_is_the_one_rule_best_on_the_scored_examples(consequence_records, tmp_path):
+    """Beside the per-fold best rule (chosen on validation), every method is also paired with the one
+    fixed rule that is best over all scored examples: a comparison a weak per-fold choice cannot win."""
+    folder = _hand_cross_fit(tmp_path / "opt-copy", consequence_records, mode="consequence")
+    summary = summarise(out_of_fold(folder, [str(consequence_records)], tested_only=True, matched=True), reps=200)
+    for block in summary["targets"].values():
+        methods, hindsight = block["methods"], block["hindsight_rule"]
+        rules = {m: r for m, r in methods.items() if m not in ("opt-copy", "best_rule")}
+        assert hindsight in rules and methods[hindsight]["important"] == min(r["important"] for r in rules.values())
+        assert methods[hindsight]["important_vs_hindsight_rule"] == {"diff": 0.0, "low": 0.0, "high": 0.0}
+        d = methods["opt-copy"]["important_vs_hindsight_rule"]
+        assert d["diff"] == pytest.approx(methods["opt"]["important"] - methods[hindsight]["important"])
+        assert d["low"] <= d["diff"] <= d["high"]
+        # no rule does better in hindsight than the per-fold choice's rules: the chosen rule is never ahead of it
+        assert methods["best_rule"]["important_vs_hindsight_rule"]["diff"] >= 0
