@@ -45,8 +45,10 @@ def test_two_process_recording_equals_one_process(records):
     assert len(one) > 0 and list(one.columns) == list(two.columns)
     assert one.equals(two)  # every column, every row, in order
     m1, m2 = (json.loads((records / name / "manifest.json").read_text()) for name in ("one", "two"))
-    for key in ("splits", "tokens", "counts", "models", "shards"):
+    for key in ("splits", "tokens", "models", "shards"):
         assert m1[key] == m2[key], key
+    untimed = lambda counts: {k: v for k, v in counts.items() if not k.endswith("_seconds")}  # noqa: E731
+    assert untimed(m1["counts"]) == untimed(m2["counts"])  # each shard's own seconds differ run to run
     assert m1["models"]["verifier"]["device_map"] is None and m1["models"]["verifier"]["placement"] == "cpu"
     # resume per rank: a lost shard is recorded again by the rank that owns it
     shard = records / "two" / m2["shards"][1]["file"]
