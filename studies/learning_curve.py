@@ -18,7 +18,8 @@ difference with its bootstrap interval, with rejection rates over all mismatches
 method's threshold set on the scored examples to the target, eval/crossfit.py). The projection at the end (over the tested mismatches
 where the records have them) is a back-of-the-envelope reading, stated as such: a least-squares line of the difference at the middle target against
 log(training examples), and the interval's half-width shrinking as 1/sqrt(scored examples), give the
-number of labelled examples at which the interval would exclude 0 if both trends held.
+number of labelled examples at which the interval would exclude 0 if both trends held; `projection`
+pairs with the per-fold best rule, `projection_hindsight` with the best rule in hindsight.
 Each share's fold routers are kept in --out/share-<s>; a rerun reuses the finished ones.
 """
 
@@ -93,19 +94,23 @@ def _row(point: dict, population: str, target: float, measure: str, mine: dict, 
     }
 
 
-def projection(rows: list[dict], target: float, measure: str, population: str) -> dict:
+def projection(rows: list[dict], target: float, measure: str, population: str, against: str = "") -> dict:
     """Labelled examples at which the interval would exclude 0, if the fitted trend and 1/sqrt(n) held.
     For `important` and `horizon` (kept shares, lower is better) the router must get below the best rule:
-    the sign is flipped."""
+    the sign is flipped. `against`: "" pairs with the per-fold best rule, "_hindsight" with the best rule
+    in hindsight (the row's diff_hindsight / low_hindsight / high_hindsight)."""
     pts = [r for r in rows if r["target"] == target and r["measure"] == measure and r["population"] == population]
     if len(pts) < 2:
         return {"note": "fewer than two curve points"}
+    diff, low, high = (f"{key}{against}" for key in ("diff", "low", "high"))
+    if any(math.isnan(r[diff]) for r in pts):
+        return {"note": f"no {diff} in the curve's rows"}
     sign = -1.0 if measure in ("important", "horizon") else 1.0  # kept shares: lower is better
     x = np.log([r["train_examples"] for r in pts])
-    y = sign * np.array([r["diff"] for r in pts])  # > 0: the router is better
+    y = sign * np.array([r[diff] for r in pts])  # > 0: the router is better
     slope, intercept = np.polyfit(x, y, 1)
     last = pts[-1]
-    half, n_scored, n_train = (last["high"] - last["low"]) / 2, last["scored_examples"], last["train_examples"]
+    half, n_scored, n_train = (last[high] - last[low]) / 2, last["scored_examples"], last["train_examples"]
     per_scored = (
         n_train / n_scored
     )  # training examples per labelled example at share 1 (K-fold: (K-1)/K minus validation)
@@ -204,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
             "population": population,
             **projection(rows, middle, measure, population),
         },
+        "projection_hindsight": {  # the same arithmetic against the one rule best on the scored examples
+            "target": middle,
+            "measure": measure,
+            "population": population,
+            **projection(rows, middle, measure, population, against="_hindsight"),
+        },
     }
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "curve.json", result)
@@ -218,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['hindsight_rule']} (best rule in hindsight) {r['diff_hindsight']:+.4f} [{r['low_hindsight']:+.4f}, "
                 f"{r['high_hindsight']:+.4f}] ({r['scored_examples']} examples scored)"
             )
-    print(f"  projection at {middle:g}: {result['projection']}\n  {out}/curve.json, curve.csv, curve.png")
+    print(f"  projection at {middle:g} vs the per-fold best rule: {result['projection']}")
+    print(f"  projection at {middle:g} vs the best rule in hindsight: {result['projection_hindsight']}")
+    print(f"  {out}/curve.json, curve.csv, curve.png")
     return 0
 
 

@@ -342,6 +342,7 @@ def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, 
     assert curve["projection"]["population"] == "tested-matched"
     assert (out / "curve.png").stat().st_size > 0
     assert curve["projection"]["measure"] == "important" and curve["projection"]["target"] == 0.5
+    assert curve["projection_hindsight"]["population"] == "tested-matched"  # the same reading vs hindsight
     # trained on one labelling, scored on another of the same examples (folds over the training records)
     other = synthetic_token_records(tmp_path / "other", n_examples=60, seed=5, consequence=True)
     args = ["--config", str(config), "--shares", "1.0", "--eval-records", str(other), "--out", str(tmp_path / "c2")]
@@ -440,3 +441,42 @@ def test_the_best_rule_in_hindsight_is_the_one_rule_best_on_the_scored_examples(
         assert d["low"] <= d["diff"] <= d["high"]
         # no rule does better in hindsight than the per-fold choice's rules: the chosen rule is never ahead of it
         assert methods["best_rule"]["important_vs_hindsight_rule"]["diff"] >= 0
+
+
+def test_learning_curve_projection_against_either_best_rule_by_hand():
+    """The projection's arithmetic on two hand-made curve points: against the best rule in hindsight the
+    router gains 0.04 per fourfold increase in training examples, from +0.02 behind to 0.02 ahead, with a
+    half-width of 0.05 at 100 scored examples; solving 0.02 + (0.04 / ln 4) ln(n / 100) = 0.05 sqrt(100 / n)
+    by hand puts n between 180 and 185. Against the per-fold rule the router stays 0.01 ahead."""
+    from helpers import study_module
+
+    study = study_module("learning_curve")
+
+    def row(train, diff_hindsight):
+        return {
+            "target": 0.5,
+            "measure": "important",
+            "population": "tested-matched",
+            "train_examples": train,
+            "scored_examples": 100,
+            "diff": -0.01,
+            "low": -0.06,
+            "high": 0.04,
+            "diff_hindsight": diff_hindsight,
+            "low_hindsight": diff_hindsight - 0.05,
+            "high_hindsight": diff_hindsight + 0.05,
+        }
+
+    rows = [row(100.0, 0.02), row(400.0, -0.02)]
+    hindsight = study.projection(rows, 0.5, "important", "tested-matched", against="_hindsight")
+    assert hindsight["slope_per_log_example"] == pytest.approx(0.04 / np.log(4))
+    assert 180 <= hindsight["examples_needed"] <= 186 and hindsight["half_width_now"] == pytest.approx(0.05)
+    per_fold = study.projection(rows, 0.5, "important", "tested-matched")
+    # a flat 0.01 ahead: only the narrowing interval helps, 0.01 = 0.05 sqrt(100 / n) at n = 2,500
+    assert per_fold["slope_per_log_example"] == pytest.approx(0.0, abs=1e-12)
+    assert 2500 <= per_fold["examples_needed"] <= 2550
+    missing = [dict(r, diff_hindsight=float("nan")) for r in rows]
+    assert (
+        "no diff_hindsight"
+        in study.projection(missing, 0.5, "important", "tested-matched", against="_hindsight")["note"]
+    )
