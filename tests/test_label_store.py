@@ -62,6 +62,20 @@ def test_replayed_labels_equal_a_fresh_search_and_grow_with_new_examples(setup, 
     assert replay.consequence == fresh.consequence
 
 
+def test_a_study_replay_without_gold_rows_or_windows_keeps_every_label(setup, tmp_path):
+    """docs/usage.md's fast replay for out-of-fold studies: labels of a recording with gold rows and
+    window inputs, replayed with `modes: [consequence]` and `window: 0`, give the same consequence rows
+    and no gold rows (modes and window are not label settings, so the file is accepted)."""
+    _, full = setup("full", window=2)
+    export_labels(tmp_path / "full", tmp_path / "labels.jsonl.gz")
+    _, study = setup("study", modes=["consequence"], window=0, labels_from=str(tmp_path / "labels.jsonl.gz"))
+    assert _rows(tmp_path / "study").equals(_rows(tmp_path / "full"))
+    manifest = read_manifest(tmp_path / "study")
+    assert manifest.modes == ["consequence"] and manifest.window == 0
+    assert study.counts["replayed_examples"] == 10 and study.counts["replayed_labels_dropped"] == 0
+    assert study.counts.get("consequence_branch_tokens", 0) == 0  # nothing searched
+
+
 def test_a_label_that_no_longer_fits_is_dropped_and_counted(setup, tmp_path):
     cfg, _ = setup("first", max_examples=6)
     path = tmp_path / "labels.jsonl.gz"
