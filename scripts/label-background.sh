@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The resumable labelling chain of docs/usage.md ("Labels at scale"), run niced in the background, in
-# stages (config[:max_examples]): full-answer labels on the first 150, 300, then 450 GSM8K problems (the
+# stages (config[:max_examples]): full-answer labels on the first 150, 300, 450, then 630 GSM8K problems (the
 # yardstick routers are scored on, and what the answer-level target is measured over), short-horizon
 # labels on the same 150 (where the cheap label meets the full one) and on the first 600, then MBPP.
 # A stage with a larger max_examples grows the folder an earlier stage made (only the new problems are
@@ -18,7 +18,7 @@ bin=${SPECROUTE_BIN:-.venv/bin}
 configs_dir=${LABEL_CONFIGS:-configs/gen}   # <config>.yaml files
 records=${LABEL_RECORDS:-runs/records}      # <config>/ record folders
 files=${LABEL_FILES:-data/labels}           # <config>.jsonl.gz label files
-DEFAULT_STAGES="gsm8k-consequence:150 gsm8k-consequence:300 gsm8k-consequence:450 gsm8k-horizon:150 gsm8k-horizon:600 mbpp-consequence mbpp-horizon:250 gsm8k-horizon mbpp-horizon"
+DEFAULT_STAGES="gsm8k-consequence:150 gsm8k-consequence:300 gsm8k-consequence:450 gsm8k-consequence:630 gsm8k-horizon:150 gsm8k-horizon:600 mbpp-consequence mbpp-horizon:250 gsm8k-horizon mbpp-horizon"
 stages=${LABEL_STAGES:-$DEFAULT_STAGES}
 configs=$(for stage in $stages; do echo "${stage%%:*}"; done | sort -u)
 
