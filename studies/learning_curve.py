@@ -203,17 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         "eval_records": args.eval_records or list(cfg.records),
         "k": cfg.cross_fit,
         "points": points,
-        "projection": {
-            "target": middle,
-            "measure": measure,
-            "population": population,
-            **projection(rows, middle, measure, population),
-        },
-        "projection_hindsight": {  # the same arithmetic against the one rule best on the scored examples
-            "target": middle,
-            "measure": measure,
-            "population": population,
-            **projection(rows, middle, measure, population, against="_hindsight"),
+        # the same arithmetic against the per-fold best rule and the one rule best on the scored examples
+        **{
+            name: {
+                "target": middle,
+                "measure": measure,
+                "population": population,
+                **projection(rows, middle, measure, population, against),
+            }
+            for name, against in (("projection", ""), ("projection_hindsight", "_hindsight"))
         },
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -66,7 +66,7 @@ def test_a_study_replay_without_gold_rows_or_windows_keeps_every_label(setup, tm
     """docs/usage.md's fast replay for out-of-fold studies: labels of a recording with gold rows and
     window inputs, replayed with `modes: [consequence]` and `window: 0`, give the same consequence rows
     and no gold rows (modes and window are not label settings, so the file is accepted)."""
-    _, full = setup("full", window=2)
+    setup("full", window=2)
     export_labels(tmp_path / "full", tmp_path / "labels.jsonl.gz")
     _, study = setup("study", modes=["consequence"], window=0, labels_from=str(tmp_path / "labels.jsonl.gz"))
     assert _rows(tmp_path / "study").equals(_rows(tmp_path / "full"))
