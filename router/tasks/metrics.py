@@ -98,8 +98,9 @@ CODE_FIELDS = {
 
 
 def check_metric_fields(name: str, meta: dict, example_id: str = "") -> None:
-    """Refuse an example a code metric cannot judge (a field missing, or `tests` given as one string),
-    naming the example, the field and what it must hold, instead of scoring it 0 or a KeyError."""
+    """Refuse an example a code metric cannot judge (a field missing, `tests` given as one string, or no test
+    to run: any program would pass it), naming the example, the field and what it must hold, instead of
+    scoring it 0, 1 or a KeyError."""
     for field, must in CODE_FIELDS.get(name, {}).items():
         value = meta.get(field)
         ok = (
@@ -113,23 +114,35 @@ def check_metric_fields(name: str, meta: dict, example_id: str = "") -> None:
                 f"example {example_id!r}: the {name} metric needs meta field {field!r} as {must}; it is {got}: "
                 f'fix the data file\'s {field!r} column (e.g. tests: ["assert f(1) == 2"])'
             )
+        if field in ("tests", "test") and not any(t.strip() for t in ([value] if field == "test" else value)):
+            raise ValueError(
+                f"example {example_id!r}: the {name} metric's meta field {field!r} holds no test to run "
+                f"({value!r}), so any program would pass: give it {must}, or leave the example out"
+            )
 
 
 def mbpp_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
     check_metric_fields("mbpp", meta)
     code = extract_code(output)
-    program = "\n".join([meta.get("test_setup_code") or "", code, *meta["tests"]]) + "\n"
+    # the setup builds the tests' fixtures, which may use the solution's classes (mbpp-367's `Node`): after it
+    program = "\n".join([code, meta.get("test_setup_code") or "", *meta["tests"]]) + "\n"
     outcome = run_program(program, timeout_s, sandbox=sandbox)
     return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout"), "answer": outcome.status}
 
 
+def humaneval_program(code: str, meta: dict) -> str:
+    """The program the reference harness runs (human-eval's execution.py): prompt + completion + test +
+    check(entry_point). A completion that restates the whole function still follows the prompt, so the prompt's
+    imports (`from typing import List`) and helpers stay defined; the restated function replaces the prompt's."""
+    prompt = meta["function_prompt"]
+    if code[:1] not in ("", " ", "\t") and prompt and not prompt.endswith("\n"):
+        prompt += "\n"  # a restated function must start on its own line
+    return f"{prompt}{code}\n{meta['test']}\ncheck({meta['entry_point']})\n"
+
+
 def humaneval_metric(output: str, meta: dict, timeout_s: float = 10.0, sandbox: str | None = None) -> dict:
     check_metric_fields("humaneval", meta)
-    code = extract_code(output)
-    if f"def {meta['entry_point']}" not in code:  # a bare body: complete the given prompt
-        code = meta["function_prompt"] + code
-    program = f"{code}\n\n{meta['test']}\n\ncheck({meta['entry_point']})\n"
-    outcome = run_program(program, timeout_s, sandbox=sandbox)
+    outcome = run_program(humaneval_program(extract_code(output), meta), timeout_s, sandbox=sandbox)
     return {"quality": float(outcome.passed), "timeout": float(outcome.status == "timeout"), "answer": outcome.status}
 
 

