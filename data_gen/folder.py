@@ -18,7 +18,7 @@ from data_gen.config import GenConfig
 from data_gen.consequence import label_counts
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
 from router.infra.config import ConfigError, config_to_dict
-from router.infra.files import file_sha256, write_bytes, write_json
+from router.infra.files import STAGE_MARK, file_sha256, write_bytes, write_json
 from router.pair import model_fingerprint, tokenizer_fingerprint
 from router.records import (
     EXAMPLES,
@@ -28,7 +28,6 @@ from router.records import (
     TOKEN_CLASSES,
     Manifest,
     RecordsError,
-    intact_shard,
     read_manifest,
     rows_to_table,
     shard_problem,
@@ -38,10 +37,26 @@ from router.records import (
 )
 
 
+def intact_shard(folder: Path, name: str, examples: list[str] | None = None) -> dict | None:
+    """The receipt of a finished shard whose file still matches it, else None (missing, cut short,
+    changed, written before its receipt, or planned with other examples: a resume redoes it)."""
+    path, receipt_path = Path(folder) / name, Path(folder) / f"{name}.json"
+    if not (path.exists() and receipt_path.exists()):
+        return None
+    try:
+        receipt = json.loads(receipt_path.read_text())
+    except ValueError:
+        return None
+    if examples is not None and "examples" in receipt and receipt["examples"] != list(examples):
+        return None  # a grown recording's last shard of a split: it now holds more examples
+    if path.stat().st_size != receipt.get("bytes") or file_sha256(path) != receipt.get("sha256"):
+        return None
+    return {k: v for k, v in receipt.items() if k != "examples"}
+
+
 def prepare_folder(out: Path, cfg: GenConfig) -> bool:
     """Create or check the output folder; True when it is already complete (nothing to do)."""
-    # overwrite and labels_from say how a folder is made, not what it holds: a resume may add or drop them
-    resolved = {k: v for k, v in config_to_dict(cfg).items() if k not in ("overwrite", "labels_from")}
+    resolved = recording_identity(cfg)
     config_path = out / "gen_config.json"
     if cfg.overwrite and out.exists():
         shutil.rmtree(out)
@@ -73,9 +88,30 @@ def prepare_folder(out: Path, cfg: GenConfig) -> bool:
         (out / MANIFEST).unlink()
         return False
     out.mkdir(parents=True, exist_ok=True)
-    if earlier is None:
-        config_path.write_text(json.dumps(resolved, indent=2))
-    return False
+    return False  # a new folder's config is written by `commit_config`, once the models have loaded
+
+
+def remove_if_untouched(out: Path) -> None:
+    """Remove a folder this run created when it holds nothing but the stage mark (the run was refused)."""
+    if out.is_dir() and {p.name for p in out.iterdir()} <= {STAGE_MARK}:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+# how a folder is made, not what it holds: a resume may add or drop them, and a folder may be moved or copied
+NOT_IDENTITY = ("overwrite", "labels_from", "output")
+
+
+def recording_identity(cfg: GenConfig) -> dict:
+    """The config fields that make a recording what it is (what gen_config.json holds and a rerun must match)."""
+    return {k: v for k, v in config_to_dict(cfg).items() if k not in NOT_IDENTITY}
+
+
+def commit_config(out: Path, cfg: GenConfig) -> None:
+    """Write a new folder's gen_config.json, after everything that can refuse the run (the data, its metric
+    fields, the models) has passed: a refused command leaves nothing a corrected rerun would trust."""
+    config_path = out / "gen_config.json"
+    if not config_path.exists():
+        write_json(config_path, recording_identity(cfg))
 
 
 def folder_problems(out: Path) -> list[str]:
@@ -105,7 +141,8 @@ def config_changes(earlier: dict, resolved: dict) -> list[str]:
     make older recordings stale)."""
     now = json.loads(json.dumps(resolved))
     defaults = json.loads(json.dumps(config_to_dict(GenConfig())))
-    return sorted(k for k in set(earlier) | set(now) if earlier.get(k, defaults.get(k)) != now.get(k, defaults.get(k)))
+    keys = (set(earlier) | set(now)) - set(NOT_IDENTITY)  # older folders stored `output` too: not compared
+    return sorted(k for k in keys if earlier.get(k, defaults.get(k)) != now.get(k, defaults.get(k)))
 
 
 def _earlier_config(config_path: Path, out: Path) -> dict | None:

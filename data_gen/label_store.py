@@ -168,17 +168,38 @@ class LabelStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.exists():
-            raise ConfigError(f"labels_from: {self.path} does not exist: name a file of `specroute labels export`")
-        try:
+            raise ConfigError(f"label file {self.path} does not exist: name a file of `specroute labels export`")
+        try:  # EOFError: a gzip stream cut short
             lines = gzip.decompress(self.path.read_bytes()).decode().splitlines()
             self.header = json.loads(lines[0])
             self.entries = {e["example_id"]: e for e in map(json.loads, lines[1:])}
-        except (OSError, ValueError, IndexError, KeyError) as err:
+        except (OSError, EOFError, ValueError, IndexError, KeyError, TypeError) as err:
             raise ConfigError(
-                f"labels_from: {self.path} is not a readable label file ({err}): export it again"
+                f"label file {self.path} is not readable ({type(err).__name__}: {err}; cut short or damaged): "
+                f"export it again (`specroute labels export FOLDER {self.path}`) or restore it"
             ) from None
-        if self.header.get("format") != FORMAT:
-            raise ConfigError(f"labels_from: {self.path} has format {self.header.get('format')!r}, not {FORMAT!r}")
+        if not isinstance(self.header, dict) or self.header.get("format") != FORMAT:
+            found = self.header.get("format") if isinstance(self.header, dict) else None
+            raise ConfigError(f"label file {self.path} has format {found!r}, not {FORMAT!r}: export it again")
+        self._check_header_counts()
+
+    def _check_header_counts(self) -> None:
+        """The header's counts must be what the file holds: a file cut after a line boundary still parses."""
+        held = {
+            "examples": len(self.entries),
+            "tested": sum(len(e.get("tested", [])) for e in self.entries.values()),
+            "important": sum(sum(t[1] == IMPORTANT for t in e.get("tested", [])) for e in self.entries.values()),
+        }
+        wrong = [
+            f"{k} {self.header.get(k)} in its header, {v} in the file"
+            for k, v in held.items()
+            if self.header.get(k) != v
+        ]
+        if wrong:
+            raise ConfigError(
+                f"label file {self.path} does not hold what its header says ({'; '.join(wrong)}): it was cut short "
+                f"or edited; export it again (`specroute labels export FOLDER {self.path}`) or restore it"
+            )
 
     def check(self, cfg, pair) -> None:
         """Refuse labels made under other label settings, or with another model pair."""

@@ -17,7 +17,15 @@ from tqdm import tqdm
 
 from data_gen.config import GenConfig
 from data_gen.consequence import summary_line
-from data_gen.folder import finish_manifest, prepare_folder, write_shard_counts, write_shard_or_explain
+from data_gen.folder import (
+    commit_config,
+    finish_manifest,
+    intact_shard,
+    prepare_folder,
+    remove_if_untouched,
+    write_shard_counts,
+    write_shard_or_explain,
+)
 from data_gen.plan import load_examples, plan_shards, recorded_shards, write_examples
 from data_gen.recorder import Recorder
 from router.infra import clock
@@ -26,13 +34,20 @@ from router.infra.console import summary_table
 from router.infra.distributed import barrier, gather, start
 from router.infra.files import output_lock
 from router.tasks.metrics import check_metric_fields
-from router.records import Manifest, RecordsError, intact_shard, read_manifest
+from router.records import Manifest, RecordsError, read_manifest
 
 
 def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     """`specroute gen`: holds a lock on cfg.output for the whole run (a second writer is refused)."""
+    out = Path(cfg.output)
+    fresh = not out.exists()
     with output_lock(cfg.output, "gen"):
-        return _run_gen(cfg, recorder)
+        try:
+            return _run_gen(cfg, recorder)
+        except BaseException:
+            if fresh:
+                remove_if_untouched(out)  # refused before recording anything: leave no folder behind
+            raise
 
 
 def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
@@ -50,10 +65,11 @@ def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
         for ex in examples:
             check_metric_fields(cfg.metric or cfg.task, ex.meta, ex.example_id)
     plan = plan_shards(examples, cfg, recorded_shards(out))  # a grown folder keeps every finished shard
-    if ranks.main:
+    recorder = recorder or Recorder(replace(cfg, device=ranks.device(cfg.device)))  # loads (or refuses) the models
+    if ranks.main:  # only now, with nothing left to refuse the run, does the folder take this config
+        commit_config(out, cfg)
         write_examples(out, plan, cfg)
     mine = ranks.mine(plan)  # shard k to rank k mod world: each shard's batches are what one process makes
-    recorder = recorder or Recorder(replace(cfg, device=ranks.device(cfg.device)))
     recorder.share_prefix(examples)
     started, tokens_done = clock.now(), 0
     bar = tqdm(total=sum(len(s[2]) for s in mine), desc=f"gen {cfg.task}{_rank_label(ranks)}", unit="ex")

@@ -89,7 +89,43 @@ class OnlinePoint:
                 f"decode it again into a fresh folder (`specroute eval ... output=<new folder>`) or delete "
                 f"{path.parent}"
             )
-        return cls(**data)
+        point = cls(**data)
+        wrong = receipt_problems(point)
+        if wrong:
+            raise ValueError(
+                f"{path} disagrees with its own per-prompt and per-batch receipts ({'; '.join(wrong)}): it was "
+                f"edited or damaged, so its numbers cannot be trusted; delete it and rerun the same `specroute eval` "
+                f"command to decode that point again"
+            )
+        return point
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def receipt_problems(point: OnlinePoint) -> list[str]:
+    """Where a point's sums disagree with what it also holds per prompt (`examples`) and per decoding call
+    (`batches`): prompts, tokens, seconds, seconds per token, model seconds and every mean score."""
+    examples, wrong = point.examples, []
+    if point.prompts != len(examples):
+        wrong.append(f"prompts {point.prompts}, but {len(examples)} prompts' outcomes")
+    tokens = sum(int(e.get("tokens", 0)) for e in examples)
+    if point.tokens != tokens:
+        wrong.append(f"tokens {point.tokens}, but its prompts' tokens sum to {tokens}")
+    seconds = sum(float(b.get("seconds", 0.0)) for b in point.batches)
+    if not _same(point.seconds, seconds):
+        wrong.append(f"seconds {point.seconds:g}, but its batches sum to {seconds:g}")
+    if not _same(point.seconds_per_token, point.seconds / max(point.tokens, 1)):
+        wrong.append(f"seconds_per_token {point.seconds_per_token:g} is not seconds / tokens")
+    parts = sum(point.time_parts.get(k, 0.0) for k in ("drafter_seconds", "verifier_seconds"))
+    if not _same(point.model_seconds, parts):
+        wrong.append(f"model_seconds {point.model_seconds:g}, but drafter + verifier seconds are {parts:g}")
+    for key, mean in point.scores.items():
+        values = [float(e[key]) for e in examples if key in e]
+        if len(values) != len(examples) or not examples or not _same(mean, sum(values) / len(values)):
+            wrong.append(f"scores[{key!r}] {mean:g} is not the mean of its prompts' {key!r}")
+    return wrong
 
 
 def read_points(paths: list[Path]) -> list[OnlinePoint | None]:

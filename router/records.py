@@ -152,23 +152,6 @@ def write_shard(folder: Path, name: str, table, examples: list[str] | None = Non
     return receipt
 
 
-def intact_shard(folder: Path, name: str, examples: list[str] | None = None) -> dict | None:
-    """The receipt of a finished shard whose file still matches it, else None (missing, cut short,
-    changed, written before its receipt, or planned with other examples: a resume redoes it)."""
-    path, receipt_path = Path(folder) / name, Path(folder) / f"{name}.json"
-    if not (path.exists() and receipt_path.exists()):
-        return None
-    try:
-        receipt = json.loads(receipt_path.read_text())
-    except ValueError:
-        return None
-    if examples is not None and "examples" in receipt and receipt["examples"] != list(examples):
-        return None  # a grown recording's last shard of a split: it now holds more examples
-    if path.stat().st_size != receipt.get("bytes") or file_sha256(path) != receipt.get("sha256"):
-        return None
-    return {k: v for k, v in receipt.items() if k != "examples"}
-
-
 @dataclass(frozen=True)
 class Manifest:
     """What a record folder holds and how it was made: `manifest.json`, written last by data_gen and
@@ -267,7 +250,22 @@ def read_manifest(folder: str | Path) -> Manifest:
             f"{folder} holds records of schema version {version}, this specroute reads version "
             f"{SCHEMA_VERSION}: re-record them with this version (`specroute gen --overwrite`)"
         )
-    return Manifest.from_dict(values, str(path))
+    manifest = Manifest.from_dict(values, str(path))
+    _check_shards_add_up(manifest, path)
+    return manifest
+
+
+def _check_shards_add_up(manifest: Manifest, path: Path) -> None:
+    """Refuse a manifest whose shards skip one or miss its own totals (an entry removed by hand trained on fewer rows)."""
+    for split, totals in manifest.splits.items():
+        listed = [s for s in manifest.shards if s.get("split") == split]
+        names = sorted(s.get("file", "") for s in listed)
+        held = {k: sum(s.get(k, 0) for s in listed) for k in ("examples", "rows")}
+        if names != [f"{split}-{i:05d}.arrow" for i in range(len(listed))] or held != totals:
+            raise RecordsError(
+                f"{path} does not add up for split {split!r}: it lists shards {names} holding {held}, but counts "
+                f"{totals} (a shard's entry is missing or was edited): {REPAIR}"
+            )
 
 
 def require_hidden_states(folder: str | Path, manifest: Manifest, role: str) -> None:

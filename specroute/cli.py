@@ -86,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     onnx = sub.add_parser("export-onnx", help="a router's decision as ONNX, checked on its golden vectors")
     onnx.add_argument("folder", help="an exported router folder (e.g. runs/demo/cpu/routers/mlp)")
     onnx.add_argument("--output", help="the .onnx file to write (default FOLDER/decision.onnx)")
+    onnx.add_argument(
+        "--refresh-golden",
+        action="store_true",
+        help="write the folder's golden vectors again from its current weights first (after you changed them)",
+    )
     labels = sub.add_parser("labels", help="answer-level labels as a file: export, or show one (data_gen)")
     labels_sub = labels.add_subparsers(dest="labels_command", required=True)
     export = labels_sub.add_parser("export", help="a record folder's consequence labels -> a label file")
@@ -308,7 +313,7 @@ def cmd_export_onnx(args) -> int:
     from router.infra.console import summary_table
 
     try:
-        report = export_onnx(args.folder, args.output)
+        report = export_onnx(args.folder, args.output, refresh_golden=args.refresh_golden)
     except ImportError as err:
         raise SystemExit(f"error: {err}") from None
     rows = [
@@ -353,7 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a full disk or a read-only place while writing: every file is written atomically
         if err.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
             raise
-        where = f" while writing {err.filename}" if err.filename else ""
+        # a copy or move (a library's atomic save) names its temporary first and the file it writes second
+        target = err.filename2 or err.filename
+        where = f" while writing {target}" if target else ""
         print(
             f"error: {err.strerror}{where}: free some space (or make it writable) and rerun the same command; "
             f"finished work is kept and the run resumes after it",

@@ -177,11 +177,12 @@ def write_synthetic_manifest(folder, shards: list[dict], **fields) -> None:
 
 
 def online_point(method: str, alpha: float, **measured):
-    """An OnlinePoint with neutral measurements, `measured` overriding any field (e.g.
-    relative_latency=0.6, batches=[...])."""
+    """An OnlinePoint with neutral measurements that agree with its own receipts (one prompt of 3 tokens, one
+    batch of 1 s), `measured` overriding any field (e.g. relative_latency=0.6, batches=[...])."""
     from eval.points import OnlinePoint
 
     times = dict.fromkeys(("drafter_seconds", "verifier_seconds", "bonus_drafter_seconds", "rule_seconds"), 0.0)
+    times.update(drafter_seconds=0.25, verifier_seconds=0.25)
     fields = dict(
         prompts=1,
         batch_size=1,
@@ -190,12 +191,12 @@ def online_point(method: str, alpha: float, **measured):
         seconds=1.0,
         model_seconds=0.5,
         time_parts=times,
-        batches=[],
-        seconds_per_token=0.3,
+        batches=[{"seconds": 1.0, "longest": 3}],
+        seconds_per_token=1.0 / 3,
         verifier_calls_per_token=0.4,
         rejection_rate=0.1,
         outside_model_fraction=0.5,
-        examples=[],
+        examples=[{"example_id": "e0", "text": "abc", "tokens": 3, "quality": 1.0}],
     )
     return OnlinePoint(method, alpha, **{**fields, **measured})
 

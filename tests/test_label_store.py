@@ -131,7 +131,7 @@ def test_labels_of_other_settings_or_another_pair_are_refused(setup, tmp_path, m
     with pytest.raises(ConfigError, match="does not exist"):
         LabelStore(tmp_path / "missing.jsonl.gz")
     (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
-    with pytest.raises(ConfigError, match="not a readable label file"):
+    with pytest.raises(ConfigError, match="is not readable"):
         LabelStore(tmp_path / "bad.jsonl.gz")
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from router.infra.files import file_sha256
+from router.infra.files import check_stage, file_sha256
 from router.model import ROUTER_FORMAT, LearnedRouter, RouterConfig, RouterError, RouterNet, check_feature_names
 from router.records import SCHEMA_VERSION
 
@@ -25,6 +25,7 @@ def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
 
     router = router if isinstance(router, LearnedRouter) else LearnedRouter(router, name=Path(folder).name)
     net, folder = router.net, Path(folder)
+    check_stage(folder, "train")  # a router never goes into a record or eval folder, through any API
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
     exported = {**asdict(net.cfg), "weights_sha256": file_sha256(folder / "model.safetensors")}  # checked on load

@@ -13,9 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from router.features import position_stats
+from router.infra.files import file_sha256
 from router.export.decision import Decision, input_names, output_names
 
 GOLDEN_FILE = "golden.safetensors"
@@ -110,8 +112,36 @@ def write_golden(router, folder: str | Path) -> Path:
     tensors = {f"input.{k}": v.contiguous() for k, v in inputs.items()}
     tensors.update({f"output.{k}": v.contiguous() for k, v in outputs.items()}, alphas=alphas)
     path = Path(folder) / GOLDEN_FILE
-    save_file(tensors, str(path))
+    save_file(tensors, str(path), metadata={"weights_sha256": _weights_sha(folder)})  # which weights they pin
     return path
+
+
+def _weights_sha(folder: str | Path) -> str:
+    weights = Path(folder) / "model.safetensors"
+    return file_sha256(weights) if weights.exists() else ""
+
+
+class StaleGolden(ValueError):
+    """The golden vectors were written for other weights than the folder holds now."""
+
+
+def check_golden_current(folder: str | Path, router=None) -> None:
+    """Refuse golden vectors written for other weights: by the sha they record, or (files written before
+    they recorded one) by the loop's own code failing to reproduce them. The fix is named."""
+    path = Path(folder) / GOLDEN_FILE
+    with safe_open(str(path), "pt") as f:
+        recorded = (f.metadata() or {}).get("weights_sha256")
+    now = _weights_sha(folder)
+    if recorded is not None and recorded != now:
+        why = f"they pin weights {recorded[:12]}, the folder holds {now[:12]}"
+    elif recorded is None and router is not None and not reproduce(folder, router.cfg, torch_runner(router))["ok"]:
+        why = "the router's own torch code no longer reproduces them"
+    else:
+        return
+    raise StaleGolden(
+        f"{path} is stale ({why}): the weights changed after the vectors were written. Write them again from "
+        f"the current weights with `specroute export-onnx {folder} --refresh-golden`"
+    )
 
 
 def read_golden(folder: str | Path) -> tuple[dict, torch.Tensor, dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from router.export.decision import Decision, input_names, output_names
-from router.export.golden import read_golden, reproduce, write_golden
+from router.export.golden import check_golden_current, read_golden, reproduce, write_golden
 
 ONNX_FILE = "decision.onnx"
 ONNX_REPORT = "decision.onnx.json"
@@ -39,9 +39,10 @@ def _dynamic_shapes(cfg) -> tuple:
     return (logits, logits, None, tuple(shapes)) if shapes else (logits, logits, None)
 
 
-def export_onnx(folder: str | Path, output: str | Path | None = None) -> dict:
+def export_onnx(folder: str | Path, output: str | Path | None = None, refresh_golden: bool = False) -> dict:
     """Write the decision graph (default DIR/decision.onnx), run it with onnxruntime on the folder's
-    golden vectors, write the check next to it (decision.onnx.json) and return it."""
+    golden vectors, write the check next to it (decision.onnx.json) and return it. Golden vectors written for
+    other weights are refused with the fix (StaleGolden), unless `refresh_golden` writes them again first."""
     from router.model import load_router
 
     for module in ("onnx", "onnxscript", "onnxruntime"):
@@ -50,8 +51,9 @@ def export_onnx(folder: str | Path, output: str | Path | None = None) -> dict:
     router = load_router(folder)
     if router.offline_only:
         raise ValueError(router.offline_only)
-    if not (folder / "golden.safetensors").exists():
-        write_golden(router, folder)  # a folder exported before golden vectors existed
+    if refresh_golden or not (folder / "golden.safetensors").exists():
+        write_golden(router, folder)  # asked for, or a folder exported before golden vectors existed
+    check_golden_current(folder, router)
     inputs, _, _ = read_golden(folder)
     names = input_names(router.cfg)
     args = tuple(torch.tensor(0.1) if n == "alpha" else inputs[n] for n in names)

@@ -30,8 +30,13 @@ def atomic_write_bytes(path: Path, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no partial file behind
+        if err.filename in (None, str(tmp)):  # name the file being written, not our temporary or nothing
+            raise OSError(err.errno, err.strerror or str(err), str(path)) from err
+        raise
     except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk or an interrupt leaves no partial file behind
+        tmp.unlink(missing_ok=True)  # nor does an interrupt
         raise
 
 
@@ -89,6 +94,11 @@ def stage_of(folder: Path) -> str | None:
     if mark.is_file():
         return mark.read_text().strip() or None
     return next((stage for stage, files in STAGE_FILES.items() if any((folder / f).exists() for f in files)), None)
+
+
+def check_stage(folder: str | Path, command: str) -> None:
+    """Refuse to write `command`'s files into a folder another stage made (any API, not only the CLI)."""
+    _checked_output(Path(folder), command)
 
 
 def _checked_output(folder: Path, command: str) -> None:
