@@ -25,6 +25,7 @@ from router.engine.loop import (
     GenerateOutput,
     Rows,
     check_inputs,
+    check_token_ids,
     check_pair,
     eos_ids,
     finish,
@@ -253,6 +254,7 @@ def generate(
     knobs = dict(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, gamma=gamma)
     opts = DecodeOptions(**knobs, draft_stop=draft_stop, bonus_from=bonus_from)  # checked once; only opts is read below
     attention_mask = check_inputs(input_ids, attention_mask)
+    check_token_ids(input_ids, drafter, verifier)
     policy = _decoding_policy(rule, drafter, verifier, check_pair, opts.gamma)
     vocab, d = _drafter_for(drafter, verifier, policy, opts.gamma)
     exact_bonus = policy.bonus_needs_drafter and (opts.bonus_from == "target" or policy.exact_bonus)

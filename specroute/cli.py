@@ -257,7 +257,23 @@ def _generate_options(args):
             f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
             f"{Path(args.output) / 'result.json'}"
         )
+    if not args.prompt.strip() and not args.chat:
+        raise SystemExit('error: --prompt is empty: give the text to continue, e.g. --prompt "def fib(n):"')
+    _check_writable(Path(args.output))
     return opts, rule
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse an --output that cannot be written before any model loads (generate has no resume to offer)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SystemExit(
+            f"error: cannot write --output {path} ({err.strerror or err}): choose a path you can write"
+        ) from None
 
 
 def _generate_rows(args, opts, stats: dict, load_s: float, dtype) -> list[tuple[str, str]]:

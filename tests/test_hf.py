@@ -261,13 +261,53 @@ def test_a_router_refuses_another_pair_unless_told(tiny, batch, tmp_path, route)
         (dict(repetition_penalty=1.3), "repetition_penalty"),
         (dict(min_new_tokens=3), "min_new_tokens"),
         (dict(output_scores=True, return_dict_in_generate=True), "output_scores"),
+        # transformers keeps these to itself: the in-process route used to ignore them (issue 51)
+        (dict(streamer="STREAMER"), "streamer is not supported"),
+        (dict(negative_prompt_ids="PROMPT"), "negative_prompt_ids is not supported"),
+        (dict(assistant_confidence_threshold=0.5), "assistant_confidence_threshold=0.5"),
+        (dict(num_assistant_tokens=3), "num_assistant_tokens=3"),
+        (dict(guidance_scale=1.5), "guidance_scale=1.5"),
     ],
 )
 @pytest.mark.parametrize("route", ["folder", "function"])
 def test_unsupported_settings_are_refused_by_name(tiny, routers, batch, setting, message, route):
+    from transformers.generation.streamers import BaseStreamer
+
+    from router.hf.settings import REFUSED_ARGUMENTS, REFUSED_SETTINGS
+
+    class Quiet(BaseStreamer):  # takes a batch (TextStreamer takes one row) and shows nothing
+        def put(self, value):
+            pass
+
+        def end(self):
+            pass
+
     ids, mask = batch
+    swap = {"STREAMER": Quiet(), "PROMPT": ids[:1]}
+    setting = {k: swap.get(v, v) if isinstance(v, str) else v for k, v in setting.items()}
     with pytest.raises(GenerationSettingError, match=message):
-        _hf(tiny, ids, mask, route, routers["cascade"], alpha=ALPHA, **setting)
+        _hf(tiny, ids, mask, route, routers["cascade"], alpha=ALPHA, **{"do_sample": False, **setting})
+    assert set(setting) - {"do_sample", "top_k", "num_beams", "repetition_penalty", "min_new_tokens"} - {
+        "output_scores",
+        "return_dict_in_generate",
+    } <= set(REFUSED_ARGUMENTS) | set(REFUSED_SETTINGS)  # one list serves both routes
+
+
+@pytest.mark.parametrize("route", ["folder", "function"])
+def test_a_router_folder_that_does_not_exist_is_named(tiny, routers, batch, route):
+    ids, mask = batch
+    with pytest.raises(GenerationSettingError, match="no router folder /nonexistent"):
+        if route == "folder":
+            tiny.verifier.generate(
+                input_ids=ids,
+                assistant_model=tiny.drafter,
+                custom_generate=str(routers["cascade"]),
+                trust_remote_code=True,
+                router="/nonexistent",
+                alpha=ALPHA,
+            )
+        else:
+            _hf(tiny, ids, mask, route, "/nonexistent", alpha=ALPHA, do_sample=False)
 
 
 def test_missing_pieces_are_named(tiny, routers, batch):

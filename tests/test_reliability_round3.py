@@ -194,3 +194,47 @@ def test_a_full_disk_in_train_names_the_file_not_a_temporary(recorded, tmp_path)
     run = _full_disk(100, argv, tmp_path)
     assert run.returncode == 2, run.stderr
     assert f"error: No space left on device while writing {out}/" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("content", ["", "# only a comment\n", "{}\n"])
+def test_an_empty_config_is_refused_not_run_as_the_default_job(tmp_path, capsys, content):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(content)
+    for stage in ("gen", "train", "eval"):
+        assert cli.main([stage, "--config", str(empty)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {empty} holds no settings") and err.count("\n") == 1
+
+
+def _generate(*extra: str) -> list[str]:
+    return ["generate", "--drafter", "tiny:drafter", "--verifier", "tiny:verifier", *extra]
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--prompt", ""], "error: --prompt is empty"),
+        (["--prompt", "x", "--output", "/proc/specroute-test/out.json"], "error: cannot write --output /proc/"),
+    ],
+)
+def test_generate_refuses_bad_input_in_one_line_before_loading_models(monkeypatch, capsys, argv, message):
+    import router.pair
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("models were loaded before the input was checked")
+
+    monkeypatch.setattr(router.pair, "load_pair", no_models)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(_generate(*argv))
+    assert str(exit_.value).startswith(message) and "\n" not in str(exit_.value)
+    assert "resume" not in str(exit_.value)  # generate has none to promise
+
+
+def test_token_ids_outside_the_vocabulary_are_named(tiny):
+    import torch
+
+    from router.decoding import generate
+
+    for ids in (torch.tensor([[10**6]]), torch.tensor([[-3, 5]])):
+        with pytest.raises(ValueError, match=r"input_ids holds token id .* outside the models' vocabulary \(0 to "):
+            generate(tiny.drafter, tiny.verifier, ids, rule="opt", alpha=0.3, max_new_tokens=2)

@@ -193,6 +193,17 @@ def check_inputs(input_ids, attention_mask) -> torch.Tensor:
     return attention_mask
 
 
+def check_token_ids(input_ids: torch.Tensor, *models) -> None:
+    """Refuse token ids outside every model's embedding table (torch would end in an IndexError)."""
+    sizes = [m.get_input_embeddings().weight.shape[0] for m in models if hasattr(m, "get_input_embeddings")]
+    if sizes and input_ids.numel() and (int(input_ids.max()) >= min(sizes) or int(input_ids.min()) < 0):
+        bad = int(input_ids.max()) if int(input_ids.max()) >= min(sizes) else int(input_ids.min())
+        raise ValueError(
+            f"input_ids holds token id {bad}, outside the models' vocabulary (0 to {min(sizes) - 1}): encode the "
+            f"prompt with the pair's own tokenizer (padding included)"
+        )
+
+
 # ---- outputs and statistics ------------------------------------------------------------------------
 
 

@@ -18,7 +18,7 @@ import inspect
 import os
 from pathlib import Path
 
-from router.hf.settings import GenerationSettingError
+from router.hf.settings import GenerationSettingError, refuse_arguments
 
 GENERATE_PY = '''"""Decode with the specroute router in this folder through Hugging Face `generate`.
 
@@ -75,9 +75,13 @@ def folder_generate(
             "a specroute router decodes a drafter/verifier pair: pass assistant_model=<the drafter> to "
             "verifier.generate(..., custom_generate=<router folder>, trust_remote_code=True)"
         )
-    if streamer is not None or negative_prompt_ids is not None:
-        what = "streamer" if streamer is not None else "negative_prompt_ids"
-        raise GenerationSettingError(f"{what} is not supported by specroute's decoding loop: drop it")
+    refuse_arguments(
+        {
+            "streamer": streamer,
+            "negative_prompt_ids": negative_prompt_ids,
+            "negative_prompt_attention_mask": negative_prompt_attention_mask,
+        }
+    )
     if kwargs.get("top_k") not in (None, 0):
         raise GenerationSettingError(
             f"top_k={kwargs['top_k']} is not supported: specroute samples from the temperature / top-p "

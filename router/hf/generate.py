@@ -21,7 +21,13 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from router.engine.options import DecodeOptions
-from router.hf.settings import GenerationSettingError, decode_settings
+from router.hf.settings import (
+    GenerationSettingError,
+    caller_arguments,
+    decode_settings,
+    refuse_arguments,
+    refuse_settings,
+)
 
 
 @dataclass
@@ -74,6 +80,8 @@ def cascade_generate(
             "cascade_generate needs the drafter: pass drafter=<the small model> (transformers does not hand "
             "assistant_model to a custom generation function)"
         )
+    refuse_arguments(caller_arguments())  # what transformers kept to itself (a streamer, negative prompts)
+    refuse_settings(generation_config)
     policy = resolve_policy(rule)
     attention_mask = _attention_mask(model_kwargs, input_ids)
     settings = decode_settings(generation_config, logits_processor, stopping_criteria, input_ids.shape[1])
@@ -108,9 +116,16 @@ def resolve_policy(rule):
 
     if isinstance(rule, (str, Path)) and str(rule) not in rule_names() and Path(rule).is_dir():
         return load_router(rule)
-    if isinstance(rule, Path):
-        raise GenerationSettingError(f"rule={rule} is not a router folder (config.json + model.safetensors)")
+    if isinstance(rule, Path) or (isinstance(rule, str) and rule not in rule_names() and _looks_like_path(rule)):
+        raise GenerationSettingError(
+            f"no router folder {rule} (and it is not a rule name): pass an exported router folder "
+            f"(config.json + model.safetensors) or one of the rules {', '.join(rule_names())}"
+        )
     return rule
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or text.startswith((".", "~")) or text.endswith((".json", ".safetensors"))
 
 
 def _alpha(policy, alpha: float | None) -> float:

@@ -47,6 +47,62 @@ class GenerationSettingError(ValueError):
     """A generation setting specroute's loop cannot honour, with the fix."""
 
 
+# Arguments of `generate` that transformers handles itself and never hands to a custom generation function:
+# the loop would ignore them. Both routes (cascade_generate in process, an exported folder's generate.py)
+# refuse them from this one list.
+REFUSED_ARGUMENTS = {
+    "streamer": "specroute returns whole sequences (a streamer would show only the prompt); decode "
+    "out.sequences, or watch tokens arrive with `specroute generate`",
+    "negative_prompt_ids": "classifier-free guidance is not part of a speculative cascade",
+    "negative_prompt_attention_mask": "classifier-free guidance is not part of a speculative cascade",
+}
+# transformers' own assisted generation and guidance settings: specroute's rule, alpha and gamma replace them
+REFUSED_SETTINGS = (
+    "num_assistant_tokens",
+    "num_assistant_tokens_schedule",
+    "assistant_confidence_threshold",
+    "assistant_early_exit",
+    "assistant_lookbehind",
+    "target_lookbehind",
+    "prompt_lookup_num_tokens",
+    "max_matching_ngram_size",
+    "guidance_scale",
+)
+
+
+def refuse_arguments(values: dict) -> None:
+    """Refuse any of REFUSED_ARGUMENTS given (not None) in `values`, naming it and the fix."""
+    for name, why in REFUSED_ARGUMENTS.items():
+        if values.get(name) is not None:
+            raise GenerationSettingError(f"{name} is not supported by specroute's decoding loop ({why}): drop {name}")
+
+
+def refuse_settings(generation_config) -> None:
+    """Refuse assisted-generation and guidance settings the call (or the model's generation_config) set to
+    anything but transformers' own defaults (which it merges into every call, asked for or not)."""
+    defaults = GenerationConfig._get_default_generation_params()  # merged into every call: not a request
+    for name in REFUSED_SETTINGS:
+        value = getattr(generation_config, name, None)
+        if value is not None and value != defaults.get(name) and not (name == "guidance_scale" and value == 1):
+            raise GenerationSettingError(
+                f"{name}={value!r} configures transformers' own assisted generation or guidance, which specroute's "
+                f"loop replaces (rule, alpha, gamma): drop {name} (it may come from the model's generation_config)"
+            )
+
+
+def caller_arguments() -> dict:
+    """REFUSED_ARGUMENTS as given to the transformers `generate` call this custom function runs under (it
+    keeps them to itself): read from that call's frame, as router.hf.folder finds its router folder."""
+    import inspect
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "generate" and "custom_generate" in frame.f_locals:
+            return {name: frame.f_locals.get(name) for name in REFUSED_ARGUMENTS}
+        frame = frame.f_back
+    return {}
+
+
 def decode_settings(generation_config, logits_processor, stopping_criteria, prompt_len: int) -> dict:
     """temperature, top_p and max_new_tokens for `router.decoding.generate` from what transformers
     prepared; a GenerationSettingError names any setting the loop would otherwise ignore."""

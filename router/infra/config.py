@@ -100,6 +100,11 @@ def _yaml_values(path: str | Path | None) -> dict[str, Any]:
         ) from None
     if not isinstance(loaded, dict):
         raise ConfigError(f"{path} must hold a mapping of key: value")
+    if not loaded:  # an empty file (or `{}`) would silently start the default job on the real pair
+        raise ConfigError(
+            f"{path} holds no settings (it is empty): write the key: value settings of your job into it (e.g. "
+            f"copy configs/gen/tiny.yaml), or leave --config out to run the defaults on purpose"
+        )
     return loaded
 
 
