@@ -63,7 +63,7 @@ from router.engine.loop import Rows, eos_ids  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.infra.embedded import embedded_installed  # noqa: E402
 from router.pair import load_pair  # noqa: E402
-from router.engine.tiny import tiny_pair  # noqa: E402
+from router.pair import tiny_pair  # noqa: E402
 
 FALLBACK_QUESTIONS = [
     "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "

@@ -33,8 +33,9 @@ from router.engine.loop import check_pair  # noqa: E402
 from router.model import load_router  # noqa: E402
 from router.infra.embedded import embedded_installed  # noqa: E402
 from router.pair import load_pair  # noqa: E402
-from router.rules import get_rule, resolve_rule, trusted_inputs  # noqa: E402
-from router.engine.tiny import tiny_pair  # noqa: E402
+from router.rules import get_rule, resolve_rule
+from router.targets import trusted_inputs
+from router.pair import tiny_pair  # noqa: E402
 
 
 @contextmanager

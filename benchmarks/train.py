@@ -56,7 +56,8 @@ def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
     from router.engine.layout import CachedModel, Layout
     from router.infra.embedded import embedded_installed
     from router.pair import load_pair
-    from router.rules import get_rule, trusted_inputs
+    from router.rules import get_rule
+    from router.targets import trusted_inputs
     from router.sampling import process_logits
 
     real = embedded_installed() and not tiny

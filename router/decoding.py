@@ -39,7 +39,9 @@ from router.engine.loop import (
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings
 from router.engine.options import DecodeOptions
-from router.rules import DeferralPolicy, resolve_rule, trusted_inputs, tv_distance
+from router.policy import DeferralPolicy
+from router.rules import resolve_rule
+from router.targets import trusted_inputs, tv_distance
 from router.engine.policy_call import block_drafts, check_block_size, hidden_kwargs, logit_kwargs, policy_target
 from router.sampling import accept_drafts, next_after, sample
 from router.window.inputs import block_window

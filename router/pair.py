@@ -5,6 +5,7 @@ fingerprints of their weights and tokenizer.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -219,15 +220,13 @@ def load_pair(
     verifier_device_map (e.g. "auto") loads the verifier with that accelerate device map, for a
     verifier too large for one device; the drafter goes to `device`.
     dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
-    `tiny:verifier` give the tiny random pair of `router.engine.tiny` (tests, CI).
+    `tiny:verifier` give `tiny_pair()` (router.engine.tiny's random models; tests, CI).
     """
     if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
         if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
             raise ValueError(
                 "the tiny pair is `tiny:drafter` with `tiny:verifier`; it cannot be mixed with other models"
             )
-        from router.engine.tiny import tiny_pair
-
         if verifier_device_map is not None:
             raise ValueError(
                 "verifier_device_map needs a saved model (a hub id or a folder): the tiny pair is built in memory"
@@ -244,3 +243,18 @@ def load_pair(
     if v_tok.pad_token_id is None:
         v_tok.pad_token = v_tok.eos_token
     return Pair(d_model, v_model, v_tok)
+
+
+def tiny_pair(seed: int = 0, noise: float = 0.002):
+    """The Pair (drafter, verifier, tokenizer): the drafter is the verifier with N(0, noise) added."""
+    from router.engine.tiny import ByteTokenizer, tiny_model  # transformers' Qwen2: only when asked for
+
+    verifier = tiny_model(seed)
+    drafter = copy.deepcopy(verifier)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for w in drafter.parameters():
+            w.add_(torch.randn(w.shape, generator=gen) * noise)
+    drafter.name_or_path = f"tiny:drafter-seed{seed}"
+    verifier.name_or_path = f"tiny:verifier-seed{seed}"
+    return Pair(drafter, verifier, ByteTokenizer())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from router.reduce import fast_argmax, fast_max
-from router.rules import DENOM_FLOOR, safe_normalize
+from router.targets import DENOM_FLOOR, safe_normalize
 
 
 def speculative_block(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from router.decoding import generate
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 from router.machine.attention import FLAG, fast_cpu_attention
 from router.pair import load_pair
 

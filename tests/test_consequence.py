@@ -19,7 +19,7 @@ from router.engine.loop import eos_ids
 from router.model import load_router
 from router.engine.prefix import SharedPrefix
 from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED, load_records, read_manifest
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 from train.run import TrainConfig, run_train
 from helpers import study_module
 
@@ -271,7 +271,7 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
     """Labels recorded later for the same examples (a consequence-only folder) join an evaluation of
     the gold records: records=[gold, consequence] keeps the gold folder's prompts and curves, adds
     the catch table, and a router trained on the labels adds only its own online points."""
-    import router.engine.tiny as tiny_module
+    import router.pair as tiny_module
     from specroute import cli
 
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: pair)  # eval decodes the pair the records hold

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import StubLM, left_padded, tiny_qwen
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.engine.teacher import continuation_logprobs
 from router.decoding import generate

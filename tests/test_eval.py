@@ -20,7 +20,8 @@ from specroute import cli
 from eval.config import EvalConfig
 from router.infra.config import load_config
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
-from router.rules import get_rule, tv_distance
+from router.rules import get_rule
+from router.targets import tv_distance
 from router.offline.tradeoff import oracle_bound
 
 from helpers import online_point, synthetic_token_records

@@ -10,7 +10,7 @@ import torch
 from router.export.decision import Decision, input_names
 from router.export.golden import read_golden, reproduce, torch_runner
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
-from router.rules import cascade_mix, token_mix
+from router.targets import cascade_mix, token_mix
 
 CONFIGS = {
     "cascade": dict(),

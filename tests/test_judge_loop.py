@@ -15,7 +15,7 @@ from data_gen.run import run_gen
 from router.decoding import generate
 from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 from router.offline.views import best_of, areas, compare, method_sweeps
 from train.run import TrainConfig, run_train
 
@@ -163,7 +163,7 @@ def test_views_give_gap_closed_with_intervals_over_examples(judge_router):
 
 
 def test_eval_runs_a_judge_offline_and_online(judge_router, tmp_path, monkeypatch):
-    import router.engine.tiny as tiny_module
+    import router.pair as tiny_module
     from eval.run import EvalConfig, run_eval
 
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: tiny_pair(seed=2))  # the records' pair

@@ -14,7 +14,7 @@ import pytest
 from data_gen.label_store import LabelStore, export_labels
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 from router.infra.config import ConfigError
 from router.records import AGREE, IMPORTANT, UNTESTED, RecordsError, load_records, read_manifest
 from router.tasks import metrics

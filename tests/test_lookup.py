@@ -10,7 +10,7 @@ from router.decoding import generate
 from router.engine.layout import left_pad
 from router.engine.lookup import LookupDrafter
 from router.engine.prefix import SharedPrefix
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 
 
 @pytest.fixture(scope="module")

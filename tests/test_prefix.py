@@ -13,7 +13,8 @@ from router.decoding import generate
 from router.engine.loop import PADDING
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop, default_stops
-from router.engine.tiny import ByteTokenizer, tiny_pair
+from router.engine.tiny import ByteTokenizer
+from router.pair import tiny_pair
 
 HEAD = [(7 * i) % 90 + 3 for i in range(40)]  # a 40-token "few-shot context" every prompt starts with
 PROMPTS = [HEAD + [5, 17, 33], HEAD + [9], HEAD + [11, 12, 13, 14, 15]]

@@ -9,11 +9,9 @@ import pytest
 import torch
 
 from router.model import RouterConfig, RouterError, RouterNet, LearnedRouter, save_router
+from router.policy import DeferralPolicy, Rule
 from router.rules import (
-    DeferralPolicy,
     RULES,
-    Rule,
-    cascade_mix,
     get_rule,
     offline_rules,
     online_rules,
@@ -23,6 +21,7 @@ from router.rules import (
     rules_of_form,
     unregister_rule,
 )
+from router.targets import cascade_mix
 from specroute import cli
 
 

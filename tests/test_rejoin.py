@@ -5,7 +5,7 @@ import torch
 
 from data_gen.consequence import ConsequenceSearch
 from data_gen.rejoin import RejoinStop
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 from router.tasks.prompts import StopStrings
 from tests.test_consequence import length_metric
 

@@ -300,7 +300,7 @@ def test_eval_refuses_another_pair_than_the_records_and_mixed_pairs(tmp_path, ti
     from data_gen.run import run_gen
     from eval.config import EvalConfig
     from eval.run import run_eval
-    from router.engine.tiny import tiny_pair
+    from router.pair import tiny_pair
 
     cfg = GenConfig(
         task="gsm8k",
@@ -320,7 +320,7 @@ def test_eval_refuses_another_pair_than_the_records_and_mixed_pairs(tmp_path, ti
     with pytest.raises(RecordsError, match="come from different model pairs"):
         run_eval(EvalConfig(records=[cfg.output, cfg2.output], output=str(tmp_path / "e1"), **base))
     # models that are not the records' pair (as a drafter=/verifier= override loads): refused
-    import router.engine.tiny as tiny_module
+    import router.pair as tiny_module
 
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: other)
     with pytest.raises(ValueError, match=r"the loaded drafter and verifier differ from the ones the records"):

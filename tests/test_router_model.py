@@ -17,7 +17,7 @@ from router.model import (
     save_router,
     windows,
 )
-from router.engine.tiny import tiny_pair
+from router.pair import tiny_pair
 
 
 def constant_router(head: str, value: float, arch: str = "linear") -> LearnedRouter:

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from router.rules import RULES, get_rule, tv_distance
+from router.rules import RULES, get_rule
+from router.targets import tv_distance
 
 Q = torch.tensor([0.5, 0.3, 0.2])
 P = torch.tensor([0.2, 0.7, 0.1])  # TV(p, q) = 0.4
@@ -173,7 +174,7 @@ def test_shape_mismatch_and_alpha_range_errors():
 
 
 def test_trusted_inputs_skip_content_checks_only_inside_the_block():
-    from router.rules import trusted_inputs
+    from router.targets import trusted_inputs
 
     bad = torch.tensor([[0.7, 0.7]])  # rows do not sum to 1
     good = torch.tensor([[0.5, 0.5]])

@@ -6,7 +6,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from router.rules import RULES, get_rule, tv_distance
+from router.rules import RULES, get_rule
+from router.targets import tv_distance
 from router.sampling import process_logits, speculative_block, speculative_block_batched, top_p_filter
 
 V, GAMMA, DRAWS = 6, 3, 20_000

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from router.rules import get_rule, token_mix, tv_distance
+from router.rules import get_rule
+from router.targets import token_mix, tv_distance
 from router.offline.tradeoff import (
     Candidates,
     at_threshold,

@@ -33,7 +33,7 @@ from router.engine.loop import (
 )
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings
-from router.rules import chow_defer
+from router.targets import chow_defer
 from router.sampling import sample
 
 

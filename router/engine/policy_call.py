@@ -13,7 +13,7 @@ import warnings
 import torch
 
 from router.reduce import fast_argmax
-from router.rules import DeferralPolicy
+from router.policy import DeferralPolicy
 
 
 def hidden_kwargs(policy: DeferralPolicy, drafter_hidden, verifier_hidden, after=None) -> dict:

@@ -1,13 +1,12 @@
-"""Tiny random model pair + byte tokenizer, built from configs: no downloads, seconds to run.
+"""Tiny random models + byte tokenizer, built from configs: no downloads, seconds to run.
 
 Used by the `tiny` configs, the tests and the benchmarks' fallback. The verifier is a small random
 Qwen2; the drafter is a copy with slightly perturbed weights, so the two agree often but not
-always, like a real pair. Model specs `tiny:drafter` / `tiny:verifier` load them.
+always, like a real pair: `router.pair.tiny_pair` makes that pair, beside the loader of every other
+pair, and the model specs `tiny:drafter` / `tiny:verifier` load it.
 """
 
 from __future__ import annotations
-
-import copy
 
 import torch
 
@@ -77,18 +76,3 @@ def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab: int = TI
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = 2, 0
     model.name_or_path = f"tiny:seed{seed}"
     return model
-
-
-def tiny_pair(seed: int = 0, noise: float = 0.002):
-    """The Pair (drafter, verifier, tokenizer): the drafter is the verifier with N(0, noise) added."""
-    from router.pair import Pair
-
-    verifier = tiny_model(seed)
-    drafter = copy.deepcopy(verifier)
-    gen = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for w in drafter.parameters():
-            w.add_(torch.randn(w.shape, generator=gen) * noise)
-    drafter.name_or_path = f"tiny:drafter-seed{seed}"
-    verifier.name_or_path = f"tiny:verifier-seed{seed}"
-    return Pair(drafter, verifier, ByteTokenizer())

@@ -5,5 +5,7 @@
   onnx.py      `specroute export-onnx DIR`: the decision as ONNX, checked with onnxruntime
   card.py      the model card (README.md) of every export
   hub.py       save_pretrained / from_pretrained / push_to_hub (huggingface_hub's ModelHubMixin)
+  custom_generate.py  custom_generate/ written into every export (transformers' remote-code route)
+The folder itself is written and read by `router.model.save_router` / `load_router`.
 The contract: docs/router-format.md.
 """

@@ -18,12 +18,12 @@ class RouterHubMixin(
     tags=["specroute", "speculative-decoding", "custom_generate"],
     pipeline_tag="text-generation",
 ):
-    """save_pretrained / from_pretrained / push_to_hub for `router.model.LearnedRouter`."""
+    """save_pretrained / from_pretrained / push_to_hub for `router.model.LearnedRouter`, which supplies the
+    two hooks (`_write_router_folder`, `_read_router_folder`: its module's save_router / load_router), so
+    this module needs nothing of the model's."""
 
     def _save_pretrained(self, save_directory: Path) -> None:
-        from router.model import save_router
-
-        save_router(self, save_directory)
+        self._write_router_folder(save_directory)
 
     @classmethod
     def _from_pretrained(
@@ -37,10 +37,12 @@ class RouterHubMixin(
         token: str | bool | None = None,
         **kwargs,
     ):
-        from router.model import load_router
-
         download = dict(revision=revision, cache_dir=cache_dir, force_download=force_download, token=token)
-        return load_router(local_folder(model_id, local_files_only=local_files_only, **download))
+        return cls._read_router_folder(local_folder(model_id, local_files_only=local_files_only, **download))
+
+
+class HubFolderError(ValueError):
+    """A router source that is neither a local folder nor a Hub repo that could be fetched."""
 
 
 def local_folder(source: str | Path, **download) -> Path:
@@ -53,9 +55,7 @@ def local_folder(source: str | Path, **download) -> Path:
     try:
         return Path(snapshot_download(repo_id=str(source), **download))
     except Exception as err:  # offline, unknown repo, no access: one message naming the source
-        from router.model import RouterError
-
-        raise RouterError(
+        raise HubFolderError(
             f"{source!r} is neither a local router folder nor a Hub repo that could be fetched "
             f"({type(err).__name__}: {str(err).splitlines()[0][:160]}): pass a folder, or check the id and network"
         ) from None

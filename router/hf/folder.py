@@ -3,8 +3,8 @@
     verifier.generate(**inputs, assistant_model=drafter, custom_generate="runs/demo/routers/mlp",
                       trust_remote_code=True, alpha=0.2, max_new_tokens=64)
 
-`write_custom_generate` adds `custom_generate/generate.py` (and a requirements.txt naming specroute)
-to every export. transformers copies that file into its modules cache and calls its `generate` with
+`router.export.custom_generate` adds `custom_generate/generate.py` (and a requirements.txt naming
+specroute) to every export. transformers copies that file into its modules cache and calls its `generate` with
 every argument of the call but `custom_generate` itself, so the function does not know where its
 weights are. It finds them where transformers keeps the value: the `custom_generate` argument of the
 `generate` call it was loaded from (a local folder, or a Hub id resolved through huggingface_hub's
@@ -19,40 +19,6 @@ import os
 from pathlib import Path
 
 from router.hf.settings import GenerationSettingError, refuse_arguments
-
-GENERATE_PY = '''"""Decode with the specroute router in this folder through Hugging Face `generate`.
-
-    verifier.generate(**inputs, assistant_model=drafter, custom_generate=<this folder or its Hub id>,
-                      trust_remote_code=True, alpha=0.2, max_new_tokens=64)
-
-Written by specroute's export; the router is this folder's config.json + model.safetensors.
-The decision contract: docs/router-format.md in specroute.
-"""
-
-try:
-    from router.hf.folder import folder_generate
-except ImportError as err:  # transformers checks requirements.txt first; this covers a specroute too old
-    raise ImportError("this router folder decodes with specroute: pip install -U specroute") from err
-
-
-def generate(model, *args, **kwargs):
-    return folder_generate(model, *args, **kwargs)
-'''
-
-
-def write_custom_generate(folder: str | Path) -> Path:
-    """custom_generate/generate.py + requirements.txt inside a router folder; returns the subfolder."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    sub = Path(folder) / "custom_generate"
-    sub.mkdir(parents=True, exist_ok=True)
-    (sub / "generate.py").write_text(GENERATE_PY)
-    try:
-        requirement = f"specroute>={version('specroute')}"
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        requirement = "specroute"
-    (sub / "requirements.txt").write_text(requirement + "\n")
-    return sub
 
 
 def folder_generate(

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from router.rules import get_rule, offline_rules, ratio_score
+from router.rules import get_rule, offline_rules
+from router.targets import ratio_score
 
 
 @dataclass

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from router.offline.inputs import RecordView, router_scores
-from router.rules import get_rule, offline_rules, ratio_score, window_offline_rules
+from router.rules import get_rule, offline_rules, window_offline_rules
+from router.targets import ratio_score
 from router.offline.tradeoff import Curve, area, learned_defer_scores, oracle_scores, quantile_grid, token_rows
 
 VIEWS = ("greedy", "t1")

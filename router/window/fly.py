@@ -29,7 +29,8 @@ import math
 import numpy as np
 import torch
 
-from router.rules import Rule, keep_drafts
+from router.policy import Rule
+from router.targets import keep_drafts
 from router.window.inputs import FollowWindow
 
 FLY_WIN_LEN = 6  # fly_config/FLy_Llama3_70b.json
