@@ -469,14 +469,19 @@ def test_eval_logs_to_wandb_offline(tiny_pipeline, tmp_path, monkeypatch):
     assert list(runs[0].glob("files/media/images/*.png")) and list(runs[0].glob("files/media/table/*.json"))
 
 
-def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipeline, monkeypatch):
+def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipeline, monkeypatch, capsys):
     from router.machine import calibrate
 
     root, rec, rtr = tiny_pipeline
     out = root / "eval-gamma"
     args = _eval_args(root, rec, rtr, f"output={out}", "offline=false", "gamma=auto", "draft_stop=0.5")
     args[args.index("online_methods=[opt,token_v3,router,token_cascade]")] = "online_methods=[lossless,opt]"
-    assert cli.main(args) == 0
+    for _ in range(2):  # the tiny pair's passes take milliseconds: a load spike (another job) can make gamma
+        # auto refuse its timings as implausible, which is right for a user and no fault of this path
+        code = cli.main(args)
+        if "could not measure the pair's costs plausibly" not in capsys.readouterr().err:
+            break
+    assert code == 0
     chosen = json.loads((out / "gamma.json").read_text())
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["gamma"]["gamma"] == chosen["gamma"] == metrics["config"]["gamma"]
