@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import torch
 
 from router.infra.embedded import embedded_path
+from router.infra.quiet import third_party
 from router.machine.hardware import announce, resolve_dtype
 from router.records import Manifest, RecordsError
 
@@ -75,11 +76,13 @@ def load_model(spec: str, dtype: str | torch.dtype = "auto", device: str = "cpu"
     choice = resolve_dtype(dtype, device)
     announce(choice, device)
     path, extra = resolve_model_path(spec, choice.dtype)
-    if device_map is not None:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, device_map=device_map, **extra).eval()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, **extra).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    with third_party():  # transformers' loading bars and notes: to the command's log (router/infra/quiet.py)
+        if device_map is not None:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, device_map=device_map, **extra)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=choice.dtype, **extra).to(device)
+        tokenizer = AutoTokenizer.from_pretrained(path, **extra)
+    model.eval()
     if spec.startswith("embedded:") or spec.endswith(".gguf"):
         model.generation_config.eos_token_id = gguf_end_tokens(tokenizer, model.generation_config.eos_token_id)
     return model, tokenizer

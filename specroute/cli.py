@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from router.infra import clock
+from router.infra.quiet import command_output
 from router.machine.hardware import DTYPE_CHOICES
 from router.engine.options import DecodeOptions, add_decode_flags, options_from_flags
 from router.rules import get_rule, rule_names
@@ -367,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:
-        return handlers[args.command](args)
+        with command_output(args.command):  # third-party bars and warnings to a log; specroute's notes one line each
+            return handlers[args.command](args)
     except (FileNotFoundError, ValueError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

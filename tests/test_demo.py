@@ -2,16 +2,20 @@
 
 import pytest
 import json
+from pathlib import Path
 import math
 
 from specroute import cli
 
 
 @pytest.mark.e2e
-def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys):
+def test_tiny_demo_end_to_end_and_rerun_reuses_stages(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path / "cache"))  # where the third-party log goes
     out = tmp_path / "demo"
     assert cli.main(["demo", "--preset", "tiny", "--output", str(out)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    _only_the_users_progress(captured.out + captured.err, tmp_path / "cache" / "logs")
     assert "results: online, held-out prompts" in printed and "report.md" in printed
     assert "diff to verifier" in printed and "rej off" in printed  # the paired columns, at the demo's size
     summary = json.loads((out / "demo_summary.json").read_text())
@@ -100,3 +104,16 @@ def test_demo_decoding_options_become_eval_overrides():
     }
     assert with_decoding(long, draft_stop=0.3).eval_extra == {"gamma": 5, "bonus_from": "target", "draft_stop": 0.3}
     assert with_decoding(PRESETS["cpu"], bonus_from="target").eval_extra == {"gamma": "auto", "bonus_from": "target"}
+
+
+def _only_the_users_progress(text: str, logs) -> None:
+    """The main job prints specroute's progress and notes only: no raw UserWarning with its source line, no
+    Lightning banner; specroute's notes are one line each, and the third-party log it names holds the rest."""
+    for noise in ("UserWarning", "warnings.warn(", "GPU available", "TPU available", "Tip:", "Trainer.fit"):
+        assert noise not in text, noise
+    notes = [line for line in text.splitlines() if "[specroute] note:" in line]
+    assert notes and all(line.startswith("[specroute] note: ") for line in notes)  # e.g. prompts truncated
+    named = [line for line in text.splitlines() if line.startswith("[specroute] third-party messages")]
+    assert len(named) == 1 and str(logs) in named[0]
+    log = Path(named[0].rsplit(" are in ", 1)[1])
+    assert log.parent == logs and "GPU available" in log.read_text()  # Lightning's banner, kept

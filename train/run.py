@@ -20,6 +20,7 @@ from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, save_router
 from router.pair import one_pair
 from router.records import Manifest, read_manifest
 from router.infra.console import summary_table, wandb_offline
+from router.infra.quiet import reroute
 from router.infra.files import output_lock, write_csv, write_json
 from router.offline.inputs import router_scores
 from router.offline.views import greedy_areas
@@ -291,6 +292,7 @@ def _trainer(cfg: TrainConfig, out: Path):
     import lightning as L
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
+    reroute()  # Lightning's banner lines (accelerators, tips) to the command's log, not the user's terminal
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), monitor="val_area", mode="max", save_top_k=1)
     trainer = L.Trainer(
         max_epochs=cfg.max_epochs,

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from router.infra.files import file_sha256
+from router.infra.quiet import third_party
 
 
 READY = "specroute_ok.json"  # written last into a converted model folder: the folder is complete
@@ -162,7 +163,8 @@ def _build_once(out_dir: Path, build, message: str) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out_dir / READY).exists():  # else built by the process we waited for
             print(f"[specroute] {message}", flush=True)
-            build(out_dir)
+            with third_party():  # transformers' conversion and shard-writing bars: to the command's log
+                build(out_dir)
     return out_dir
 
 
