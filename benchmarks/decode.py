@@ -49,6 +49,8 @@ import torch
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
+# train.py would stand in for the `eval` and `train` packages
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router.infra import clock  # noqa: E402
 from router.engine.baselines import generate_autoregressive  # noqa: E402

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# the checkout's packages first: run as a script, this folder comes first on sys.path, and this file
+# would stand in for the `eval` package it imports
 sys.path.insert(0, str(ROOT))
 from eval.run import EvalConfig, run_eval  # noqa: E402
 from specroute import cli  # noqa: E402

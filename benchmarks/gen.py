@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
+# train.py would stand in for the `eval` and `train` packages
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data_gen.config import GenConfig  # noqa: E402
 from data_gen.recorder import Recorder  # noqa: E402

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+# runs on a lent GPU machine where specroute is not installed (docs/benchmarks.md): the checkout's packages
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router.decoding import generate  # noqa: E402
 from router.engine import layout as layout_module  # noqa: E402

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+# runs on a lent GPU machine where specroute is not installed (docs/benchmarks.md): the checkout's packages
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling gpu.py, however this file is loaded
 from router.infra.files import write_json  # noqa: E402

@@ -24,12 +24,14 @@ from pathlib import Path
 
 import torch
 
+# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
+# train.py would stand in for the `eval` and `train` packages
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router import reduce  # noqa: E402
 from router.machine.costs import measure_verify_curve  # noqa: E402
 from router.engine.policy_call import logit_kwargs  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.engine.loop import check_pair  # noqa: E402
+from router.engine.loop import shared_vocab  # noqa: E402
 from router.model import load_router  # noqa: E402
 from router.infra.embedded import embedded_installed  # noqa: E402
 from router.pair import load_pair  # noqa: E402
@@ -98,7 +100,7 @@ def main() -> None:
 
     tiny = args.tiny or not embedded_installed()
     drafter, verifier, _ = tiny_pair() if tiny else load_pair(dtype=args.dtype)
-    vocab = check_pair(drafter, verifier)
+    vocab = shared_vocab(drafter, verifier)
     sizes = {"drafter": drafter.config.hidden_size, "verifier": verifier.config.hidden_size}
     policies = [(name, get_rule(name)) for name in args.rules]
     policies += [(Path(f).name, load_router(f)) for f in args.routers]

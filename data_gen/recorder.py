@@ -15,7 +15,7 @@ from data_gen.scoring import example_seed, score_batch
 from data_gen.tasks import Example
 from router.engine.baselines import generate_autoregressive
 from router.engine.layout import left_pad, tokenizer_pad_id
-from router.engine.loop import check_pair
+from router.engine.loop import shared_vocab
 from router.engine.prefix import SharedPrefix
 from router.machine.hardware import DtypeChoice, resolve_dtype
 from router.pair import load_pair
@@ -38,7 +38,7 @@ class Recorder:
         else:
             self.dtype = DtypeChoice(next(verifier.parameters()).dtype, "models passed in by the caller")
         self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
-        self.vocab = check_pair(drafter, verifier)
+        self.vocab = shared_vocab(drafter, verifier)
         if cfg.top_k > self.vocab:
             raise ValueError(
                 f"top_k {cfg.top_k} is above the models' vocabulary ({self.vocab} tokens): use top_k <= {self.vocab}"

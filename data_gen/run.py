@@ -2,7 +2,7 @@
 
 Examples are split deterministically by id (seeded hash), grouped by split into shards of
 `examples_per_shard` (data_gen/plan.py), and each shard is scored by the recorder
-(data_gen/recorder.py) and written atomically (data_gen/folder.py). A rerun skips the finished
+(data_gen/recorder.py) and written atomically (data_gen/record_folder.py). A rerun skips the finished
 shards (resume); a complete folder is left alone unless `overwrite`.
 """
 
@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from data_gen.config import GenConfig
 from data_gen.consequence import summary_line
-from data_gen.folder import (
+from data_gen.record_folder import (
     commit_config,
     finish_manifest,
     intact_shard,

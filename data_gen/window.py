@@ -1,12 +1,12 @@
 """Window inputs in records: what a window policy reads online, for recorded positions (column `window`).
 
 Online, a drafted token d_j is followed in its block by the drafter's next drafts, scored by the same
-verification forward (router/window/inputs.py). Offline, at every recorded position where the
+verification forward (router/window/follow.py). Offline, at every recorded position where the
 drafter's argmax d differs from the verifier's (a greedy mismatch; elsewhere nothing is decided), the
 drafter writes its greedy continuation c_1..c_W after d and the verifier scores it: the draft and its
 W followers, as in a block with W drafts after d. The column holds per position the DRAFT_SCALARS of
 d and of c_1..c_W, (1 + W) x C floats, NaN at positions without a window. The same function as online
-turns a row into a FollowWindow (`router.window.inputs.window_of_rows`), so a policy reads the same numbers offline.
+turns a row into a FollowWindow (`router.window.follow.window_of_rows`), so a policy reads the same numbers offline.
 
 Cost: W drafter passes and one verifier pass over every mismatch of a batch at once, each from the
 teacher-forced KV cache with a tree-shaped mask (a chain's tokens see the cached prefix before its
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from router.engine.layout import Layout
-from router.window.inputs import DRAFT_SCALARS, draft_scalars, follow_window
+from router.window.follow import DRAFT_SCALARS, draft_scalars, follow_window
 
 MAX_CHAIN_TOKENS = 256  # chain tokens per row and verifier pass: bounds the (M x W, V) logits
 

@@ -36,8 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-# the summaries (bootstrap intervals) are eval/crossfit_summary.py's; callers of this module import them here
-from eval.crossfit_summary import BOOTSTRAP, _share, result_measures, summarise  # noqa: F401
+from eval.crossfit_summary import BOOTSTRAP, summarise
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores

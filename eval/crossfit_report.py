@@ -3,7 +3,7 @@ plug-in rule and the per-fold best rule (eval/crossfit.py computes the numbers).
 
 from __future__ import annotations
 
-from eval.crossfit import result_measures
+from eval.crossfit_summary import result_measures
 from eval.tables import markdown_table
 
 

@@ -17,7 +17,7 @@ BOOTSTRAP = 2000
 COMBINED = ("best_rule", "best_router")  # methods that are a choice among others, not one rule
 
 
-def _share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
+def weighted_share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
     """(R,) ratio of sums under example weights (R, E): quality per position, or a kept share."""
     num, den = ("quality", "positions") if what == "quality" else (f"{what}_kept", what)
     return (weights @ sums[num]) / np.maximum(weights @ sums[den], 1e-12)
@@ -36,14 +36,18 @@ def hindsight_rule(table: dict, routers: list[str], measure: str) -> str:
     ones = np.ones((1, len(table["best_rule"]["positions"])))
     rules = [m for m in table if m not in routers and m not in COMBINED]
     sign = 1.0 if measure == "quality" else -1.0
-    return max(rules, key=lambda m: sign * float(_share(table[m], measure, ones)[0]))
+    return max(rules, key=lambda m: sign * float(weighted_share(table[m], measure, ones)[0]))
 
 
 def _paired(sums: dict, other: dict, m: str, weights: np.ndarray, ones: np.ndarray) -> dict:
     """A measure of one method minus another's on the same examples: point and 95% percentile interval."""
-    diff = _share(sums, m, weights) - _share(other, m, weights)
+    diff = weighted_share(sums, m, weights) - weighted_share(other, m, weights)
     lo, hi = np.percentile(diff, [2.5, 97.5])
-    return {"diff": float(_share(sums, m, ones)[0] - _share(other, m, ones)[0]), "low": float(lo), "high": float(hi)}
+    return {
+        "diff": float(weighted_share(sums, m, ones)[0] - weighted_share(other, m, ones)[0]),
+        "low": float(lo),
+        "high": float(hi),
+    }
 
 
 def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
@@ -73,7 +77,7 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
         for method, sums in table.items():
             row = {"rejection": float(sums["rejections"].sum() / max(sums["positions"].sum(), 1)), "examples": n}
             for m in measures:
-                row[m] = float(_share(sums, m, ones)[0])
+                row[m] = float(weighted_share(sums, m, ones)[0])
                 row[f"{m}_vs_best_rule"] = _paired(sums, table["best_rule"], m, weights, ones)
                 row[f"{m}_vs_hindsight_rule"] = _paired(sums, table[hindsight], m, weights, ones)
             rows[method] = row

@@ -323,10 +323,10 @@ def add_verifier_logprobs(
 
 def _score_outputs(pair, wanted: list[tuple], prompt_ids: dict, ends: Ends, batch_size: int) -> dict:
     """(summed verifier log-prob, tokens) of each (example_id, output ids), `batch_size` per pass."""
-    from router.engine.loop import check_pair
+    from router.engine.loop import shared_vocab
     from router.engine.teacher import continuation_logprobs
 
-    vocab = check_pair(pair.drafter, pair.verifier)
+    vocab = shared_vocab(pair.drafter, pair.verifier)
     scores = {w: (0.0, 0) for w in wanted if not w[1]}  # an empty output has nothing to score
     scored = [w for w in wanted if w[1]]
     for start in range(0, len(scored), batch_size):

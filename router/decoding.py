@@ -17,7 +17,7 @@ import torch
 
 from router.infra import clock
 from router.machine.calibrate import MAX_GAMMA, AdaptiveGamma
-from router.engine.layout import CachedModel, Layout, drop_trailing_holes
+from router.engine.layout import CachedModel, Layout, drop_trailing_holes, output_pad_id
 from router.engine.lookup import LookupCache, LookupDrafter
 from router.engine.loop import (
     FROM_DRAFTER,
@@ -26,13 +26,12 @@ from router.engine.loop import (
     Rows,
     check_inputs,
     check_token_ids,
-    check_pair,
+    shared_vocab,
     eos_ids,
     finish,
     first_layout,
     final_stats,
     one_model_step,
-    pad_id,
     speculative_stats,
     vocab_size,
 )
@@ -44,7 +43,7 @@ from router.rules import resolve_rule
 from router.targets import trusted_inputs, tv_distance
 from router.engine.policy_call import block_drafts, check_block_size, hidden_kwargs, logit_kwargs, policy_target
 from router.sampling import accept_drafts, next_after, sample
-from router.window.inputs import block_window
+from router.window.follow import block_window
 from router.window.lag import LagCarry
 
 PI_EQUALS_Q_TOL = 1e-6  # a position "defers" when TV(q, pi) exceeds this
@@ -138,7 +137,7 @@ def form_target(
 
     A judge (policy form "judge") decides each drafted token d_j from what the verification forward
     computed after reading it: the hidden state at d_j's column and p_{j+1} (its lookahead). A window
-    policy (`follow` > 0) also reads the verifier's scores of the drafts after d_j (router/window/inputs.py),
+    policy (`follow` > 0) also reads the verifier's scores of the drafts after d_j (router/window/follow.py),
     a lag policy the features of the positions before the block (`carry`, router/window/lag.py)."""
     g = block.g
     vh = block.verifier_hidden
@@ -235,9 +234,8 @@ def generate(
     block passes, the bonus token comes from the verifier's p (bonus_from="verifier", the default:
     that one position defers, no drafter forward) or from pi (bonus_from="target", exact as in the
     paper: one more drafter forward per wholly accepted block to get q there, for every policy whose
-    target reads q). The default was chosen with numbers: on 2 AMD EPYC cores in float32 the exact
-    bonus took 9.1% of `token_v2`'s and `entropy_gate`'s decoding time on MBPP, and taking p cut their
-    time per token by 6-13% at batch 4 (README, Benchmarks). `stop` strings end a row like EOS
+    target reads q). The default was chosen with measured numbers (docs/results.md, the exact bonus's
+    cost). `stop` strings end a row like EOS
     (`router.tasks.prompts.StopStrings`); a `prefix` every prompt starts with is read from its cache
     (`router.engine.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
     block early when the drafter is unsure of its draft in every row (as Hugging Face's assistant
@@ -268,7 +266,7 @@ def generate(
     stats = speculative_stats(policy, alpha, opts, MAX_GAMMA if adaptive else opts.gamma)
     v = CachedModel(verifier, vocab)
     v.want_hidden = bool({"verifier", "after"} & set(policy.hidden_inputs))
-    layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
+    layout = first_layout(input_ids, attention_mask, prefix, output_pad_id(verifier, eos), d, v)
     active = list(range(input_ids.shape[0]))
     carry = LagCarry(len(active), policy.lag, input_ids.device) if getattr(policy, "lag", 0) else None
     with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
@@ -291,7 +289,7 @@ def generate(
                 layout.append(nxt[:, None])
             active = rows.drop_finished(active, layout, d, v, also=(carry,) if carry else ())
     final_stats(stats, d, v, adaptive)
-    return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
+    return finish(input_ids, rows, output_pad_id(verifier, eos), stats, started)
 
 
 def _decoding_policy(rule, drafter, verifier, check_pair: bool, gamma) -> DeferralPolicy:
@@ -339,7 +337,7 @@ def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int,
     """(shared vocabulary, what the loop drives as the drafter): a model's CachedModel, or a
     LookupDrafter's drafts looked up in reference answers (router.engine.lookup; no network)."""
     if not isinstance(drafter, LookupDrafter):
-        vocab = check_pair(drafter, verifier)
+        vocab = shared_vocab(drafter, verifier)
         model = CachedModel(drafter, vocab)
         model.want_hidden = "drafter" in policy.hidden_inputs
         return vocab, model

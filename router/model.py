@@ -40,7 +40,7 @@ from router.infra.files import check_stage, file_sha256
 from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_topk_ids
 from router.targets import cascade_mix, keep_drafts, token_mix, tv_distance, validate_inputs
-from router.window.inputs import FOLLOW_FEATURE_NAMES, FollowWindow, follow_features
+from router.window.follow import FOLLOW_FEATURE_NAMES, FollowWindow, follow_features
 from router.window.lag import LAG_FEATURE_NAMES, LagBefore, LagHistory, block_lags, lag_features
 
 ARCHS = ("linear", "mlp", "gru")
@@ -67,7 +67,7 @@ class RouterConfig:
     hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier" / "after": append that hidden state
     hidden_sizes: dict = field(default_factory=dict)  # their widths, e.g. {"verifier": 1536}
     vocab: int = 0  # judge head: size of its token class table (the pair's vocabulary)
-    follow: int = 0  # judge head: following drafts of the block it reads (router/window/inputs.py), 0: none
+    follow: int = 0  # judge head: following drafts of the block it reads (router/window/follow.py), 0: none
     follow_block: int = 0  # window judge: the block size its windows were cut for in training (0: uncut)
     lag: int = 0  # judge head: positions before the drafted one whose features it reads (router/window/lag.py)
     schema_version: int = SCHEMA_VERSION
@@ -342,7 +342,7 @@ class LearnedRouter(RouterHubMixin):
         if self.cfg.follow:
             if follow is None:
                 raise RouterError(
-                    f"router {self.name} is a window judge: pass follow=router.window.inputs.block_window(drafts, "
+                    f"router {self.name} is a window judge: pass follow=router.window.follow.block_window(drafts, "
                     f"p_raw, {self.cfg.follow}) (router.decoding.generate does)"
                 )
             x = torch.cat([x, follow_features(follow, self.cfg.follow).to(x.dtype)], -1)

@@ -47,7 +47,7 @@ class DeferralPolicy(Protocol):
     #   p_logits, and next_p_logits for a judge), as learned routers want
     greedy_mode: bool  # True: at temperature 0 the loop decodes the mode of pi formed from the raw
     #   distributions (a pi that mixes q and p, e.g. `mixture`, is not one-hot even when q and p are)
-    follow: int  # > 0: a window policy: target() also gets drafts and follow, a router.window.inputs.FollowWindow
+    follow: int  # > 0: a window policy: target() also gets drafts and follow, a router.window.follow.FollowWindow
     #   of the next `follow` drafts of the block (their verifier scores); its pi depends on the draft
     min_gamma: int  # the least block size it decodes with (a window rule reads drafts after each draft)
     lag: int  # > 0: target() also gets lag = (feats (B, lag, F), valid (B, lag)), the features of the positions
@@ -111,13 +111,13 @@ class Rule:
         follow=None,
     ) -> torch.Tensor:
         """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`. A window rule
-        (form "window") also needs the drafted tokens (B, g) and their `router.window.inputs.FollowWindow`."""
+        (form "window") also needs the drafted tokens (B, g) and their `router.window.follow.FollowWindow`."""
         q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
         if self.form != "window":
             return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw)
         if drafts is None or follow is None:
             raise ValueError(
                 f"rule {self.name} reads the drafts that follow each draft in its block: pass drafts (B, g) and "
-                f"follow=router.window.inputs.block_window(drafts, p_raw, {self.follow}) (router.decoding.generate does)"
+                f"follow=router.window.follow.block_window(drafts, p_raw, {self.follow}) (router.decoding.generate does)"
             )
         return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw, drafts=drafts, follow=follow)

@@ -188,7 +188,7 @@ def offline_rules() -> tuple[str, ...]:
 
 def window_offline_rules() -> tuple[str, ...]:
     """Window rules with a greedy-view offline score, `offline_score(window) -> (N,)` over the recorded
-    windows (router.window.inputs.FollowWindow; defer where the score exceeds the sweep's threshold)."""
+    windows (router.window.follow.FollowWindow; defer where the score exceeds the sweep's threshold)."""
     return tuple(name for name, rule in _REGISTRY.items() if rule.offline_score is not None and rule.form == "window")
 
 

@@ -69,7 +69,7 @@ def stale_records(folder: Path, task: str, overrides: dict) -> list[str]:
     """The gen config keys in which a finished or started record folder differs from what the demo
     would record now (e.g. the prompt format or judge inputs of an older version); [] if current."""
     from data_gen.config import GenConfig
-    from data_gen.folder import config_changes
+    from data_gen.record_folder import config_changes
     from router.infra.config import config_from, config_to_dict
 
     made = folder / "gen_config.json"

@@ -18,15 +18,12 @@ best router and the best rule, with paired intervals against the best rule.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def table(summary: dict) -> list[str]:
     """Markdown rows: per target, each learned method's kept shares and its difference to the best rule."""
-    from eval.crossfit import result_measures
+    from eval.crossfit_summary import result_measures
     from eval.crossfit_report import hindsight_cell, hindsight_header
     from eval.tables import markdown_table
 

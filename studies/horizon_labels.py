@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def _auc(score: np.ndarray, positive: np.ndarray) -> float:
     from sklearn.metrics import roc_auc_score

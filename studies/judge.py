@@ -21,21 +21,19 @@ recording that grew (or changed) retrains them.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval.offline import compare_views  # noqa: E402
-from router.infra.files import write_csv, write_json  # noqa: E402
-from router.machine.hardware import cpu_kind  # noqa: E402
-from router.model import load_router  # noqa: E402
-from router.records import read_manifest  # noqa: E402
-from router.offline.inputs import RecordView  # noqa: E402
-from router.offline.views import VIEW_TITLES  # noqa: E402
-from train.run import TrainConfig, run_train  # noqa: E402
+from eval.offline import compare_views
+from router.infra.files import write_csv, write_json
+from router.machine.hardware import cpu_kind
+from router.model import load_router
+from router.records import read_manifest
+from router.offline.inputs import RecordView
+from router.offline.views import VIEW_TITLES
+from train.run import TrainConfig, run_train
 
 JUDGE = dict(head="judge", target="greedy_01_gap")
 VARIANTS = {  # name -> TrainConfig overrides

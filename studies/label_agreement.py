@@ -24,8 +24,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def _mismatches(folder: str, column: str, value) -> dict:
     """{(example_id, position): (drafter token, answer prefix before the position, value(x))} of a

@@ -2,7 +2,7 @@
 
     python studies/label_rate.py runs/records/gsm8k-horizon runs/records/mbpp-horizon --out runs/studies/label-rate
 
-Every shard of a record folder writes `<shard>.counts.json` (data_gen/folder.py): the seconds its
+Every shard of a record folder writes `<shard>.counts.json` (data_gen/record_folder.py): the seconds its
 answers and searches took (`consequence_seconds`), its short-horizon scores (`horizon_seconds`), the
 whole shard (`shard_seconds`, wall; `shard_cpu_seconds`, the process's CPU time, which neither a
 pause nor another job's load inflates), the mismatches it labelled and the CPU and dtype it ran on.
@@ -20,10 +20,8 @@ import argparse
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TESTED = ("consequence_important", "consequence_harmless")  # full-answer verdicts
 TIMED = ("timed_problems", "timed_horizon_mismatches", "timed_tested_mismatches")

@@ -33,8 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def curve_point(cfg, share: float, out: Path, eval_records: list[str]) -> dict:
     """Train (or keep) one share's cross-fit and summarise it out of fold."""

@@ -17,15 +17,13 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 def main() -> int:
     from data_gen.config import GenConfig
-    from data_gen.folder import finish_manifest
+    from data_gen.record_folder import finish_manifest
     from data_gen.plan import load_examples, plan_shards, recorded_shards
     from data_gen.recorder import Recorder
-    from data_gen.folder import intact_shard
+    from data_gen.record_folder import intact_shard
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="a record folder being recorded (gen_config.json, shards, no manifest yet)")

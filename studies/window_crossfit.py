@@ -31,18 +31,17 @@ Writes crossfit.json and crossfit.csv into --out and prints the table.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval.crossfit import BOOTSTRAP, TARGETS, _share, out_of_fold, summarise  # noqa: E402
-from router.infra.files import write_csv, write_json  # noqa: E402
-from router.machine.hardware import cpu_kind  # noqa: E402
-from router.offline.folds import read_plan  # noqa: E402
-from train.run import TrainConfig, run_train  # noqa: E402
+from eval.crossfit import TARGETS, out_of_fold
+from eval.crossfit_summary import BOOTSTRAP, summarise, weighted_share
+from router.infra.files import write_csv, write_json
+from router.machine.hardware import cpu_kind
+from router.offline.folds import read_plan
+from train.run import TrainConfig, run_train
 
 
 LABELS = {  # what the judges learn, and the measures they are scored on (higher first is better?)
@@ -87,8 +86,8 @@ def paired(first: dict, second: dict, reps: int = BOOTSTRAP, seed: int = 0, what
             raise ValueError("the two cross-fits scored different examples: train them on the same records and seed")
         weights = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(np.float64)
         ones = np.ones((1, n))
-        diff = _share(a, what, weights) - _share(b, what, weights)
-        point = float(_share(a, what, ones)[0] - _share(b, what, ones)[0])
+        diff = weighted_share(a, what, weights) - weighted_share(b, what, weights)
+        point = float(weighted_share(a, what, ones)[0] - weighted_share(b, what, ones)[0])
         lo, hi = np.percentile(diff, [2.5, 97.5])
         out[str(t)] = {"diff": point, "low": float(lo), "high": float(hi), "examples": n}
     return out

@@ -1,7 +1,7 @@
 """How far a window judge's rejection rate moves when its windows are cut as the loop's blocks cut them.
 
 Recorded windows are never cut (every recorded draft has W followers); in a block of g drafts the one at
-position j has g - 1 - j (router/window/inputs.py). `specroute eval` matches each router's online alpha
+position j has g - 1 - j (router/window/follow.py). `specroute eval` matches each router's online alpha
 to a target rejection rate (a fraction of the verifier's) on the held-out records, scored as the router
 was trained (`follow_block`: cut for that block size, or uncut). This study takes that matched alpha and
 measures the rejection rate the same router gives at it on the same rows with the windows cut for block
@@ -19,19 +19,17 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval.grid import alphas_at_rejection  # noqa: E402
-from eval.offline import greedy_curves  # noqa: E402
-from router.infra.files import write_csv, write_json  # noqa: E402
-from router.machine.hardware import cpu_kind  # noqa: E402
-from router.model import load_router  # noqa: E402
-from router.offline.inputs import RecordView, router_scores  # noqa: E402
-from router.offline.views import greedy_columns, greedy_score  # noqa: E402
+from eval.grid import alphas_at_rejection
+from eval.offline import greedy_curves
+from router.infra.files import write_csv, write_json
+from router.machine.hardware import cpu_kind
+from router.model import load_router
+from router.offline.inputs import RecordView, router_scores
+from router.offline.views import greedy_columns, greedy_score
 
 
 def scored_for_block(router, block: int):

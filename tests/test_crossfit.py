@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from eval.crossfit import out_of_fold, summarise
+from eval.crossfit import out_of_fold
+from eval.crossfit_summary import summarise
 from helpers import synthetic_token_records
 from router.features import FEATURE_NAMES
 from router.infra.config import ConfigError
@@ -389,7 +390,8 @@ def test_short_horizon_labels_alone_are_scored_by_the_share_of_their_score_kept(
 
 
 def test_full_answer_and_short_horizon_labels_together_report_both(tmp_path):
-    from eval.crossfit import answer_measures, summarise
+    from eval.crossfit import answer_measures
+    from eval.crossfit_summary import summarise
 
     both = synthetic_token_records(tmp_path / "both", n_examples=60, consequence=True, answer_labels="full+horizon")
     assert answer_measures([str(both)], "consequence") == ("important", "harmless", "horizon")

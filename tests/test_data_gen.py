@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from data_gen import folder as rec
+from data_gen import record_folder as rec
 from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.plan import assign_split

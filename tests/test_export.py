@@ -75,7 +75,7 @@ def test_golden_vectors_catch_a_changed_router(folders):
 
 def _window_and_lag(cfg, inputs: dict) -> dict:
     """The golden inputs of a window / lag judge as target() takes them."""
-    from router.window.inputs import FollowWindow
+    from router.window.follow import FollowWindow
     from router.window.lag import LagHistory
 
     out = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import pytest
 import torch
@@ -54,7 +55,7 @@ def _hf(tiny, ids, mask, route: str, policy, **kwargs):
         return tiny.verifier.generate(
             assistant_model=tiny.drafter, custom_generate=str(policy), trust_remote_code=True, **common
         )
-    return tiny.verifier.generate(custom_generate=cascade_generate, drafter=tiny.drafter, rule=policy, **common)
+    return tiny.verifier.generate(custom_generate=cascade_generate, assistant_model=tiny.drafter, rule=policy, **common)
 
 
 @pytest.mark.parametrize("route", ["folder", "function"])
@@ -118,9 +119,8 @@ def test_stop_strings_on_both_routes(tiny, routers, batch):
         max_new_tokens=24,
         stop=StopStrings.build(tiny.tokenizer, [stop]),
     ).sequences
-    by_function = _hf(
-        tiny, ids, mask, "function", "lossless", do_sample=False, stop=[stop], stop_tokenizer=tiny.tokenizer
-    )
+    built = StopStrings.build(tiny.tokenizer, [stop])  # in process: transformers keeps tokenizer= to itself
+    by_function = _hf(tiny, ids, mask, "function", "lossless", do_sample=False, stop_strings=built)
     by_folder = _hf(
         tiny,
         ids,
@@ -316,12 +316,29 @@ def test_missing_pieces_are_named(tiny, routers, batch):
         tiny.verifier.generate(
             input_ids=ids, custom_generate=str(routers["cascade"]), trust_remote_code=True, alpha=ALPHA
         )
-    with pytest.raises(GenerationSettingError, match="drafter="):
+    with pytest.raises(GenerationSettingError, match="pass assistant_model=<the drafter>"):
         tiny.verifier.generate(input_ids=ids, custom_generate=cascade_generate, rule="opt", alpha=ALPHA)
     with pytest.raises(GenerationSettingError, match="needs alpha"):
         _hf(tiny, ids, mask, "folder", routers["cascade"], do_sample=False)
-    with pytest.raises(GenerationSettingError, match="stop_tokenizer"):
-        _hf(tiny, ids, mask, "function", "lossless", do_sample=False, stop=["x"])
+    with pytest.raises(GenerationSettingError, match=r"StopStrings.build\(tokenizer"):
+        _hf(tiny, ids, mask, "function", "lossless", do_sample=False, stop_strings=["x"])
+
+
+@pytest.mark.parametrize(
+    "spelling, instead",
+    [
+        ("drafter", "assistant_model=<the drafter>"),
+        ("stop", "stop_strings="),
+        ("stop_tokenizer", "tokenizer=<the tokenizer>"),
+    ],
+)
+def test_specroutes_former_spellings_are_refused_with_transformers_names(tiny, batch, spelling, instead):
+    ids, mask = batch
+    value = {"drafter": tiny.drafter, "stop": ["x"], "stop_tokenizer": tiny.tokenizer}[spelling]
+    with pytest.raises(
+        GenerationSettingError, match=rf"{spelling}= is not transformers' name: pass {re.escape(instead)}"
+    ):
+        _hf(tiny, ids, mask, "function", "lossless", do_sample=False, **{spelling: value})
 
 
 def test_module_cache_is_temporary():

@@ -167,7 +167,7 @@ def test_lag_judge_trains_exports_and_decodes_everywhere(lag_judge, tiny):
     for gamma in (1, 3):
         out = generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=gamma, max_new_tokens=10)
         hf = verifier.generate(
-            ids, attention_mask=mask, custom_generate=cascade_generate, drafter=drafter, rule=str(tmp / "judge"),
+            ids, attention_mask=mask, custom_generate=cascade_generate, assistant_model=drafter, rule=str(tmp / "judge"),
             alpha=0.0, gamma=gamma, max_new_tokens=10, do_sample=False,
         )  # fmt: skip
         assert torch.equal(hf, out.sequences)

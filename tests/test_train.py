@@ -14,7 +14,7 @@ from router.features import FEATURE_NAMES
 from router.model import load_router
 from router.records import RecordsError
 from train.run import TrainConfig, run_train
-from train.targets import labels
+from train.labels import labels
 
 from helpers import synthetic_token_records, write_split, write_synthetic_manifest
 

@@ -11,7 +11,7 @@ from helpers import StubLM
 from router.decoding import generate
 from router.rules import get_rule, register_rule, unregister_rule
 from router.window.fly import FLY_ENTROPY_THRE, fly_keep, fly_rule
-from router.window.inputs import (
+from router.window.follow import (
     DRAFT_SCALARS,
     block_followers,
     block_window,

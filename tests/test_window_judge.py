@@ -17,7 +17,7 @@ from router.hf import cascade_generate
 from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
 from router.records import load_records
-from router.window.inputs import follow_features
+from router.window.follow import follow_features
 from train.run import TrainConfig, run_train
 
 WIDTH = 2
@@ -95,7 +95,7 @@ def test_window_judge_trains_exports_and_decodes_everywhere(window_judge):
     for gamma in (1, 3):  # gamma 1: every window is cut by the block's end, marked invalid
         out = generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=gamma, max_new_tokens=10)
         hf = verifier.generate(
-            ids, attention_mask=torch.ones_like(ids), custom_generate=cascade_generate, drafter=drafter,
+            ids, attention_mask=torch.ones_like(ids), custom_generate=cascade_generate, assistant_model=drafter,
             rule=str(tmp / "judge"), alpha=0.0, gamma=gamma, max_new_tokens=10, do_sample=False,
         )  # fmt: skip
         assert torch.equal(hf, out.sequences)

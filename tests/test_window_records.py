@@ -13,7 +13,7 @@ from data_gen.window import mismatch_windows, rollout_windows
 from router.engine.layout import Layout, cache_argument, left_pad
 from router.engine.teacher import forward_tail
 from router.records import load_records, read_manifest
-from router.window.inputs import DRAFT_SCALARS, block_window, draft_scalars, window_of_rows
+from router.window.follow import DRAFT_SCALARS, block_window, draft_scalars, window_of_rows
 
 VOCAB = 259
 C = len(DRAFT_SCALARS)

@@ -17,7 +17,7 @@ import torch
 
 from router.offline.inputs import RecordView
 from router.records import load_records, read_manifest, require_hidden_states
-from train.targets import ANSWER_TARGETS, CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
+from train.labels import ANSWER_TARGETS, CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
 
 
 class RecordSplit(RecordView):

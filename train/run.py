@@ -28,7 +28,7 @@ from train.data import RecordDataModule, RecordSplit, hidden_size, input_stats, 
 from train.ensemble import merge_members
 from train.validation import plugin_areas, router_metrics, tradeoff_table
 from train.module import LOSSES, RouterModule
-from train.targets import TARGETS
+from train.labels import TARGETS
 
 
 @dataclass
@@ -46,7 +46,7 @@ class TrainConfig:
     hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
     follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (records with window >= it)
     follow_block: int = 0  # window judge: cut each training window as a block of this many drafts would (the
-    # gamma it decodes at: a draft at block position j has g - 1 - j followers; router/window/inputs.py); 0: uncut
+    # gamma it decodes at: a draft at block position j has g - 1 - j followers; router/window/follow.py); 0: uncut
     lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
     ensemble: int = (
         1  # > 1: that many members (seeds seed, seed + 1, ...) averaged into one network (train/ensemble.py)

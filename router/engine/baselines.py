@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from router.infra import clock
-from router.engine.layout import CachedModel
+from router.engine.layout import CachedModel, output_pad_id
 from router.engine.options import DecodeOptions
 from router.engine.loop import (
     FROM_DRAFTER,
@@ -22,11 +22,10 @@ from router.engine.loop import (
     GenerateOutput,
     Rows,
     check_inputs,
-    check_pair,
+    shared_vocab,
     eos_ids,
     finish,
     forward_stats,
-    pad_id,
     first_layout,
     one_model_step,
     vocab_size,
@@ -74,7 +73,7 @@ def _autoregressive(
     source = FROM_DRAFTER if role == "drafter" else FROM_VERIFIER
     confidence = [[] for _ in range(batch)]
     m = CachedModel(model, vocab_size(model))
-    layout = first_layout(input_ids, attention_mask, prefix, pad_id(model, eos), m)
+    layout = first_layout(input_ids, attention_mask, prefix, output_pad_id(model, eos), m)
     active = list(range(batch))
     with torch.inference_mode():
         while active:
@@ -84,7 +83,7 @@ def _autoregressive(
                     confidence[b].append(prob)
             active = rows.drop_finished(active, layout, m)
     stats = dict(method=f"{role}_only", blocks=0, **forward_stats(m, role))
-    out = finish(input_ids, rows, pad_id(model, eos), stats, started)
+    out = finish(input_ids, rows, output_pad_id(model, eos), stats, started)
     mean_conf = [sum(c) / len(c) if c else 0.0 for c in confidence]
     return out, mean_conf
 
@@ -113,13 +112,13 @@ def generate_token_cascade(
     opts = DecodeOptions(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "chow")
-    vocab = check_pair(drafter, verifier)
+    vocab = shared_vocab(drafter, verifier)
     eos = eos_ids(verifier)
     gen = opts.generator(input_ids.device)
     started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
     d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
-    layout = first_layout(input_ids, attention_mask, prefix, pad_id(verifier, eos), d, v)
+    layout = first_layout(input_ids, attention_mask, prefix, output_pad_id(verifier, eos), d, v)
     active, deferrals = list(range(input_ids.shape[0])), 0
     with torch.inference_mode():
         while active:
@@ -142,7 +141,7 @@ def generate_token_cascade(
         **forward_stats(d, "drafter"),
         **forward_stats(v, "verifier"),
     )
-    return finish(input_ids, rows, pad_id(verifier, eos), stats, started)
+    return finish(input_ids, rows, output_pad_id(verifier, eos), stats, started)
 
 
 def generate_sequence_cascade(
@@ -164,7 +163,7 @@ def generate_sequence_cascade(
     opts = DecodeOptions(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens)
     attention_mask = check_inputs(input_ids, attention_mask)
     _check_unit_alpha(alpha, "the sequence cascade")
-    check_pair(drafter, verifier)
+    shared_vocab(drafter, verifier)
     started = clock.now()
     draft, confidence = _autoregressive(drafter, input_ids, attention_mask, opts, "drafter", prefix, stop)
     redo = [b for b, c in enumerate(confidence) if c < 1 - alpha]
@@ -203,4 +202,4 @@ def generate_sequence_cascade(
             keep = redone.sources[i] != PADDING
             rows.tokens[b] = redone.sequences[i, width:][keep].tolist()
             rows.sources[b] = [FROM_VERIFIER] * len(rows.tokens[b])
-    return finish(input_ids, rows, pad_id(verifier, eos_ids(verifier)), stats, started)
+    return finish(input_ids, rows, output_pad_id(verifier, eos_ids(verifier)), stats, started)

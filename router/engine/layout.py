@@ -23,6 +23,13 @@ def tokenizer_pad_id(tokenizer) -> int:
     return pad if pad is not None else (getattr(tokenizer, "eos_token_id", None) or 0)
 
 
+def output_pad_id(model, eos: set) -> int:
+    """The id finished output rows are padded with: the model's generation pad token, else its smallest end
+    of sequence id, else 0 (prompts are padded from the tokenizer instead: `tokenizer_pad_id`)."""
+    pad = getattr(model.generation_config, "pad_token_id", None)
+    return pad if pad is not None else (min(eos) if eos else 0)
+
+
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-pad token lists into (input_ids, attention_mask), both (B, T)."""
     width = max(len(s) for s in sequences)

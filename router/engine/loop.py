@@ -143,16 +143,11 @@ def eos_ids(model) -> set:
     return set(ids if isinstance(ids, (list, tuple)) else [ids] if ids is not None else [])
 
 
-def pad_id(model, eos: set) -> int:
-    pad = getattr(model.generation_config, "pad_token_id", None)
-    return pad if pad is not None else (min(eos) if eos else 0)
-
-
 def vocab_size(model) -> int:
     return model.get_output_embeddings().weight.shape[0]
 
 
-def check_pair(drafter, verifier) -> int:
+def shared_vocab(drafter, verifier) -> int:
     """Vocabulary size the two models share; a clear error when they cannot form a cascade."""
     v_d, v_v = vocab_size(drafter), vocab_size(verifier)
     e_d, e_v = eos_ids(drafter), eos_ids(verifier)

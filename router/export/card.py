@@ -66,7 +66,7 @@ def model_card(cfg, name: str) -> str:
         "                        trust_remote_code=True, alpha=0.2, max_new_tokens=128)",
         "# without remote code:",
         "from router.hf import cascade_generate",
-        "out = verifier.generate(**inputs, custom_generate=cascade_generate, drafter=drafter,",
+        "out = verifier.generate(**inputs, custom_generate=cascade_generate, assistant_model=drafter,",
         '                        rule="<this folder>", alpha=0.2, max_new_tokens=128)',
         "```",
         "",

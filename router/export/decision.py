@@ -8,7 +8,7 @@ exports. Inputs, per scored position n (all float32 but the draft ids):
   alpha ()                    the trade-off
   drafts (N,) int64, next_p_logits (N, V)   judge only: the drafted token, the verifier's logits after it
   follow_values (N, W, C), follow_valid (N, W)   window judge only: the DRAFT_SCALARS of the W drafts after
-                              it (router/window/inputs.py) and 1/0 whether each exists in the block
+                              it (router/window/follow.py) and 1/0 whether each exists in the block
   lag_values (N, L, F), lag_valid (N, L)   lag judge only: the position features (FEATURE_NAMES) of the L
                               positions before it on the emitted trajectory, most recent first, and 1/0 whether
                               each exists (router/window/lag.py: the engine carries them across blocks)
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from router.features import FEATURE_NAMES, position_stats
-from router.window.inputs import FollowWindow
+from router.window.follow import FollowWindow
 from router.window.lag import LagHistory
 
 TV = FEATURE_NAMES.index("tv")

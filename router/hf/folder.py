@@ -56,11 +56,18 @@ def folder_generate(
     policy = resolve_policy(router if router is not None else router_folder())
     stop = None
     if stop_strings:
+        from router.tasks.prompts import StopStrings
+
         if tokenizer is None:
             raise GenerationSettingError("stop_strings needs tokenizer=<the tokenizer>, as in transformers")
-        stop, kwargs["stop_tokenizer"] = ([stop_strings] if isinstance(stop_strings, str) else stop_strings), tokenizer
+        stop = StopStrings.build(tokenizer, [stop_strings] if isinstance(stop_strings, str) else list(stop_strings))
     return model.generate(
-        *args, custom_generate=cascade_generate, drafter=assistant_model, rule=policy, stop=stop, **kwargs
+        *args,
+        custom_generate=cascade_generate,
+        assistant_model=assistant_model,
+        rule=policy,
+        stop_strings=stop,
+        **kwargs,
     )
 
 

@@ -1,15 +1,18 @@
 """`cascade_generate`: specroute's speculative cascade loop as a Hugging Face custom generation method.
 
-    out = verifier.generate(**inputs, custom_generate=cascade_generate, drafter=drafter,
+    out = verifier.generate(**inputs, custom_generate=cascade_generate, assistant_model=drafter,
                             rule="token_v2", alpha=0.2, max_new_tokens=64)
 
 transformers prepares the call first (the generation config merged with the model's, the logits
 processors, the length limit) and then hands the prompt to this function, which decodes it with
 `router.decoding.generate` (batches, left padding, hidden-state and judge routers, gamma auto, stop
 strings) and returns what transformers would: the sequences, or a `CascadeGenerateOutput` (a
-`GenerateDecoderOnlyOutput` with specroute's stats) with `return_dict_in_generate=True`. A function
-passed as `custom_generate` does not receive `assistant_model`, so the drafter comes as `drafter=`.
-The remote-code route (an exported router folder as `custom_generate=DIR`) is `router.hf.folder`.
+`GenerateDecoderOnlyOutput` with specroute's stats) with `return_dict_in_generate=True`. The call is spelled
+as transformers spells it (`assistant_model=`, `stop_strings=`): transformers keeps `assistant_model` to
+itself, so it is read from the `generate` call's frame (`router.hf.settings.caller_arguments`). It also keeps
+`tokenizer=` from a custom generation function, so in process `stop_strings` is a `StopStrings` built with
+the tokenizer (`StopStrings.build(tokenizer, [...])`); the folder route builds it itself. The remote-code
+route (an exported router folder as `custom_generate=DIR`) is `router.hf.folder`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from router.hf.settings import (
     caller_arguments,
     decode_settings,
     refuse_arguments,
+    refuse_other_spellings,
     refuse_settings,
 )
 
@@ -47,7 +51,6 @@ def cascade_generate(
     logits_processor=None,
     stopping_criteria=None,
     generation_config=None,
-    drafter=None,
     rule="opt",
     alpha: float | None = None,
     gamma: int | str = DecodeOptions.gamma,
@@ -55,33 +58,26 @@ def cascade_generate(
     check_pair: bool = True,
     bonus_from: str = DecodeOptions.bonus_from,
     draft_stop: float | None = DecodeOptions.draft_stop,
-    stop: list | None = None,
+    stop_strings=None,
+    drafter=None,
+    stop=None,
     stop_tokenizer=None,
     **model_kwargs,
 ):
     """Decode input_ids (B, T) with `model` as the verifier and `drafter` as the drafter.
 
     rule: a plug-in rule name, a router folder (or a loaded router), or any deferral policy; alpha:
-    its trade-off (required unless the rule takes none, e.g. lossless). Sampling (do_sample,
-    temperature, top_p) and the length (max_new_tokens) come from the generation config; seed: the
-    loop's sampler seed (default: drawn from torch's global generator, so torch.manual_seed makes a
-    call reproducible as it does for transformers' own sampling). stop: texts that end a row, with
-    stop_tokenizer the tokenizer that decodes the tokens. gamma, bonus_from, draft_stop and
-    check_pair as in `router.decoding.generate`."""
+    its trade-off (required unless the rule takes none, e.g. lossless). The drafter is the call's
+    `assistant_model`. Sampling (do_sample, temperature, top_p) and the length (max_new_tokens) come from the
+    generation config; seed: the loop's sampler seed (default: drawn from torch's global generator, so
+    torch.manual_seed makes a call reproducible as it does for transformers' own sampling). stop_strings:
+    a `router.tasks.prompts.StopStrings` (transformers does not pass `tokenizer=` to this function). gamma,
+    bonus_from, draft_stop and check_pair as in `router.decoding.generate`. `drafter=`, `stop=` and
+    `stop_tokenizer=` (specroute's former spellings) are refused with transformers' names."""
     from router.decoding import generate
 
-    if generation_config is None:
-        raise GenerationSettingError(
-            "cascade_generate is called by transformers: model.generate(**inputs, custom_generate=cascade_generate, "
-            "drafter=drafter, rule=..., alpha=...); to call specroute's loop directly use router.decoding.generate"
-        )
-    if drafter is None:
-        raise GenerationSettingError(
-            "cascade_generate needs the drafter: pass drafter=<the small model> (transformers does not hand "
-            "assistant_model to a custom generation function)"
-        )
-    refuse_arguments(caller_arguments())  # what transformers kept to itself (a streamer, negative prompts)
-    refuse_settings(generation_config)
+    refuse_other_spellings({"drafter": drafter, "stop": stop, "stop_tokenizer": stop_tokenizer})
+    drafter = _checked_call(generation_config)
     policy = resolve_policy(rule)
     attention_mask = _attention_mask(model_kwargs, input_ids)
     settings = decode_settings(generation_config, logits_processor, stopping_criteria, input_ids.shape[1])
@@ -96,7 +92,7 @@ def cascade_generate(
         seed=_seed(seed),
         attention_mask=attention_mask,
         bonus_from=bonus_from,
-        stop=_stop_strings(stop, stop_tokenizer),
+        stop=_stop_strings(stop_strings),
         draft_stop=draft_stop,
         check_pair=check_pair,
         **settings,
@@ -107,6 +103,26 @@ def cascade_generate(
     return CascadeGenerateOutput(
         sequences=sequences, stats=out.stats, sources=out.sources, verifier_logprobs=out.verifier_logprobs
     )
+
+
+def _checked_call(generation_config):
+    """The call's drafter (`assistant_model`, which transformers keeps to itself), after refusing what the
+    loop cannot honour among the arguments and settings transformers handled without us."""
+    if generation_config is None:
+        raise GenerationSettingError(
+            "cascade_generate is called by transformers: model.generate(**inputs, custom_generate=cascade_generate, "
+            "assistant_model=drafter, rule=..., alpha=...); to call specroute's loop directly use "
+            "router.decoding.generate"
+        )
+    call = caller_arguments()  # what transformers kept to itself: the drafter, a streamer, negative prompts
+    refuse_arguments(call)
+    refuse_settings(generation_config)
+    if call.get("assistant_model") is None:
+        raise GenerationSettingError(
+            "cascade_generate decodes a drafter/verifier pair: pass assistant_model=<the drafter> to "
+            "verifier.generate(..., custom_generate=cascade_generate)"
+        )
+    return call["assistant_model"]
 
 
 def resolve_policy(rule):
@@ -173,11 +189,13 @@ def _check_eos(model, generation_config) -> None:
         )
 
 
-def _stop_strings(stop, tokenizer):
+def _stop_strings(stop_strings):
     from router.tasks.prompts import StopStrings
 
-    if stop is None or isinstance(stop, StopStrings):
-        return stop
-    if tokenizer is None:
-        raise GenerationSettingError("stop=[...] needs stop_tokenizer=<the tokenizer> to read the tokens' text")
-    return StopStrings.build(tokenizer, [stop] if isinstance(stop, str) else list(stop))
+    if stop_strings is None or isinstance(stop_strings, StopStrings):
+        return stop_strings
+    raise GenerationSettingError(
+        "in process, transformers does not hand tokenizer= to a custom generation function, so give the stop "
+        "strings built with it: stop_strings=router.tasks.prompts.StopStrings.build(tokenizer, [...]) (an exported "
+        "router folder as custom_generate takes stop_strings=[...] with tokenizer=, as transformers does)"
+    )

@@ -91,16 +91,34 @@ def refuse_settings(generation_config) -> None:
 
 
 def caller_arguments() -> dict:
-    """REFUSED_ARGUMENTS as given to the transformers `generate` call this custom function runs under (it
-    keeps them to itself): read from that call's frame, as router.hf.folder finds its router folder."""
+    """REFUSED_ARGUMENTS and `assistant_model` as given to the transformers `generate` call this custom
+    function runs under (transformers keeps its named arguments to itself): read from that call's frame, as
+    router.hf.folder finds its router folder."""
     import inspect
 
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "generate" and "custom_generate" in frame.f_locals:
-            return {name: frame.f_locals.get(name) for name in REFUSED_ARGUMENTS}
+            return {name: frame.f_locals.get(name) for name in (*REFUSED_ARGUMENTS, "assistant_model")}
         frame = frame.f_back
     return {}
+
+
+# specroute's own spellings of what transformers already names: refused with transformers' name, so one call
+# reads the same on both routes and in transformers' own assisted generation
+OTHER_SPELLINGS = {
+    "drafter": "assistant_model=<the drafter>",
+    "stop": "stop_strings=[...] (with tokenizer=<the tokenizer>)",
+    "stop_tokenizer": "tokenizer=<the tokenizer> beside stop_strings=[...]",
+}
+
+
+def refuse_other_spellings(values: dict) -> None:
+    for name, instead in OTHER_SPELLINGS.items():
+        if values.get(name) is not None:
+            raise GenerationSettingError(
+                f"{name}= is not transformers' name: pass {instead}, as transformers spells it"
+            )
 
 
 def decode_settings(generation_config, logits_processor, stopping_criteria, prompt_len: int) -> dict:
@@ -143,7 +161,7 @@ def _check_step(step) -> None:
         return
     setting = SETTING_OF.get(kind)
     if setting == "stop_strings":
-        fix = "pass stop=[...] with stop_tokenizer=tokenizer instead (specroute checks stop strings itself)"
+        fix = "pass stop_strings to the generate call itself (specroute checks stop strings itself)"
     elif setting in NEUTRAL:
         fix = f"drop {setting} or pass its neutral value ({setting.split(' ')[0]}={NEUTRAL[setting]})"
     elif setting:

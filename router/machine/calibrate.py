@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from router.infra import clock
 from router.machine.costs import _model_costs, choose_gamma, measure_verify_curve
 from router.machine.hardware import machine_kind
-from router.engine.loop import check_pair
+from router.engine.loop import shared_vocab
 
 MAX_GAMMA = 8
 # AdaptiveGamma's prior on the acceptance rate before any block is decoded: 8 of 10 drafts accepted
@@ -97,7 +97,7 @@ def measure_costs(drafter, verifier, batch: int, max_gamma: int = MAX_GAMMA) -> 
 
     for attempt in range(ATTEMPTS):
         with torch.inference_mode():
-            _, (drafter_step,) = _model_costs(drafter, check_pair(drafter, verifier), batch, (1,))
+            _, (drafter_step,) = _model_costs(drafter, shared_vocab(drafter, verifier), batch, (1,))
         verify = measure_verify_curve(verifier, batch, max_gamma + 1)
         problem = implausible_costs(drafter_step, verify)
         if problem is None:

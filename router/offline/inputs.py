@@ -31,7 +31,7 @@ from router.records import (
     require_judge,
 )
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
-from router.window.inputs import FollowWindow, block_followers, cut_window, follow_features, window_of_rows
+from router.window.follow import FollowWindow, block_followers, cut_window, follow_features, window_of_rows
 from router.window.lag import lag_features, lag_history, predecessor_rows
 
 JUDGE_COLUMNS = (
@@ -198,7 +198,7 @@ class RecordView:
     def follow_windows(self, idx: np.ndarray, width: int, block: int = 0) -> FollowWindow:
         """The recorded windows (data_gen/window.py) of the drafter's argmax at these rows: FollowWindow
         (len(idx),); rows without one (the drafter agreed with the verifier) are all invalid. block > 0:
-        each cut as a block of that many drafts cuts it (router.window.inputs.block_followers, seeded per view)."""
+        each cut as a block of that many drafts cuts it (router.window.follow.block_followers, seeded per view)."""
         recorded = sorted({m.window for m in self.manifests})
         if not self.has_windows(width):
             raise RecordsError(
@@ -224,7 +224,7 @@ class RecordView:
         follow_block: int = 0,
     ) -> np.ndarray:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
-        then (follow > 0) the window of the drafts after it (router.window.inputs.follow_features; cut as in
+        then (follow > 0) the window of the drafts after it (router.window.follow.follow_features; cut as in
         blocks of `follow_block` drafts if > 0), then
         (lag > 0) the features of the `lag` rows before it on its trajectory (router.window.lag)."""
         if follow and drafted != "argmax":

@@ -1,6 +1,6 @@
 """Run generated programs (MBPP / HumanEval tests) isolated from the machine, and judge them fairly.
 
-Isolation is the operating system's, not Python's (README, "What the sandbox guarantees"):
+Isolation is the operating system's, not Python's (docs/sandbox.md, "What the sandbox guarantees"):
 each program runs under bubblewrap in its own user, network, mount, PID, IPC and UTS namespaces,
 with a read-only view of /usr and the Python installation only (no /etc, /home, /root, /work, no
 other process's /proc), a read-only root and /dev (four devices, no /dev/shm), a private 16 MB tmpfs

@@ -31,7 +31,7 @@ import torch
 
 from router.policy import Rule
 from router.targets import keep_drafts
-from router.window.inputs import FollowWindow
+from router.window.follow import FollowWindow
 
 FLY_WIN_LEN = 6  # fly_config/FLy_Llama3_70b.json
 FLY_ENTROPY_THRE = 0.3
