@@ -10,30 +10,74 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PATH = re.compile(
-    r"(?<![\w./-])((?:router|data_gen|train|eval|specroute|benchmarks|studies|scripts|tests|configs)"
-    r"/[\w./-]*\.(?:py|sh|yaml))\b"
+_TOPS = "router|data_gen|train|eval|specroute|benchmarks|studies|scripts|tests|configs|docs|data"
+PATH = re.compile(rf"(?<![\w./-])((?:{_TOPS})/[\w./-]*\.(?:py|sh|yaml|md|json|gz))\b")
+FOLDER = re.compile(rf"(?<![\w./-])((?:{_TOPS})/(?:[\w-]+/)*)(?![\w.-])")  # e.g. router/window/
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")  # markdown links and images
+# the product's code and scripts, whose docstrings and comments name files too
+CODE = sorted(
+    p
+    for top in ("router", "data_gen", "train", "eval", "specroute", "benchmarks", "studies", "scripts")
+    for p in (ROOT / top).rglob("*")
+    if p.suffix in (".py", ".sh")
 )
 
 
+BARE_MD = re.compile(r"(?<![\w./-])([\w-]+\.md)\b")  # "design.md": a document named without its folder
+WRITTEN_MD = {"report.md"}  # documents the stages write into their output folders, not the repository's
+
+
+def named_but_missing(text: str) -> list[str]:
+    """Files and folders of the repository a text names (paths from the top, or a bare document name found at
+    the top or in docs/) that do not exist."""
+    missing = {p for p in PATH.findall(text) + FOLDER.findall(text) if not (ROOT / p).exists()}
+    missing |= {
+        m
+        for m in set(BARE_MD.findall(text)) - WRITTEN_MD
+        if not (ROOT / m).exists() and not (ROOT / "docs" / m).exists()
+    }
+    return sorted(missing)
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
-def test_every_code_path_a_document_names_exists(doc):
-    missing = sorted({p for p in PATH.findall(doc.read_text()) if not (ROOT / p).exists()})
-    assert not missing, f"{doc.name} names paths that do not exist: {missing}"
+def test_every_path_and_link_a_document_names_exists(doc):
+    text = doc.read_text()
+    missing = named_but_missing(text)
+    missing += [link for link in LINK.findall(text) if "://" not in link and not (doc.parent / link).exists()]
+    assert not missing, f"{doc.name} names paths or links that do not exist: {missing}"
 
 
-def test_the_path_check_sees_a_missing_path():
-    assert PATH.findall("see `router/estimate.py` and configs/gen/tiny.yaml") == [
-        "router/estimate.py",
-        "configs/gen/tiny.yaml",
+@pytest.mark.parametrize(
+    "top", ["router", "data_gen", "train", "eval", "specroute", "benchmarks", "studies", "scripts"]
+)
+def test_every_path_a_docstring_or_comment_names_exists(top):
+    missing = {
+        str(p.relative_to(ROOT)): named_but_missing(p.read_text()) for p in CODE if p.parts[len(ROOT.parts)] == top
+    }
+    assert not {k: v for k, v in missing.items() if v}
+
+
+def test_the_path_check_sees_missing_paths_folders_and_links():
+    assert named_but_missing(
+        "see `router/estimate.py`, configs/gen/tiny.yaml, router/window/, router/gone/, method.md and design.md"
+    ) == ["design.md", "router/estimate.py", "router/gone/"]
+    assert LINK.findall("[a](docs/method.md) and ![b](results/x.png#top) and [c](https://x.org)") == [
+        "docs/method.md",
+        "results/x.png",
+        "https://x.org",
     ]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_documents_hold_no_issue_numbers_or_tracker_history(doc):
+    found = re.findall(r"(?i)\bissue(?:'s)?\b[^.\n]{0,20}", doc.read_text())
+    assert not found, f"{doc.name}: the tracker's words belong in the tracker: {found}"
 
 
 def test_readme_is_a_short_users_document():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 300
     assert sum(line.startswith("|") for line in text.splitlines()) <= 32
-    assert not re.search(r"\bissue \d+", text), "issue numbers belong in the tracker, not the README"
     for command in ("bash scripts/demo.sh", "bash scripts/test.sh"):
         assert command in text
 
