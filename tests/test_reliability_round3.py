@@ -180,6 +180,7 @@ def _full_disk(kilobytes: int, argv: list[str], tmp_path: Path) -> subprocess.Co
     )
 
 
+@pytest.mark.e2e  # the CLI in a subprocess, in a user namespace
 @pytest.mark.parametrize("kilobytes", [40, 400])
 def test_a_full_disk_in_gen_names_the_file(tmp_path, kilobytes):
     out = tmp_path / "full" / "rec"
@@ -188,6 +189,7 @@ def test_a_full_disk_in_gen_names_the_file(tmp_path, kilobytes):
     assert f"error: No space left on device while writing {out}/" in run.stderr and "Traceback" not in run.stderr
 
 
+@pytest.mark.e2e  # the CLI in a subprocess, in a user namespace
 def test_a_full_disk_in_train_names_the_file_not_a_temporary(recorded, tmp_path):
     out = tmp_path / "full" / "router"
     argv = ["train", "--config", "configs/train/tiny.yaml", f"records=[{recorded}]", f"output={out}"]
