@@ -106,20 +106,26 @@ def reroute() -> None:
         _ACTIVE[-1].routing.reroute()
 
 
+# (module, its off and on switches, the environment variable it reads on import)
+_BARS = (
+    ("transformers.utils.logging", "disable_progress_bar", "enable_progress_bar", "HF_HUB_DISABLE_PROGRESS_BARS"),
+    ("huggingface_hub.utils", "disable_progress_bars", "enable_progress_bars", "HF_HUB_DISABLE_PROGRESS_BARS"),
+    ("datasets.utils.logging", "disable_progress_bar", "enable_progress_bar", "HF_DATASETS_DISABLE_PROGRESS_BARS"),
+)
+
+
 def _bars_off() -> list:
-    """Turn off the progress bars of transformers, huggingface_hub and datasets; returns how to turn them on."""
+    """Turn off the progress bars of transformers, huggingface_hub and datasets; returns how to undo it. A library
+    already imported is switched off; one not imported yet is not imported here (that would cost every command,
+    `specroute rules` included, seconds): the environment variable it reads on import starts it without bars."""
     undo = []
-    for module, off, on in (
-        ("transformers.utils.logging", "disable_progress_bar", "enable_progress_bar"),
-        ("huggingface_hub.utils", "disable_progress_bars", "enable_progress_bars"),
-        ("datasets.utils.logging", "disable_progress_bar", "enable_progress_bar"),
-    ):
-        try:
-            lib = __import__(module, fromlist=[off])
-        except ImportError:
-            continue
-        getattr(lib, off)()
-        undo.append(getattr(lib, on))
+    for module, off, on, env in _BARS:
+        if module in sys.modules:
+            getattr(sys.modules[module], off)()
+            undo.append(getattr(sys.modules[module], on))
+        elif env not in os.environ:
+            os.environ[env] = "1"
+            undo.append(lambda env=env: os.environ.pop(env, None))
     return undo
 
 
