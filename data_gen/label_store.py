@@ -79,15 +79,23 @@ def export_labels(folder: str | Path, path: str | Path) -> dict:
         "pair": manifest.pair,
         "dtype": manifest.dtype.get("dtype"),
         "config": config,
-        "examples": len(entries),
         "carried": carried,
-        "tested": sum(len(e["tested"]) for e in entries),
-        "important": sum(sum(t[1] == IMPORTANT for t in e["tested"]) for e in entries),
+        **label_counts(entries),
     }
     lines = [json.dumps(header)] + [json.dumps(e) for e in entries]
     data = gzip.compress(("\n".join(lines) + "\n").encode(), mtime=0)  # mtime 0: one file per content
     write_bytes(Path(path), data)
     return header
+
+
+def label_counts(entries) -> dict:
+    """What a label file's header counts: its examples, tested mismatches and the important ones among them."""
+    entries = list(entries)
+    return {
+        "examples": len(entries),
+        "tested": sum(len(e.get("tested", [])) for e in entries),
+        "important": sum(sum(t[1] == IMPORTANT for t in e.get("tested", [])) for e in entries),
+    }
 
 
 def _merge_with_file(path: Path, entries: list[dict], config: dict, pair) -> tuple[list[dict], dict]:
@@ -185,11 +193,7 @@ class LabelStore:
 
     def _check_header_counts(self) -> None:
         """The header's counts must be what the file holds: a file cut after a line boundary still parses."""
-        held = {
-            "examples": len(self.entries),
-            "tested": sum(len(e.get("tested", [])) for e in self.entries.values()),
-            "important": sum(sum(t[1] == IMPORTANT for t in e.get("tested", [])) for e in self.entries.values()),
-        }
+        held = label_counts(self.entries.values())
         wrong = [
             f"{k} {self.header.get(k)} in its header, {v} in the file"
             for k, v in held.items()

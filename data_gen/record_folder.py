@@ -70,7 +70,7 @@ def prepare_folder(out: Path, cfg: GenConfig) -> bool:
             f"difference, keeping the finished shards"
         )
         (out / MANIFEST).unlink(missing_ok=True)
-        config_path.write_text(json.dumps(resolved, indent=2))
+        write_json(config_path, resolved)
         return False
     changed = config_changes(earlier, resolved) if earlier is not None else []
     if changed:

@@ -191,11 +191,13 @@ def check_inputs(input_ids, attention_mask) -> torch.Tensor:
 def check_token_ids(input_ids: torch.Tensor, *models) -> None:
     """Refuse token ids outside every model's embedding table (torch would end in an IndexError)."""
     sizes = [m.get_input_embeddings().weight.shape[0] for m in models if hasattr(m, "get_input_embeddings")]
-    if sizes and input_ids.numel() and (int(input_ids.max()) >= min(sizes) or int(input_ids.min()) < 0):
-        bad = int(input_ids.max()) if int(input_ids.max()) >= min(sizes) else int(input_ids.min())
+    if not sizes or not input_ids.numel():
+        return
+    vocab, low, high = min(sizes), int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab:
         raise ValueError(
-            f"input_ids holds token id {bad}, outside the models' vocabulary (0 to {min(sizes) - 1}): encode the "
-            f"prompt with the pair's own tokenizer (padding included)"
+            f"input_ids holds token id {high if high >= vocab else low}, outside the models' vocabulary (0 to "
+            f"{vocab - 1}): encode the prompt with the pair's own tokenizer (padding included)"
         )
 
 

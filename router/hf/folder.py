@@ -14,11 +14,10 @@ through transformers with `router.hf.cascade_generate`, so both routes share one
 
 from __future__ import annotations
 
-import inspect
 import os
 from pathlib import Path
 
-from router.hf.settings import GenerationSettingError, refuse_arguments
+from router.hf.settings import GenerationSettingError, generate_calls, refuse_arguments
 
 
 def folder_generate(
@@ -74,14 +73,11 @@ def folder_generate(
 def router_folder() -> Path:
     """The router folder of the `generate(..., custom_generate=X)` call on the stack: X itself when it
     is a local folder, else the Hub snapshot of X (huggingface_hub's cache; no download when cached)."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        value = frame.f_locals.get("custom_generate") if frame.f_code.co_name == "generate" else None
-        if isinstance(value, (str, os.PathLike)):
+    for call in generate_calls():
+        if isinstance(call["custom_generate"], (str, os.PathLike)):
             from router.export.hub import local_folder
 
-            return local_folder(str(value))
-        frame = frame.f_back
+            return local_folder(str(call["custom_generate"]))
     raise GenerationSettingError(
         "could not tell which router folder this custom_generate call came from (a transformers version "
         "whose generate() no longer names it custom_generate?): pass router=<the router folder> as well"

@@ -90,18 +90,24 @@ def refuse_settings(generation_config) -> None:
             )
 
 
-def caller_arguments() -> dict:
-    """REFUSED_ARGUMENTS and `assistant_model` as given to the transformers `generate` call this custom
-    function runs under (transformers keeps its named arguments to itself): read from that call's frame, as
-    router.hf.folder finds its router folder."""
+def generate_calls():
+    """The arguments of each transformers `generate(..., custom_generate=...)` call on the stack, innermost
+    first: transformers keeps some to itself (the drafter, a streamer) or does not say them (the folder a
+    custom_generate file was loaded from), so a custom generation function reads them from the call's frame."""
     import inspect
 
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "generate" and "custom_generate" in frame.f_locals:
-            return {name: frame.f_locals.get(name) for name in (*REFUSED_ARGUMENTS, "assistant_model")}
+            yield frame.f_locals
         frame = frame.f_back
-    return {}
+
+
+def caller_arguments() -> dict:
+    """REFUSED_ARGUMENTS and `assistant_model` as given to the transformers `generate` call this custom
+    function runs under."""
+    call = next(generate_calls(), {})
+    return {name: call.get(name) for name in (*REFUSED_ARGUMENTS, "assistant_model")}
 
 
 # specroute's own spellings of what transformers already names: refused with transformers' name, so one call

@@ -97,12 +97,8 @@ def stage_of(folder: Path) -> str | None:
 
 
 def check_stage(folder: str | Path, command: str) -> None:
-    """Refuse to write `command`'s files into a folder another stage made (any API, not only the CLI)."""
-    _checked_output(Path(folder), command)
-
-
-def _checked_output(folder: Path, command: str) -> None:
-    """Refuse an output that is a file, that cannot be written, or that another stage made."""
+    """Refuse an output that is a file, or that another stage made (any API, not only the CLI)."""
+    folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise OutputBusy(f"output {folder} is a file: name a folder for `specroute {command}` to write into")
     made_by = stage_of(folder) if folder.is_dir() else None
@@ -120,7 +116,7 @@ def output_lock(folder: str | Path, command: str):
     next to the folder, so `overwrite` may delete the folder itself; the kernel drops the lock when
     the holder exits, even on SIGKILL."""
     folder = Path(folder)
-    _checked_output(folder, command)
+    check_stage(folder, command)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         # one lock per rank: the ranks of a torchrun job write one folder together, each its own files

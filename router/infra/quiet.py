@@ -46,6 +46,7 @@ class _Log:
 
     def __init__(self, path: Path):
         self.path, self.lines, self._file = path, 0, None
+        self.routing = _Routing(self)
 
     def write(self, text: str) -> int:
         if self._file is None:
@@ -140,7 +141,6 @@ def command_output(command: str):
     previous = warnings.showwarning
     warnings.showwarning = _show_warning(log)
     undo = _bars_off()
-    log.routing = _Routing(log)
     log.routing.reroute()
     _ACTIVE.append(log)
     try:

@@ -3,7 +3,7 @@ RESULT_FD`), never imported by specroute. It sets the limits, installs the secco
 program (the candidate followed by its tests) as `__main__`, and writes the parent's one-time token to the
 result file only when the program ran to its end.
 
-Why a pass cannot be faked through Python (tests/test_sandbox.py, the attacks on the verdict):
+Why a pass cannot be faked through Python (tests/test_sandbox_verdict.py, the attacks on the verdict):
 - the exit and write calls the verdict needs are bound before the program runs (a function's default
   arguments), so rebinding `os._exit`, `os.write`, `posix.*` or `traceback.print_exception` changes nothing:
   any exception, `SystemExit` included, ends in the original `_exit(1)`;
@@ -114,7 +114,7 @@ def set_limits(mem: int, cpu: int, fsize: int) -> None:
         resource.setrlimit(limit, (value, value))
 
 
-def run(argv, _exit=posix._exit, _write=posix.write, _read=posix.read, _close=posix.close, _print=print):
+def run(argv, _exit=posix._exit, _write=posix.write, _read=posix.read, _print=print):
     """Everything the verdict needs is bound here, before the program can rebind anything."""
     program_path, mem, cpu, fsize, token_fd, result_fd = argv[1], *(int(a) for a in argv[2:7])
     set_limits(mem, cpu, fsize)
