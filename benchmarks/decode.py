@@ -403,7 +403,7 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     stop_for = args.draft_stop_methods  # None: every cascade
     for rule, a in cascades:
         name = rule if isinstance(rule, str) else rule.name
-        needs_drafter = a is not None and resolve_rule(rule).bonus_needs_drafter
+        needs_drafter = a is not None and "bonus_q" in resolve_rule(rule).needs
         label = name if a is None else f"{name} a={a:g}"
         # exact-bonus rows: pi there, plain label; `bonus=p` rows: the verifier's p there (generate's default)
         kw = {"rule": rule, "bonus_from": plain_bonus, **({} if a is None else {"alpha": a})}

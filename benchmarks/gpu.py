@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -84,22 +85,17 @@ class Forced:
         self.form, self.exact_bonus, self.offline_only, self.trained_pair, self.greedy_mode = (
             "judge", False, None, None, False,
         )  # fmt: skip
-        self.hidden_inputs, self.reads_logits = inner.hidden_inputs, inner.reads_logits
-        self.bonus_needs_drafter, self.follow, self.min_gamma = inner.bonus_needs_drafter, inner.follow, 1
+        # it decides drafted tokens (the forced outcome) and reads whatever its policy reads
+        self.needs, self.min_gamma = dataclasses.replace(inner.needs, inputs=inner.needs.inputs | {"drafts"}), 1
 
     def check_alpha(self, alpha):
         return self.inner.check_alpha(alpha)
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, drafts=None, next_p_raw=None, **kw):
-        if self.inner.form == "judge":
-            kw.update(drafts=drafts, next_p_raw=next_p_raw)
-        elif self.inner.follow:
-            kw["drafts"] = drafts
-        else:
-            kw.pop("next_p_logits", None)
-        self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kw)  # the work a block pays for
-        token = drafts if self.accept else (drafts + 1) % q.shape[-1]
-        return torch.nn.functional.one_hot(token, q.shape[-1]).to(p.dtype)
+    def decide(self, view, alpha):
+        self.inner.decide(view, alpha)  # the work a block pays for
+        drafts, vocab = view.drafts, view.q.shape[-1]
+        token = drafts if self.accept else (drafts + 1) % vocab
+        return torch.nn.functional.one_hot(token, vocab).to(view.p.dtype)
 
 
 def random_routers(vocab: int) -> dict:

@@ -29,13 +29,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from router import reduce  # noqa: E402
 from router.machine.costs import measure_verify_curve  # noqa: E402
-from router.engine.policy_call import logit_kwargs  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.engine.loop import shared_vocab  # noqa: E402
 from router.model import load_router  # noqa: E402
 from router.infra.embedded import embedded_installed  # noqa: E402
 from router.pair import load_pair  # noqa: E402
 from router.rules import get_rule, resolve_rule
+from router.view import BlockView  # noqa: E402
 from router.targets import trusted_inputs
 from router.pair import tiny_pair  # noqa: E402
 
@@ -51,37 +51,33 @@ def unblocked():
         reduce._block_width = saved
 
 
-def block_inputs(policy, batch: int, gamma: int, vocab: int, hidden_sizes: dict) -> tuple:
-    """(q, p, kwargs, logit kwargs) shaped as one block of the loop; probabilities with a realistic
-    peak; the logit kwargs are what the loop adds for a policy that reads logits (else empty)."""
+def block_views(policy, batch: int, gamma: int, vocab: int, hidden_sizes: dict) -> tuple:
+    """(view with the logits, view without) shaped as one block of the loop, probabilities with a realistic
+    peak: the loop hands a policy that reads logits the first; the second is the baseline's."""
     gen = torch.Generator().manual_seed(0)
     q_logits = torch.randn(batch, gamma, vocab, generator=gen) * 4
     p_logits = torch.randn(batch, gamma + 1, vocab, generator=gen) * 4  # (B, g+1, V)
     q, p_all = q_logits.softmax(-1), p_logits.softmax(-1)
-    p = p_all[:, :gamma]
     policy = resolve_rule(policy)
-    kw = {}
-    judge = policy.form == "judge"
-    if judge:
-        kw = {"drafts": q.argmax(-1), "next_p_raw": p_all[:, 1:]}
-    logits = logit_kwargs(policy, q_logits, p_logits[:, :gamma], p_logits[:, 1:] if judge else None)
-    roles = policy.hidden_inputs
-    if roles:
-        kw["hidden"] = {
-            r: torch.randn(batch, gamma, hidden_sizes["drafter" if r == "drafter" else "verifier"]) for r in roles
-        }
-    return q, p, kw, logits
+    kw = {"drafts": q.argmax(-1), "next_p_raw": p_all[:, 1:]}  # (B, g), (B, g, V)
+    for role in policy.needs.hidden:
+        kw[f"hidden_{role}"] = torch.randn(batch, gamma, hidden_sizes["drafter" if role == "drafter" else "verifier"])
+    logits = {}
+    if "logits" in policy.needs:
+        logits = {"q_logits": q_logits, "p_logits": p_logits[:, :gamma], "next_p_logits": p_logits[:, 1:]}
+    p = p_all[:, :gamma]
+    return BlockView(q, p, q, p, **kw, **logits), BlockView(q, p, q, p, **kw)
 
 
-def time_target(policy, q, p, kw, repeats: int) -> float:
-    """Median seconds of one target() call (after two warm-up calls)."""
+def time_decide(policy, view, repeats: int) -> float:
+    """Median seconds of one decide() call (after two warm-up calls)."""
     with torch.inference_mode(), trusted_inputs():
         for _ in range(2):
-            policy.target(q, p, 0.3, q_raw=q, p_raw=p, **kw)
+            policy.decide(view, 0.3)
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
-            policy.target(q, p, 0.3, q_raw=q, p_raw=p, **kw)
+            policy.decide(view, 0.3)
             times.append(time.perf_counter() - started)
     return sorted(times)[len(times) // 2]
 
@@ -108,10 +104,10 @@ def main() -> None:
     for batch in args.batch:
         forward = measure_verify_curve(verifier, batch, args.gamma + 1)[args.gamma]  # over gamma + 1 tokens
         for name, policy in policies:
-            q, p, kw, logits = block_inputs(policy, batch, args.gamma, vocab, sizes)
-            now = time_target(policy, q, p, {**kw, **logits}, args.repeats)
+            with_logits, without = block_views(policy, batch, args.gamma, vocab, sizes)
+            now = time_decide(policy, with_logits, args.repeats)
             with unblocked():
-                before = time_target(policy, q, p, kw, args.repeats)
+                before = time_decide(policy, without, args.repeats)
             rows.append(
                 {
                     "batch": batch,

@@ -1,7 +1,8 @@
 """specroute core, importable without lightning or wandb, and importing no stage.
 
 The method and the public API, at the top:
-  policy.py    the deferral-policy interface: the DeferralPolicy protocol and `Rule`
+  policy.py    the deferral-policy interface: the DeferralPolicy protocol, `Needs` and `Rule`
+  view.py      `BlockView`: what a policy decides from (`policy.decide(view, alpha) -> pi`)
   rules.py     the rule registry (`get_rule`, `RULES`, `register_rule`): the one place that knows rule names
   targets.py   the plug-in rules' pure functions: targets (torch) and offline scores (numpy)
   sampling.py  speculative sampling towards a target pi
@@ -12,7 +13,8 @@ The method and the public API, at the top:
   pair.py      loading the drafter / verifier pair (the embedded one and the tiny one included)
   reduce.py    exact blocked reductions over the vocabulary (a kernel the loop and features share)
 The machinery, by role:
-  engine/      what every decoding loop shares (loop, layout, prefix, lookup, baselines, teacher, tiny models)
+  engine/      the loops' machinery: one block (block), block sizes, stats, loop, layout, prefix, lookup,
+               baselines, teacher, tiny models
   window/      inputs beyond one position: the follow window of a block's drafts, the lag history, FLy
   machine/     this machine (hardware, costs, calibrate)
   offline/     record inputs for routers, trade-off curves, views, cross-fitting folds

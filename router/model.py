@@ -1,8 +1,9 @@
 """Learned deferral routers: small torch networks over `router/features.py` features.
 
 A router predicts, per position, the quality gap of keeping the drafter (docs/method.md, Learned routers). It
-plugs into `router.decoding.generate` through the same `target(q, p, alpha, q_raw, p_raw)`
-interface as the plug-in rules:
+plugs into `router.decoding.generate` through the same policy call as the plug-in rules,
+`decide(view, alpha)` on a `router.view.BlockView` (and `target(q, p, alpha, q_raw, p_raw)` where it reads
+nothing more):
 - cascade head: defer where the predicted gap exceeds `alpha * TV(p, q)`; `pi = (1 - r) q + r p`;
 - token head: score each candidate drafter token v (the position's features plus v's own
   probabilities) and keep v where the predicted gap is at most `alpha`;
@@ -10,8 +11,8 @@ interface as the plug-in rules:
   the rest of its mass (tiny at any usable temperature) defers.
 Export: `save_router(router, dir)` writes `model.safetensors` + `config.json`; `load_router(dir)`
 rebuilds it with torch alone. Importable without lightning or wandb. A router may also read the
-drafter's and/or verifier's last hidden state (`hidden_inputs`); `generate` then asks the models
-for them and passes them to `target(..., hidden=...)`.
+drafter's and/or verifier's last hidden state (`hidden_inputs`); its `needs` say so, and `generate` then
+asks the models for them and puts them in the view.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ from router.export.hub import RouterHubMixin
 from router.infra.files import check_stage, file_sha256
 from router.records import SCHEMA_VERSION, Manifest
 from router.reduce import fast_topk_ids
-from router.targets import cascade_mix, keep_drafts, token_mix, tv_distance, validate_inputs
-from router.window.follow import FOLLOW_FEATURE_NAMES, FollowWindow, follow_features
+from router.policy import Needs
+from router.targets import cascade_mix, keep_drafts, token_mix, tv_distance
+from router.view import BlockView
+from router.window.follow import FOLLOW_FEATURE_NAMES, follow_features
 from router.window.lag import LAG_FEATURE_NAMES, LagBefore, LagHistory, block_lags, lag_features
 
 ARCHS = ("linear", "mlp", "gru")
@@ -54,22 +57,67 @@ class RouterError(ValueError):
 
 
 @dataclass
-class RouterConfig:
-    """Architecture and provenance of a router; saved as config.json next to the weights."""
+class RouterArch:
+    """A router's architecture: what `specroute train` is told to build (TrainConfig.router) and the first
+    part of every RouterConfig."""
 
     arch: str = "mlp"  # linear | mlp | gru (over the last `window` positions)
-    head: str = "cascade"  # cascade | token
-    feature_names: list = field(default_factory=lambda: list(FEATURE_NAMES))
-    width: int = 64
-    depth: int = 2
+    head: str = "cascade"  # cascade | token (scores each drafter candidate; target token_label) |
+    # judge (decides the drafted token; target greedy_01_gap; judge records)
+    width: int = 64  # hidden units per layer (mlp, gru)
+    depth: int = 2  # layers (mlp)
     window: int = 4  # gru: positions of context, the current one included
+    hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier" / "after" (judge): append that
+    # model's last hidden state
+    follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (router/window/follow.py;
+    # records with window >= it)
+    follow_block: int = 0  # window judge: the block size its windows were cut for in training (the gamma it decodes
+    # at: a draft at block position j has g - 1 - j followers); 0: uncut
+    lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
+    # (router/window/lag.py), at most 8
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise RouterError(f"unknown router arch {self.arch!r}: arch must be one of {', '.join(ARCHS)}")
+        if self.head not in HEADS:
+            raise RouterError(f"unknown router head {self.head!r}: head must be one of {', '.join(HEADS)}")
+        for name in ("width", "depth", "window"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise RouterError(f"{name} must be >= 1 (an integer), got {getattr(self, name)!r}")
+        unknown = [role for role in self.hidden_inputs if role not in HIDDEN_ROLES]
+        if unknown:
+            raise RouterError(f"hidden_inputs must name {'/'.join(HIDDEN_ROLES)}, got {self.hidden_inputs}")
+        if "after" in self.hidden_inputs and self.head != "judge":
+            raise RouterError(
+                "hidden input 'after' (the verifier's state after the drafted token) belongs to a "
+                "drafted token: use it with head: judge"
+            )
+        if self.head in ("judge", "token") and self.arch == "gru":
+            raise RouterError(
+                f"the {self.head} head scores {'each drafted token' if self.head == 'judge' else 'candidate tokens'} "
+                f"one by one: use arch linear or mlp with it"
+            )
+        if self.follow and self.head != "judge" or self.follow < 0:
+            raise RouterError(
+                f"follow (drafts read after the drafted one) needs head: judge and >= 0, got {self.follow}"
+            )
+        if self.follow_block and not self.follow or self.follow_block < 0:
+            raise RouterError(
+                f"follow_block={self.follow_block} cuts a window judge's windows: it needs follow > 0 (the drafts "
+                f"read) and is >= 0"
+            )
+        if self.lag and self.head != "judge" or not 0 <= self.lag <= 8:
+            raise RouterError(f"lag (positions read before the drafted one) needs head: judge and 0..8, got {self.lag}")
+
+
+@dataclass
+class RouterConfig(RouterArch):
+    """Architecture (RouterArch) and provenance of a trained router; saved as config.json next to the weights."""
+
     token_candidates: int = 32  # token head: drafter tokens scored per position
-    hidden_inputs: list = field(default_factory=list)  # "drafter" / "verifier" / "after": append that hidden state
-    hidden_sizes: dict = field(default_factory=dict)  # their widths, e.g. {"verifier": 1536}
+    feature_names: list = field(default_factory=lambda: list(FEATURE_NAMES))
+    hidden_sizes: dict = field(default_factory=dict)  # the widths of hidden_inputs, e.g. {"verifier": 1536}
     vocab: int = 0  # judge head: size of its token class table (the pair's vocabulary)
-    follow: int = 0  # judge head: following drafts of the block it reads (router/window/follow.py), 0: none
-    follow_block: int = 0  # window judge: the block size its windows were cut for in training (0: uncut)
-    lag: int = 0  # judge head: positions before the drafted one whose features it reads (router/window/lag.py)
     schema_version: int = SCHEMA_VERSION
     records_id: str = ""  # manifest id of the training records
     pair: dict = field(default_factory=dict)  # drafter/verifier/tokenizer hashes of the training records
@@ -79,38 +127,21 @@ class RouterConfig:
     format: int = ROUTER_FORMAT
 
     def __post_init__(self):
-        if self.arch not in ARCHS:
-            raise RouterError(f"unknown router arch {self.arch!r}; use one of {ARCHS}")
-        if self.head not in HEADS:
-            raise RouterError(f"unknown router head {self.head!r}; use one of {HEADS}")
-        for role in self.hidden_inputs:
-            if role not in HIDDEN_ROLES or not self.hidden_sizes.get(role):
-                raise RouterError(
-                    f"hidden_inputs must name {'/'.join(HIDDEN_ROLES)} with a size in hidden_sizes; "
-                    f"got {self.hidden_inputs} with sizes {self.hidden_sizes}"
-                )
-        if "after" in self.hidden_inputs and self.head != "judge":
+        super().__post_init__()
+        missing = [role for role in self.hidden_inputs if not self.hidden_sizes.get(role)]
+        if missing:
             raise RouterError(
-                "hidden input 'after' (the verifier's state after the drafted token) belongs to a "
-                "drafted token: use it with head: judge"
+                f"hidden_inputs {self.hidden_inputs} need a size each in hidden_sizes; got {self.hidden_sizes}"
             )
-        if self.head == "judge" and (self.arch == "gru" or self.vocab < 1):
+        if self.head == "judge" and self.vocab < 1:
             raise RouterError(
-                "the judge head scores each drafted token from its own inputs: use arch linear or "
-                "mlp, with vocab set (train sets it from the records)"
+                "the judge head reads each drafted token's class: set vocab (train sets it from the records)"
             )
-        if self.follow and self.head != "judge" or self.follow < 0:
-            raise RouterError(
-                f"follow (drafts read after the drafted one) needs head: judge and >= 0, got {self.follow}"
-            )
-        if self.follow_block and not self.follow or self.follow_block < 0:
-            raise RouterError(
-                f"follow_block (a window judge's block size) needs follow > 0 and >= 0, got {self.follow_block}"
-            )
-        if self.lag and self.head != "judge" or not 0 <= self.lag <= 8:
-            raise RouterError(f"lag (positions read before the drafted one) needs head: judge and 0..8, got {self.lag}")
-        if self.head == "token" and self.arch == "gru":
-            raise RouterError("the token head scores candidate tokens one by one: use arch linear or mlp with it")
+
+    @classmethod
+    def built(cls, arch: RouterArch, **provenance) -> "RouterConfig":
+        """The config of a router built to `arch`, with what training learned about it (sizes, records, metrics)."""
+        return cls(**asdict(arch), **provenance)
 
     @property
     def position_dim(self) -> int:
@@ -185,8 +216,17 @@ def check_feature_names(names, who: str) -> None:
         )
 
 
+def router_needs(cfg: RouterConfig) -> Needs:
+    """What a router of this config reads (router.policy.Needs): the logits (cheaper features), its hidden
+    states; a judge the drafts and the lookahead (and no q at the bonus position: it takes p there), the
+    others q at the bonus position; a window judge its follow window, a lag judge the positions before."""
+    head = {"drafts", "lookahead"} if cfg.head == "judge" else {"bonus_q"}
+    hidden = {f"hidden_{role}" for role in cfg.hidden_inputs}
+    return Needs({"logits", *head, *hidden}, follow=cfg.follow, lag=cfg.lag, follow_block=cfg.follow_block)
+
+
 class LearnedRouter(RouterHubMixin):
-    """A trained RouterNet behind the plug-in rules' `target` interface; `save_pretrained`,
+    """A trained RouterNet behind the plug-in rules' policy interface (router/policy.py); `save_pretrained`,
     `from_pretrained` (a folder or a Hub id) and `push_to_hub` come from `router.export.hub`."""
 
     def _write_router_folder(self, folder) -> None:  # the Hub mixin's save hook
@@ -200,11 +240,11 @@ class LearnedRouter(RouterHubMixin):
         self.net = net.eval()
         self.cfg = net.cfg
         self.name = name
-        self.hidden_inputs = tuple(self.cfg.hidden_inputs)  # generate() supplies these hidden states
-        self.form = self.cfg.head  # "cascade", "token" or "judge": the form of pi (router.rules.DeferralPolicy)
-        # a judge decides drafted tokens; with no draft at the bonus position it takes p there (lossless)
-        self.bonus_needs_drafter = self.cfg.head != "judge"
+        self.form = self.cfg.head  # "cascade", "token" or "judge": the form of pi (router.policy.DeferralPolicy)
+        self.needs = router_needs(self.cfg)
+        self.min_gamma = 1  # a window judge reads the drafts that exist (the rest are marked invalid)
         self.exact_bonus = False  # a learned policy follows bonus_from
+        self.greedy_mode = False  # its pi is one-hot at temperature 0 already (cascade_mix/token_mix of one-hots)
         self.trained_pair = self.cfg.pair or None  # checked against the models it decodes with
         # a gru reads each position with its predecessors on the trajectory (as recorded); the loop
         # decides a block at a time and does not carry the trajectory's features across blocks
@@ -216,14 +256,6 @@ class LearnedRouter(RouterHubMixin):
             if self.cfg.arch == "gru"
             else None
         )
-        # generate() passes the logits q_raw and p_raw are the softmax of: the features then skip two
-        # logs over the vocabulary (router.features.log_probs_into)
-        self.reads_logits = True
-        self.greedy_mode = False  # its pi is one-hot at temperature 0 already (cascade_mix/token_mix of one-hots)
-        # a window judge reads the next `follow` drafts of the block where they exist (any gamma: the rest are
-        # marked invalid, as at a block's end)
-        self.follow, self.min_gamma = self.cfg.follow, 1
-        self.lag = self.cfg.lag  # a lag judge: generate() carries the last positions' features across blocks
         check_feature_names(self.cfg.feature_names, name)
 
     def check_alpha(self, alpha: float) -> float:
@@ -233,19 +265,16 @@ class LearnedRouter(RouterHubMixin):
             raise ValueError(f"router {self.name}: alpha must be a finite number, got {alpha}")
         return alpha
 
-    def position_inputs(
-        self,
-        q_raw: torch.Tensor,
-        p_raw: torch.Tensor,
-        hidden: dict | None,
-        q_logits: torch.Tensor | None = None,
-        p_logits: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Per-position router input (..., D): token_features, then the requested hidden states."""
-        return self._inputs(position_stats(q_raw, p_raw, q_logits, p_logits)[0], hidden)
+    def position_inputs(self, view: BlockView) -> torch.Tensor:
+        """Per-position router input (..., D): token_features, then the hidden states it reads."""
+        return self._inputs(self._stats(view)[0], view)
 
-    def _inputs(self, feats: torch.Tensor, hidden: dict | None) -> torch.Tensor:
-        return torch.cat([feats, *self._hidden_parts(hidden, feats.shape[:-1])], -1)
+    def _stats(self, view: BlockView) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(position features (..., F), q's argmax (...), p's argmax (...)) from the view's distributions."""
+        return position_stats(view.q_raw, view.p_raw, view.get("q_logits"), view.get("p_logits"))
+
+    def _inputs(self, feats: torch.Tensor, view: BlockView) -> torch.Tensor:
+        return torch.cat([feats, *self._hidden_parts(view, feats.shape[:-1])], -1)
 
     @torch.no_grad()
     def score_positions(self, feats: torch.Tensor) -> torch.Tensor:
@@ -260,95 +289,67 @@ class LearnedRouter(RouterHubMixin):
             flat = feats.reshape(-1, feats.shape[-1])
         return self.net(flat).reshape(feats.shape[:-1])
 
-    def target(
-        self,
-        q,
-        p,
-        alpha,
-        q_raw=None,
-        p_raw=None,
-        hidden: dict | None = None,
-        drafts: torch.Tensor | None = None,
-        next_p_raw: torch.Tensor | None = None,
-        q_logits: torch.Tensor | None = None,
-        p_logits: torch.Tensor | None = None,
-        next_p_logits: torch.Tensor | None = None,
-        follow: FollowWindow | None = None,
-        lag: LagBefore | None = None,
-    ) -> torch.Tensor:
-        """pi (..., V) as a plug-in rule would give it; q, p (..., V) scaled, *_raw temperature 1;
-        hidden maps 'drafter'/'verifier'/'after' to last hidden states (..., H) when the router reads
-        them. A judge also needs the drafted tokens (...) and the verifier's raw next-token
-        distribution after each (..., V); its pi is the draft itself where it keeps it, else p.
-        *_logits (..., V), optional: the logits the raw distributions are the softmax of (cheaper
-        features, same values). A lag judge also needs lag, a router.window.lag.LagBefore of the L positions before
-        the block (LagCarry.snapshot; generate passes it)."""
-        q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
+    def decide(self, view: BlockView, alpha: float) -> torch.Tensor:
+        """pi (..., V) as a plug-in rule would give it, from the view's q, p (scaled), q_raw, p_raw
+        (temperature 1) and what `needs` declares: the logits behind the raw distributions (optional:
+        cheaper features, same values), the hidden states it reads, and for a judge the drafts and the
+        verifier's next-token distribution after each (its pi is the draft itself where it keeps it, else
+        p), for a window judge their follow window, for a lag judge the positions before the block."""
         if isinstance(alpha, float) and math.isnan(alpha):
             raise ValueError(f"router {self.name}: alpha is NaN")
         if self.cfg.head == "judge":
-            keep = (
-                self.judge_scores(
-                    q_raw, p_raw, drafts, next_p_raw, hidden, q_logits, p_logits, next_p_logits, follow, lag
-                )
-                <= alpha
-            )  # (...)
-            return keep_drafts(p, drafts, keep)
-        stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)
-        feats = self._inputs(stats, hidden)  # (..., D)
+            return keep_drafts(
+                view.p, view.read("drafts", f"router {self.name}", RouterError), self.judge_scores(view) <= alpha
+            )
+        stats, q_arg, p_arg = self._stats(view)
+        feats = self._inputs(stats, view)  # (..., D)
+        q, p = view.q, view.p
         if self.cfg.head == "cascade":
             gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
             # at temperature 1 without top-p the scaled distributions are the raw ones, whose TV the
             # features already hold: skip another pass over the vocabulary
-            same = q is q_raw and p is p_raw
+            same = q is view.q_raw and p is view.p_raw
             tv = feats[..., FEATURE_NAMES.index("tv")] if same else tv_distance(p, q)
             return cascade_mix(q, p, gap > alpha * tv)
-        return token_mix(q, p, self._keep_set(q, q_raw, p_raw, feats, alpha, q_arg, p_arg))
+        cand, gap = self.candidate_scores(q, view.q_raw, view.p_raw, feats, q_arg, p_arg)  # (..., K) each
+        return token_mix(q, p, torch.zeros_like(q, dtype=torch.bool).scatter(-1, cand, gap <= alpha))
+
+    def target(self, q, p, alpha, q_raw=None, p_raw=None) -> torch.Tensor:
+        """pi (..., V) for q, p (..., V) scaled and *_raw temperature 1: `decide` on a view of just these (a
+        router that reads more, a judge or one reading hidden states, is called with decide on a BlockView)."""
+        if self.cfg.head == "judge":
+            raise RouterError(
+                f"router {self.name} is a judge: it decides drafted tokens, so call decide(BlockView(q, p, q_raw, "
+                f"p_raw, drafts=..., next_p_raw=...), alpha) (router.view; router.decoding.generate does)"
+            )
+        return self.decide(BlockView(q, p, q_raw, p_raw), alpha)
 
     @torch.no_grad()
-    def judge_scores(
-        self,
-        q_raw,
-        p_raw,
-        drafts,
-        next_p_raw,
-        hidden: dict | None,
-        q_logits=None,
-        p_logits=None,
-        next_p_logits=None,
-        follow: FollowWindow | None = None,
-        lag: LagBefore | LagHistory | None = None,
-    ) -> torch.Tensor:
-        """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice; a
-        window judge (cfg.follow > 0) also reads the FollowWindow of each draft (...), a lag judge (cfg.lag > 0)
-        the features of the positions before each: a LagBefore for a block (B, g), or each position's
+    def judge_scores(self, view: BlockView) -> torch.Tensor:
+        """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice, from the
+        view's drafts and lookahead; a window judge (cfg.follow > 0) also reads each draft's FollowWindow, a
+        lag judge (cfg.lag > 0) the positions before each: a LagBefore for a block (B, g), or each position's
         LagHistory (router/window/lag.py)."""
-        if drafts is None or next_p_raw is None:
-            raise RouterError(
-                f"router {self.name} is a judge: it decides drafted tokens and needs drafts and "
-                f"next_p_raw (router.decoding.generate passes them)"
-            )
+        reader = f"router {self.name} (a judge)"
+        drafts, next_p_raw = view.read("drafts", reader, RouterError), view.read("next_p_raw", reader, RouterError)
+        q_raw, p_raw = view.q_raw, view.p_raw
         d = drafts.long()[..., None]
-        position, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (..., F), (...), (...)
+        position, q_arg, p_arg = self._stats(view)  # (..., F), (...), (...)
         x = judge_features(
             position,
             q_raw.gather(-1, d)[..., 0],
             p_raw.gather(-1, d)[..., 0],
             drafts == p_arg,
             drafts == q_arg,
-            shifted_lookahead(p_raw, next_p_raw, position, next_p_logits),
+            shifted_lookahead(p_raw, next_p_raw, position, view.get("next_p_logits")),
             class_bits(self.net.token_classes, drafts),
         )
         if self.cfg.follow:
-            if follow is None:
-                raise RouterError(
-                    f"router {self.name} is a window judge: pass follow=router.window.follow.block_window(drafts, "
-                    f"p_raw, {self.cfg.follow}) (router.decoding.generate does)"
-                )
+            follow = view.read("follow", f"router {self.name} (a window judge)", RouterError)
             x = torch.cat([x, follow_features(follow, self.cfg.follow).to(x.dtype)], -1)
         if self.cfg.lag:
-            x = torch.cat([x, self._lag_inputs(lag, position)], -1)
-        x = torch.cat([x, *self._hidden_parts(hidden, x.shape[:-1])], -1)  # (..., D)
+            x = torch.cat([x, self._lag_inputs(view.get("lag"), position)], -1)
+        x = torch.cat([x, *self._hidden_parts(view, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
 
     def _lag_inputs(self, lag, position: torch.Tensor) -> torch.Tensor:
@@ -364,14 +365,14 @@ class LearnedRouter(RouterHubMixin):
             f"(router.window.lag; router.decoding.generate does)"
         )
 
-    def _hidden_parts(self, hidden: dict | None, lead: tuple) -> list[torch.Tensor]:
+    def _hidden_parts(self, view: BlockView, lead: tuple) -> list[torch.Tensor]:
         parts = []
-        for role in self.hidden_inputs:
-            h = (hidden or {}).get(role)
+        for role in self.cfg.hidden_inputs:  # the order the net was trained on
+            h = view.get(f"hidden_{role}")
             if h is None:
                 raise RouterError(
-                    f"router {self.name} reads the {role}'s hidden state: pass hidden={{'{role}': "
-                    f"tensor (..., {self.cfg.hidden_sizes[role]})}} (generate() does this itself)"
+                    f"router {self.name} reads the {role}'s hidden state: pass BlockView(..., hidden_{role}="
+                    f"tensor (..., {self.cfg.hidden_sizes[role]})) (generate() does this itself)"
                 )
             if h.shape[-1] != self.cfg.hidden_sizes[role]:
                 raise RouterError(
@@ -397,12 +398,6 @@ class LearnedRouter(RouterHubMixin):
             -1,
         )  # (..., K, D)
         return cand, self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
-
-    def _keep_set(self, q, q_raw, p_raw, feats, alpha, q_arg=None, p_arg=None) -> torch.Tensor:
-        """Boolean keep set A (..., V): candidates whose predicted gap is at most alpha."""
-        cand, gap = self.candidate_scores(q, q_raw, p_raw, feats, q_arg, p_arg)
-        keep = torch.zeros_like(q, dtype=torch.bool)
-        return keep.scatter(-1, cand, gap <= alpha)
 
 
 # ---- the router folder (docs/router-format.md) ------------------------------------------------------------

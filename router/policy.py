@@ -1,6 +1,9 @@
-"""The deferral-policy interface: what the decoding loop, training and evaluation need of a policy
-(`DeferralPolicy`), and `Rule`, a named plug-in rule that implements it. The registry of rules by name is
-router/rules.py; learned routers (router/model.py) implement the same protocol.
+"""The deferral-policy interface: what the decoding loop, training and evaluation need of a policy.
+
+A policy makes one call, `decide(view, alpha) -> pi (..., V)`, on a `router.view.BlockView`, and declares
+in one place what it reads beyond q and p (`needs`, a `Needs`), so the loop computes only that. `Rule`, a
+named plug-in rule, implements it; learned routers (router/model.py) implement the same call. The
+registry of rules by name is router/rules.py.
 """
 
 from __future__ import annotations
@@ -11,7 +14,55 @@ from typing import Callable, Protocol, runtime_checkable
 
 import torch
 
-from router.targets import validate_inputs
+from router.view import BlockView
+
+# what a policy may read beyond q, p, q_raw, p_raw (each but bonus_q fills inputs of router.view.BlockView)
+NEED_NAMES = {
+    "drafts": "the drafted tokens (a policy whose pi depends on the draft)",
+    "lookahead": "the verifier's distribution after each draft, next_p_raw (a judge)",
+    "logits": "the logits behind the raw distributions (cheaper features)",
+    "hidden_drafter": "the drafter's last hidden state where q was computed",
+    "hidden_verifier": "the verifier's last hidden state where p was computed",
+    "hidden_after": "the verifier's last hidden state after reading each draft",
+    "bonus_q": "q at a wholly accepted block's bonus position (one more drafter forward; without it pi = p there)",
+}
+HIDDEN_NEEDS = ("hidden_drafter", "hidden_verifier", "hidden_after")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a policy reads, in one place: `inputs` (names of NEED_NAMES), `follow` > 0 (the verifier's
+    scores of the next `follow` drafts of the block, a router.window.follow.FollowWindow; implies drafts)
+    and `lag` > 0 (the features of the `lag` positions before the block, router/window/lag.py).
+    `follow_block`: the block size its follow windows were cut at in training (0: uncut, as recorded).
+    `"follow" in needs` and `"lag" in needs` read the sizes."""
+
+    inputs: frozenset = frozenset()
+    follow: int = 0
+    lag: int = 0
+    follow_block: int = 0
+
+    def __post_init__(self):
+        inputs = frozenset([self.inputs] if isinstance(self.inputs, str) else self.inputs)
+        unknown = sorted(inputs - set(NEED_NAMES))
+        if unknown:
+            raise ValueError(
+                f"unknown need {unknown[0]!r}: a policy needs any of {', '.join(NEED_NAMES)} (follow and lag are sizes: "
+                f"Needs(follow=n, lag=n))"
+            )
+        for size in ("follow", "lag", "follow_block"):
+            value = getattr(self, size)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Needs.{size} is a count of positions (an integer >= 0), got {value!r}")
+        object.__setattr__(self, "inputs", inputs | ({"drafts"} if self.follow else set()))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.inputs or (name == "follow" and self.follow > 0) or (name == "lag" and self.lag > 0)
+
+    @property
+    def hidden(self) -> tuple[str, ...]:
+        """The models whose hidden states the policy reads: "drafter", "verifier", "after"."""
+        return tuple(need.removeprefix("hidden_") for need in HIDDEN_NEEDS if need in self.inputs)
 
 
 def _check_alpha(rule: "Rule", alpha: float) -> float:
@@ -31,37 +82,22 @@ def _check_alpha(rule: "Rule", alpha: float) -> float:
 @runtime_checkable
 class DeferralPolicy(Protocol):
     """What the decoding loop, training and evaluation need of a deferral policy: a plug-in rule
-    (`Rule`) or a learned router (`router.model.LearnedRouter`). Any object with just a `target`
-    method is wrapped into one by `resolve_rule`."""
+    (`Rule`) or a learned router (`router.model.LearnedRouter`). Any object with a `decide(view, alpha)`
+    or just a `target(q, p, alpha, q_raw, p_raw)` method is wrapped into one by `router.rules.resolve_rule`."""
 
     name: str
-    form: str  # "cascade", "token", "lossy", "fixed", "judge" (pi depends on the drafted
-    #   token: target() also gets drafts and next_p_raw), "window" (see follow) or "custom"
-    hidden_inputs: tuple  # models whose last hidden state target() reads: "drafter", "verifier", "after"
-    bonus_needs_drafter: bool  # False: pi at a whole block's bonus position ignores q (no drafter forward)
-    exact_bonus: bool  # True: the bonus token always comes from pi (a drafter forward), whatever
-    #   bonus_from says: a reference whose meaning p would change there (drafter-only decoding)
-    offline_only: str | None  # why the decoding loop cannot run this policy as it was scored (None: it can)
-    trained_pair: dict | None  # the drafter/verifier/tokenizer fingerprints it was trained on (None: any pair)
-    reads_logits: bool  # True: the loop also passes the logits behind q_raw and p_raw (q_logits,
-    #   p_logits, and next_p_logits for a judge), as learned routers want
+    form: str  # "cascade", "token", "lossy", "fixed", "judge" (pi depends on the drafted token), "window"
+    #   (a rule reading the drafts after each draft) or "custom"
+    needs: Needs  # what decide() reads beyond q, p, q_raw, p_raw: the loop computes only that
+    min_gamma: int  # the least block size it decodes with (a window rule needs its whole window in the block)
+    exact_bonus: bool  # True: the bonus token always comes from pi (a drafter forward), whatever bonus_from
+    #   says: a reference whose meaning p would change there (drafter-only decoding)
     greedy_mode: bool  # True: at temperature 0 the loop decodes the mode of pi formed from the raw
     #   distributions (a pi that mixes q and p, e.g. `mixture`, is not one-hot even when q and p are)
-    follow: int  # > 0: a window policy: target() also gets drafts and follow, a router.window.follow.FollowWindow
-    #   of the next `follow` drafts of the block (their verifier scores); its pi depends on the draft
-    min_gamma: int  # the least block size it decodes with (a window rule reads drafts after each draft)
-    lag: int  # > 0: target() also gets lag = (feats (B, lag, F), valid (B, lag)), the features of the positions
-    #   before the block (router.window.lag.LagCarry, carried across blocks by the loop)
+    offline_only: str | None  # why the decoding loop cannot run this policy as it was scored (None: it can)
+    trained_pair: dict | None  # the drafter/verifier/tokenizer fingerprints it was trained on (None: any pair)
 
-    def target(
-        self,
-        q: torch.Tensor,
-        p: torch.Tensor,
-        alpha: float,
-        q_raw: torch.Tensor | None = None,
-        p_raw: torch.Tensor | None = None,
-        **kwargs,
-    ) -> torch.Tensor: ...
+    def decide(self, view: BlockView, alpha: float) -> torch.Tensor: ...
 
     def check_alpha(self, alpha: float) -> float: ...
 
@@ -71,11 +107,13 @@ class Rule:
     """A named plug-in rule: everything any stage needs to know about it, in one place.
 
     alpha_range: (lossless end, drafter end), None if alpha is unused. pi: the torch target
-    `(q, p, alpha, q_raw, p_raw) -> pi (..., V)`. offline_score: the numpy score that offline curves
-    sweep, `(cols, cand) -> scores` (cascade form: (N,) defer where score > alpha; token form:
-    (N, K) over the recorded candidates, keep where score <= alpha; cols holds q_max, p_max, tv, cand
-    a `router.offline.tradeoff.Candidates`); None where offline curves cannot be computed from records.
-    online: part of eval's default online grid. bonus_needs_drafter, exact_bonus: see `DeferralPolicy`.
+    `(q, p, alpha, q_raw, p_raw) -> pi (..., V)` (a window rule's also gets drafts= and follow=).
+    offline_score: the numpy score that offline curves sweep, `(cols, cand) -> scores` (cascade form:
+    (N,) defer where score > alpha; token form: (N, K) over the recorded candidates, keep where
+    score <= alpha; cols holds q_max, p_max, tv, cand a `router.offline.tradeoff.Candidates`); None where
+    offline curves cannot be computed from records. online: part of eval's default online grid.
+    needs, min_gamma, exact_bonus, greedy_mode: see `DeferralPolicy` (a rule reads q at the bonus position
+    unless its needs say otherwise).
     """
 
     name: str
@@ -85,20 +123,26 @@ class Rule:
     pi: Callable = field(repr=False, compare=False)
     offline_score: Callable | None = field(default=None, repr=False, compare=False)
     online: bool = True
-    bonus_needs_drafter: bool = True
+    needs: Needs = Needs({"bonus_q"})
+    min_gamma: int = 1
     exact_bonus: bool = False
+    greedy_mode: bool = False
     offline_only: str | None = None
     trained_pair: dict | None = None
-    hidden_inputs: tuple = ()
-    reads_logits: bool = False
-    greedy_mode: bool = False
-    follow: int = 0
-    min_gamma: int = 1
-    lag: int = 0
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
         return _check_alpha(self, alpha)
+
+    def decide(self, view: BlockView, alpha: float) -> torch.Tensor:
+        """pi (..., V) at trade-off `alpha` from the view's q, p (and, for a window rule, its drafts and
+        follow window)."""
+        alpha = self.check_alpha(alpha)
+        if self.form != "window":
+            return self.pi(view.q, view.p, alpha, view.q_raw, view.p_raw)
+        reader = f"rule {self.name}"
+        drafts, follow = view.read("drafts", reader), view.read("follow", reader)
+        return self.pi(view.q, view.p, alpha, view.q_raw, view.p_raw, drafts=drafts, follow=follow)
 
     def target(
         self,
@@ -107,17 +151,7 @@ class Rule:
         alpha: float,
         q_raw: torch.Tensor | None = None,
         p_raw: torch.Tensor | None = None,
-        drafts: torch.Tensor | None = None,
-        follow=None,
     ) -> torch.Tensor:
-        """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`. A window rule
-        (form "window") also needs the drafted tokens (B, g) and their `router.window.follow.FollowWindow`."""
-        q_raw, p_raw = validate_inputs(q, p, q_raw, p_raw)
-        if self.form != "window":
-            return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw)
-        if drafts is None or follow is None:
-            raise ValueError(
-                f"rule {self.name} reads the drafts that follow each draft in its block: pass drafts (B, g) and "
-                f"follow=router.window.follow.block_window(drafts, p_raw, {self.follow}) (router.decoding.generate does)"
-            )
-        return self.pi(q, p, self.check_alpha(alpha), q_raw, p_raw, drafts=drafts, follow=follow)
+        """pi (..., V) for drafter q and verifier p (..., V) at trade-off `alpha`: `decide` on a view of
+        just these (a window rule reads more: build a BlockView with drafts= and follow= and call decide)."""
+        return self.decide(BlockView(q, p, q_raw, p_raw), alpha)

@@ -7,7 +7,7 @@ bonus position needs the drafter. Every list of rules elsewhere is derived from 
 (`rules_of_form`, `offline_rules`, `online_rules`), so a rule added with `register_rule` appears
 in train validation, offline and online eval, the reports and the demo with no other edit.
 Every rule exposes `target(q, p, alpha, q_raw=None, p_raw=None) -> pi`, with any leading shape
-`(..., V)`. Decisions use the raw (temperature 1) probabilities; targets use the scaled ones; ties
+`(..., V)`, and the policy call `decide(view, alpha)` (router/policy.py). Decisions use the raw (temperature 1) probabilities; targets use the scaled ones; ties
 keep the drafter. The built-in rules' targets and offline scores are pure functions in
 router/targets.py; formulas: docs/method.md (from the paper's section 2 and its JAX notebook).
 """
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 
 from router import targets
-from router.policy import DeferralPolicy, Rule
+from router.policy import DeferralPolicy, Needs, Rule
+from router.view import BlockView
 from router.window.fly import FLY  # FLy's entropy gate + deferred window, a Rule of its own module
 
 
@@ -110,7 +111,7 @@ _BUILT_IN = (
         None,
         "pi = p (standard speculative decoding)",
         targets.lossless_target,
-        bonus_needs_drafter=False,
+        needs=Needs(),
     ),
     # the drafter-only rule; online, eval runs the faster drafter-only baseline of that name instead
     Rule("drafter", "fixed", None, "pi = q (drafter only)", targets.drafter_target, online=False, exact_bonus=True),
@@ -147,7 +148,7 @@ def register_rule(rule: Rule) -> Rule:
         raise ValueError(f"a rule named {rule.name!r} is already registered; choose another name")
     if rule.form not in RULE_FORMS:
         raise ValueError(f"rule {rule.name!r} has form {rule.form!r}; use {', '.join(RULE_FORMS)}")
-    if (rule.form == "window") != (rule.follow > 0):
+    if (rule.form == "window") != (rule.needs.follow > 0):
         raise ValueError(f"rule {rule.name!r}: a window-form rule reads follow > 0 drafts, other forms none")
     if rule.form in ("cascade", "token") and rule.offline_score is None:
         raise ValueError(
@@ -205,43 +206,53 @@ def get_rule(name: str) -> Rule:
         raise KeyError(f"unknown rule {name!r}; known rules: {', '.join(_REGISTRY)}") from None
 
 
+# the capability flags policies declared before `needs`: an object still declaring them is refused with the fix
+_FORMER_FLAGS = ("hidden_inputs", "bonus_needs_drafter", "reads_logits", "follow", "lag")
+
+
 @dataclass(frozen=True)
 class _CustomPolicy:
-    """An object with a `target` method, given the defaults of the DeferralPolicy protocol for the
-    attributes it does not declare (a policy written before an attribute was added keeps working)."""
+    """An object with a `decide(view, alpha)` or a `target(q, p, alpha, q_raw, p_raw)` method, given the
+    defaults of the DeferralPolicy protocol for the attributes it does not declare."""
 
     inner: object
     name: str
     form: str = "custom"
-    hidden_inputs: tuple = ()
-    bonus_needs_drafter: bool = True
+    needs: Needs = Needs({"bonus_q"})
+    min_gamma: int = 1
     exact_bonus: bool = False
+    greedy_mode: bool = False
     offline_only: str | None = None
     trained_pair: dict | None = None
-    reads_logits: bool = False
-    greedy_mode: bool = False
-    follow: int = 0
-    min_gamma: int = 1
-    lag: int = 0
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, **kwargs):
-        return self.inner.target(q, p, alpha, q_raw=q_raw, p_raw=p_raw, **kwargs)
+    def decide(self, view: BlockView, alpha: float):
+        if callable(getattr(self.inner, "decide", None)):
+            return self.inner.decide(view, alpha)
+        return self.inner.target(view.q, view.p, alpha, q_raw=view.q_raw, p_raw=view.p_raw)
 
     def check_alpha(self, alpha: float) -> float:
         return float(alpha)
 
 
 def resolve_rule(rule) -> DeferralPolicy:
-    """A rule name, a DeferralPolicy, or any object with a `target(q, p, alpha, q_raw, p_raw)` method."""
+    """A rule name, a DeferralPolicy, or any object with a `decide(view, alpha)` or a
+    `target(q, p, alpha, q_raw, p_raw)` method."""
     if isinstance(rule, str):
         return get_rule(rule)
-    if not callable(getattr(rule, "target", None)):
+    if not callable(getattr(rule, "decide", None)) and not callable(getattr(rule, "target", None)):
         raise TypeError(
-            f"rule must be a name ({', '.join(_REGISTRY)}) or an object with a "
+            f"rule must be a name ({', '.join(_REGISTRY)}) or an object with a decide(view, alpha) or a "
             f"target(q, p, alpha, q_raw, p_raw) method, got {type(rule).__name__}"
         )
     if isinstance(rule, DeferralPolicy):
         return rule
+    former = [flag for flag in _FORMER_FLAGS if hasattr(rule, flag)]
+    if former and not hasattr(rule, "needs"):
+        raise TypeError(
+            f"policy {getattr(rule, 'name', type(rule).__name__)} declares {', '.join(former)}: declare what it reads "
+            f"as needs = router.policy.Needs(...) instead (e.g. Needs({{'drafts', 'lookahead', 'hidden_after'}}, "
+            f"follow=3)) and decide from a router.view.BlockView"
+        )
     # an object declaring only some of the protocol's attributes keeps them; the others get the defaults
     declared = {f.name: getattr(rule, f.name) for f in dataclasses.fields(_CustomPolicy)[2:] if hasattr(rule, f.name)}
     return _CustomPolicy(rule, getattr(rule, "name", type(rule).__name__), **declared)

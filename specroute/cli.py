@@ -124,7 +124,8 @@ def cmd_eval(args) -> int:
 
 def cmd_train(args) -> int:
     from router.infra.config import load_config
-    from train.run import TrainConfig, run_train
+    from train.config import TrainConfig
+    from train.run import run_train
 
     run_train(load_config(TrainConfig, args.config, list(args.overrides)))
     return 0

@@ -65,8 +65,9 @@ def reference_markdown() -> str:
     from data_gen.config import GenConfig
     from eval.config import EvalConfig
     from router.engine.options import DECODE_FIELDS, DecodeOptions
+    from router.model import RouterArch
     from specroute.cli import build_parser
-    from train.run import TrainConfig
+    from train.config import TrainConfig
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     parts = [
@@ -87,9 +88,16 @@ def reference_markdown() -> str:
         "",
         *config_table(GenConfig),
         "",
-        "## `specroute train` (`TrainConfig`, train/run.py)",
+        "## `specroute train` (`TrainConfig`, train/config.py)",
         "",
-        *config_table(TrainConfig),
+        *config_table(TrainConfig, skip=("router",)),
+        "",
+        "### The router's architecture (`TrainConfig.router`, a `RouterArch`, router/model.py)",
+        "",
+        "Written flat (`head: judge`, `width=32`), dotted (`router.head=judge`) or as a mapping",
+        '(`router: {head: judge, width: 32}`); in Python `TrainConfig(router=RouterArch(head="judge"))`.',
+        "",
+        *config_table(RouterArch),
         "",
         "## `specroute eval` (`EvalConfig`, eval/config.py)",
         "",

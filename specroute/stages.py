@@ -19,7 +19,8 @@ def _stage_functions(command: str):
 
         return GenConfig, run_gen
     if command == "train":
-        from train.run import TrainConfig, run_train
+        from train.config import TrainConfig
+        from train.run import run_train
 
         return TrainConfig, run_train
     from eval.run import EvalConfig, run_eval

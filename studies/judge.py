@@ -33,7 +33,9 @@ from router.model import load_router
 from router.records import read_manifest
 from router.offline.inputs import RecordView
 from router.offline.views import VIEW_TITLES
-from train.run import TrainConfig, run_train
+from router.infra.config import build_config
+from train.config import TrainConfig
+from train.run import run_train
 
 JUDGE = dict(head="judge", target="greedy_01_gap")
 VARIANTS = {  # name -> TrainConfig overrides
@@ -65,17 +67,9 @@ def train_variant(
     ):
         return folder, float("nan")  # trained on exactly these records: reuse it
     started = time.perf_counter()
-    run_train(
-        TrainConfig(
-            records=records,
-            max_epochs=epochs,
-            patience=4,
-            baselines=name == "judge-qp",
-            max_train_rows=max_train_rows,
-            output=str(folder),
-            **overrides,
-        )
-    )
+    common = dict(records=records, max_epochs=epochs, patience=4, baselines=name == "judge-qp", output=str(folder))
+    # the overrides name architecture keys flat (head, follow, ...), as YAML and key=value do
+    run_train(build_config(TrainConfig, {**common, "max_train_rows": max_train_rows, **overrides}))
     return folder, time.perf_counter() - started
 
 

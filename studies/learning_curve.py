@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     from router.infra.config import load_config
     from router.infra.files import write_csv, write_json
     from router.offline.folds import read_plan, train_share
-    from train.run import TrainConfig
+    from train.config import TrainConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="a train config (its records, head, target)")

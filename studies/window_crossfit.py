@@ -41,7 +41,9 @@ from eval.crossfit_summary import BOOTSTRAP, summarise, weighted_share
 from router.infra.files import write_csv, write_json
 from router.machine.hardware import cpu_kind
 from router.offline.folds import read_plan
-from train.run import TrainConfig, run_train
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 
 
 LABELS = {  # what the judges learn, and the measures they are scored on (higher first is better?)
@@ -65,11 +67,7 @@ def train(
     of that many drafts cut them (train's follow_block), in training and in the out-of-fold scoring."""
     started = time.perf_counter()
     what = LABELS[labels]
-    cfg = TrainConfig(
-        records=records, mode=what["mode"], head="judge", target=what["target"], hidden_inputs=hidden, follow=follow,
-        lag=lag, follow_block=follow_block if follow else 0, cross_fit=k, max_epochs=epochs, patience=4,
-        baselines=False, output=str(out),
-    )  # fmt: skip
+    cfg = TrainConfig(records=records, mode=what["mode"], target=what["target"], cross_fit=k, max_epochs=epochs, patience=4, baselines=False, output=str(out), router=RouterArch(head="judge", hidden_inputs=hidden, follow=follow, lag=lag, follow_block=follow_block if follow else 0))  # fmt: skip
     run_train(cfg)
     return time.perf_counter() - started
 

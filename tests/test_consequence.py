@@ -20,7 +20,9 @@ from router.model import load_router
 from router.engine.prefix import SharedPrefix
 from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED, load_records, read_manifest
 from router.pair import tiny_pair
-from train.run import TrainConfig, run_train
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 from helpers import study_module
 
 BUDGET, MISMATCHES = 14, 3
@@ -205,10 +207,10 @@ def test_routers_train_on_consequence_labels_and_decode(recorded, pair, tmp_path
         records=[cfg.output],
         mode="consequence",
         target="consequence",
-        head=head,
         max_epochs=2,
         batch_size=64,
         output=str(out),
+        router=RouterArch(head=head),
     )
     run_train(train)
     router = load_router(out)
@@ -221,7 +223,11 @@ def test_routers_train_on_consequence_labels_and_decode(recorded, pair, tmp_path
     with pytest.raises(Exception, match="consequence"):
         run_train(
             TrainConfig(
-                records=[cfg.output], mode="consequence", target="consequence", head="token", output=str(tmp_path / "y")
+                records=[cfg.output],
+                mode="consequence",
+                target="consequence",
+                output=str(tmp_path / "y"),
+                router=RouterArch(head="token"),
             )
         )
 
@@ -289,11 +295,10 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
             records=[labels.output],
             mode="consequence",
             target="consequence",
-            head="judge",
-            hidden_inputs=["after"],
             max_epochs=2,
             batch_size=64,
             output=str(router),
+            router=RouterArch(head="judge", hidden_inputs=["after"]),
         )
     )
     base = [
@@ -393,11 +398,11 @@ def test_short_horizon_scores_are_recorded_at_every_mismatch(tmp_path, pair, mon
             records=[cfg.output],
             mode="consequence",
             target="horizon_score",
-            head="judge",
             loss="mse",
             max_epochs=2,
             batch_size=64,
             output=str(out),
+            router=RouterArch(head="judge"),
         )
     )
     got = generate(

@@ -245,7 +245,8 @@ def test_matched_operating_points_give_every_method_the_target_rejection_rate(co
 def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
     from eval.config import EvalConfig
     from eval.run import run_eval
-    from train.run import TrainConfig, run_train
+    from train.config import TrainConfig
+    from train.run import run_train
 
     out = tmp_path / "mlp-cf"
     cfg = TrainConfig(

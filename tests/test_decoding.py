@@ -8,7 +8,7 @@ from router.pair import tiny_pair
 from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.engine.teacher import continuation_logprobs
 from router.decoding import generate
-from router.engine.policy_call import block_drafts
+from router.engine.block_size import block_drafts
 from router.rules import resolve_rule
 from router.engine.loop import FROM_DRAFTER, PADDING
 

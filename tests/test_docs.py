@@ -95,11 +95,15 @@ def test_reference_lists_every_field_of_every_config():
 
     from data_gen.config import GenConfig
     from eval.config import EvalConfig
-    from train.run import TrainConfig
+    from router.model import RouterArch
+    from train.config import TrainConfig
 
     text = (ROOT / "docs" / "reference.md").read_text()
-    for cls in (GenConfig, TrainConfig, EvalConfig):
+    for cls in (GenConfig, TrainConfig, RouterArch, EvalConfig):
         for f in dataclasses.fields(cls):
+            if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
+                assert f"`{cls.__name__}.{f.name}`" in text, f"{cls.__name__}.{f.name} has no section"
+                continue
             assert f"| `{f.name}` |" in text, f"{cls.__name__}.{f.name} missing from docs/reference.md"
 
 
@@ -109,7 +113,7 @@ def _config_class(stage: str):
 
         return GenConfig
     if stage == "train":
-        from train.run import TrainConfig
+        from train.config import TrainConfig
 
         return TrainConfig
     from eval.config import EvalConfig
@@ -163,3 +167,28 @@ def test_readme_router_decoding_runs_as_written(tmp_path, monkeypatch):
     exec(snippet, space)  # noqa: S102
     assert space["seqs"].shape[0] == 1 and space["res"].stats["new_tokens"] > 0
     assert space["out"].sequences.shape[0] == 1
+
+
+def test_the_policy_interface_snippet_runs_as_written():
+    """docs/rules.md's hand-written policy decodes through generate, keeping exactly the drafts it says."""
+    import torch
+
+    from router.engine.loop import shared_vocab
+    from router.pair import tiny_pair
+
+    snippet = re.findall(r"```python\n(.*?)```", (ROOT / "docs/rules.md").read_text(), re.S)
+    snippet = next(b for b in snippet if "class KeepConfidentDrafts" in b)
+    drafter, verifier, _ = tiny_pair(seed=2)
+    space = {"drafter": drafter, "verifier": verifier, "ids": torch.tensor([[5, 17, 33, 41, 8]])}
+    exec(snippet, space)  # noqa: S102 - the document's own code
+    out = space["out"]
+    assert out.stats["new_tokens"] > 0 and out.stats["rule"] == "keep_confident"
+    # every kept draft is one the verifier gave at least 0.2 or its own greedy choice (verified, then kept)
+    new = out.sequences[0, 5:]
+    vocab = shared_vocab(drafter, verifier)  # the loop's distributions are over the shared vocabulary
+    p_raw = verifier(out.sequences).logits[0, 4:-1, :vocab].float().softmax(-1)  # (new, V) at each new token
+    drafted = p_raw.gather(-1, new[:, None])[:, 0]
+    kept = out.sources[0] == 0
+    allowed = (drafted >= 0.2 - 1e-4) | (new == p_raw.argmax(-1))
+    assert bool(allowed[kept].all())
+    assert bool((kept & (new != p_raw.argmax(-1))).any()), "it kept no draft the verifier would not choose"

@@ -12,7 +12,9 @@ from helpers import synthetic_token_records
 from router.export.golden import reproduce, torch_runner
 from router.model import RouterConfig, RouterNet, load_router
 from train.ensemble import merge_members
-from train.run import TrainConfig, run_train
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 
 
 def _members(cfg: RouterConfig, n: int) -> list[RouterNet]:
@@ -52,8 +54,7 @@ def test_merging_refuses_members_that_read_other_inputs():
 
 def test_an_ensemble_trains_exports_and_scores_as_its_members_mean(tmp_path):
     records = synthetic_token_records(tmp_path / "rec", n_examples=60)
-    cfg = TrainConfig(records=[str(records)], ensemble=2, width=8, max_epochs=2, batch_size=256,
-                      output=str(tmp_path / "ens"), baselines=False)  # fmt: skip
+    cfg = TrainConfig(records=[str(records)], ensemble=2, max_epochs=2, batch_size=256, output=str(tmp_path / "ens"), baselines=False, router=RouterArch(width=8))  # fmt: skip
     run_train(cfg)
     router = load_router(tmp_path / "ens")
     assert router.cfg.width == 16 and router.cfg.trained_on["ensemble"] == {"members": 2, "seeds": [0, 1]}
@@ -70,14 +71,14 @@ def test_an_ensemble_trains_exports_and_scores_as_its_members_mean(tmp_path):
         torch.testing.assert_close(router.net(x), (nets[0](x) + nets[1](x)) / 2, atol=1e-5, rtol=1e-5)
     assert json.loads((tmp_path / "ens" / "metrics.json").read_text())["router"]["area"] is not None
     with pytest.raises(Exception, match="use arch mlp"):
-        TrainConfig(records=[str(records)], ensemble=2, arch="gru")
+        TrainConfig(records=[str(records)], ensemble=2, router=RouterArch(arch="gru"))
 
 
 def test_an_ensemble_member_is_the_router_a_standalone_run_with_its_seed_trains(tmp_path):
     """Reading the records once for all members changes nothing: member seed-1 of an ensemble is the
     network `seed: 1` trains on its own."""
     records = synthetic_token_records(tmp_path / "rec", n_examples=60)
-    common = dict(records=[str(records)], width=8, max_epochs=2, batch_size=256, baselines=False)
+    common = dict(records=[str(records)], router=RouterArch(width=8), max_epochs=2, batch_size=256, baselines=False)
     run_train(TrainConfig(ensemble=2, output=str(tmp_path / "ens"), **common))
     run_train(TrainConfig(seed=1, output=str(tmp_path / "one"), **common))
     (ckpt,) = (tmp_path / "ens" / "members" / "seed-1" / "checkpoints").glob("*.ckpt")

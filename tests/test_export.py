@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from router.view import BlockView
 from router.export.decision import Decision, input_names
 from router.export.golden import read_golden, reproduce, torch_runner
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
@@ -91,11 +92,11 @@ def _window_and_lag(cfg, inputs: dict) -> dict:
 
 @pytest.mark.parametrize("head", list(CONFIGS))
 def test_golden_decisions_are_the_decoding_loops(folders, head):
-    """pi formed from the golden decisions equals the router's own target() (temperature 1)."""
+    """pi formed from the golden decisions equals the router's own decide() (temperature 1)."""
     router = load_router(folders[head])
     inputs, alphas, outputs = read_golden(folders[head])
     q, p = inputs["q_logits"].softmax(-1), inputs["p_logits"].softmax(-1)
-    hidden = {r: inputs[f"hidden_{r}"] for r in router.cfg.hidden_inputs} or None
+    hidden = {f"hidden_{r}": inputs[f"hidden_{r}"] for r in router.cfg.hidden_inputs}
     for i, alpha in enumerate(alphas.tolist()):
         extra = {}
         if router.cfg.head == "judge":
@@ -108,7 +109,7 @@ def test_golden_decisions_are_the_decoding_loops(folders, head):
         else:
             keep = torch.zeros_like(q, dtype=torch.bool).scatter(-1, outputs["candidates"], outputs["keep"][i])
             want = token_mix(q, p, keep)
-        got = router.target(q, p, alpha, q_raw=q, p_raw=p, hidden=hidden, **extra)
+        got = router.decide(BlockView(q, p, q, p, **hidden, **extra), alpha)
         assert torch.allclose(got, want, atol=1e-6)
     assert 0 < int(outputs["keep" if head != "cascade" else "defer"].sum()) < outputs["score"].numel() * len(alphas)
 

@@ -17,7 +17,10 @@ from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
 from router.pair import tiny_pair
 from router.offline.views import best_of, areas, compare, method_sweeps
-from train.run import TrainConfig, run_train
+from router.policy import Needs
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 
 V = 8
 Q = torch.tensor([0.30, 0.25, 0.20, 0.10, 0.05, 0.05, 0.03, 0.02])
@@ -28,12 +31,13 @@ KEEP = {0, 4}  # the stub judge keeps these drafted tokens, verifies the others 
 class StubJudge:
     """A judge whose decision depends on the drafted token only."""
 
-    name, form, hidden_inputs, bonus_needs_drafter, reads_logits = "stub_judge", "judge", (), False, False
+    name, form, needs = "stub_judge", "judge", Needs({"drafts", "lookahead"})
 
     def check_alpha(self, alpha):
         return float(alpha)
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, drafts=None, next_p_raw=None, hidden=None):
+    def decide(self, view, alpha):
+        drafts, q, p = view.drafts, view.q, view.p
         keep = torch.zeros_like(drafts, dtype=torch.bool)
         for v in KEEP:
             keep |= drafts == v
@@ -92,13 +96,12 @@ def judge_router(tmp_path_factory):
     run_gen(cfg, Recorder(cfg, *pair))
     train = TrainConfig(
         records=[str(tmp / "rec")],
-        head="judge",
         target="greedy_01_gap",
         loss="cost_sensitive",
-        hidden_inputs=["after", "verifier"],
         max_epochs=3,
         batch_size=128,
         output=str(tmp / "judge"),
+        router=RouterArch(head="judge", hidden_inputs=["after", "verifier"]),
     )
     metrics = run_train(train)
     return load_router(tmp / "judge"), pair, tmp / "rec", metrics
@@ -106,7 +109,7 @@ def judge_router(tmp_path_factory):
 
 def test_judge_trains_exports_and_reports_the_greedy_view(judge_router):
     router, _, _, metrics = judge_router
-    assert router.form == "judge" and not router.bonus_needs_drafter
+    assert router.form == "judge" and "bonus_q" not in router.needs
     assert router.cfg.hidden_sizes["after"] == router.cfg.hidden_sizes["verifier"] > 0
     assert int(router.net.token_classes.sum()) > 0  # the class table travelled with the export
     area = metrics["router"]["area"]

@@ -206,7 +206,7 @@ def test_window_rules_join_the_answer_level_measure_where_labels_have_windows(se
     from router.offline.views import greedy_rule_scores
     from router.rules import get_rule
 
-    width = get_rule("fly").follow
+    width = get_rule("fly").needs.follow
     cfg, _ = setup("wide", window=width, split_fractions=[0.0, 0.0, 1.0])
     view = RecordView([cfg.output], "test", mode="consequence")
     scores = greedy_rule_scores(view)

@@ -17,8 +17,12 @@ from router.features import FEATURE_NAMES, position_stats
 from router.hf import cascade_generate
 from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
+from router.policy import Needs
+from router.view import BlockView
 from router.window.lag import LAG_FEATURE_NAMES, LagBefore, LagCarry, block_lags, lag_features, lag_history
-from train.run import TrainConfig, run_train
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 
 LAG = 2
 F = len(FEATURE_NAMES)
@@ -77,9 +81,7 @@ def test_carry_moves_on_by_the_emitted_positions_and_waits_for_the_bonus_q():
 class LagProbe:
     """A lossless lag policy that keeps what the loop gives it."""
 
-    name, form, hidden_inputs, bonus_needs_drafter, reads_logits, follow, min_gamma, lag = (
-        "lag-probe", "judge", (), False, False, 0, 1, LAG,
-    )  # fmt: skip
+    name, form, needs = "lag-probe", "judge", Needs({"drafts", "lookahead"}, lag=LAG)
 
     def __init__(self):
         self.seen = []
@@ -87,9 +89,9 @@ class LagProbe:
     def check_alpha(self, alpha):
         return float(alpha)
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, drafts=None, next_p_raw=None, lag=None):
-        self.seen.append((drafts.clone(), lag, position_stats(q_raw, p_raw)[0]))
-        return p
+    def decide(self, view, alpha):
+        self.seen.append((view.drafts.clone(), view.read("lag"), position_stats(view.q_raw, view.p_raw)[0]))
+        return view.p
 
 
 def teacher_forced_features(drafter, verifier, ids: list[int], start: int) -> torch.Tensor:
@@ -136,10 +138,7 @@ def lag_judge(tmp_path_factory, tiny):
         split_fractions=[0.5, 0.25, 0.25],
     )  # fmt: skip
     run_gen(cfg, Recorder(cfg, *tiny))
-    train = TrainConfig(
-        records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", loss="cost_sensitive", lag=LAG,
-        max_epochs=2, batch_size=128, output=str(tmp / "judge"), baselines=False,
-    )  # fmt: skip
+    train = TrainConfig(records=[str(tmp / "rec")], target="greedy_01_gap", loss="cost_sensitive", max_epochs=2, batch_size=128, output=str(tmp / "judge"), baselines=False, router=RouterArch(head="judge", lag=LAG))  # fmt: skip
     metrics = run_train(train)
     return load_router(tmp / "judge"), tmp, metrics
 
@@ -160,7 +159,7 @@ def test_offline_lag_inputs_are_the_records_previous_rows(lag_judge):
 def test_lag_judge_trains_exports_and_decodes_everywhere(lag_judge, tiny):
     router, tmp, metrics = lag_judge
     drafter, verifier, tok = tiny
-    assert router.lag == LAG and np.isfinite(metrics["router"]["area"])
+    assert router.needs.lag == LAG and np.isfinite(metrics["router"]["area"])
     assert reproduce(tmp / "judge", router.cfg, torch_runner(router))["ok"]  # golden vectors hold the lags
     ids = torch.tensor([tok.encode("Add 3 and 6.\nA:"), tok.encode("Add 4 and 1.\nA:")])
     mask = torch.ones_like(ids)
@@ -176,16 +175,16 @@ def test_lag_judge_trains_exports_and_decodes_everywhere(lag_judge, tiny):
         generate(drafter, verifier, ids, rule=router, gamma="auto", max_new_tokens=4)
     with pytest.raises(RouterError, match="is a lag judge"):
         q = torch.full((1, 2, 259), 1 / 259)
-        router.target(q, q, 0.0, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q)
+        router.decide(BlockView(q, q, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q), 0.0)
     with pytest.raises(RouterError, match="is a lag judge"):
         bad = LagBefore(torch.zeros(1, LAG + 1, F), torch.zeros(1, LAG + 1, dtype=torch.bool))
-        router.target(q, q, 0.0, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q, lag=bad)
+        router.decide(BlockView(q, q, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q, lag=bad), 0.0)
 
 
 def test_lag_needs_the_judge_head(lag_judge):
     _, tmp, _ = lag_judge
     with pytest.raises(Exception, match="lag .* needs head: judge"):
-        TrainConfig(records=[str(tmp / "rec")], head="cascade", lag=2)
+        TrainConfig(records=[str(tmp / "rec")], router=RouterArch(head="cascade", lag=2))
     assert json.loads((tmp / "judge" / "config.json").read_text())["lag"] == LAG  # the export says what it reads
 
 

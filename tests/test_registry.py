@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from router.policy import DeferralPolicy, Needs, Rule
+from router.view import BlockView
 from router.model import RouterConfig, RouterError, RouterNet, LearnedRouter, save_router
-from router.policy import DeferralPolicy, Rule
 from router.rules import (
     RULES,
     get_rule,
@@ -97,7 +98,7 @@ def test_a_router_cannot_take_a_rule_or_baseline_name(tmp_path):
 def test_bonus_shortcut_follows_the_policy_not_its_name():
     """A router named `lossless` gets no lossless shortcut: the loop asks the policy, not its name."""
     router = LearnedRouter(RouterNet(RouterConfig()), name="lossless")
-    assert router.bonus_needs_drafter and not get_rule("lossless").bonus_needs_drafter
+    assert "bonus_q" in router.needs and "bonus_q" not in get_rule("lossless").needs
     assert router.form == "cascade" and router.check_alpha(0.5) == 0.5
     with pytest.raises(ValueError, match="finite"):
         router.check_alpha(float("inf"))
@@ -109,6 +110,35 @@ def test_plain_objects_with_target_are_wrapped():
             return (q + p) / 2
 
     policy = resolve_rule(Half())
-    assert isinstance(policy, DeferralPolicy) and policy.name == "Half" and policy.hidden_inputs == ()
+    assert isinstance(policy, DeferralPolicy) and policy.name == "Half" and policy.needs == Needs({"bonus_q"})
     q, p = torch.tensor([[0.5, 0.5]]), torch.tensor([[1.0, 0.0]])
-    assert torch.allclose(policy.target(q, p, 0.0), torch.tensor([[0.75, 0.25]]))
+    assert torch.allclose(policy.decide(BlockView(q, p), 0.0), torch.tensor([[0.75, 0.25]]))
+
+
+def test_a_policy_declaring_the_former_flags_is_told_to_declare_needs():
+    class Old:
+        hidden_inputs, follow = ("verifier",), 0
+
+        def target(self, q, p, alpha, q_raw=None, p_raw=None, hidden=None):
+            return p
+
+    with pytest.raises(TypeError, match=r"declares hidden_inputs, follow: declare what it reads as needs"):
+        resolve_rule(Old())
+
+
+def test_a_view_refuses_an_input_its_policy_did_not_declare():
+    """A policy reading what it did not declare gets the need to declare, not a None deep inside torch."""
+
+    class ReadsDrafts:
+        def decide(self, view, alpha):
+            return view.p * (view.drafts[..., None] >= 0)
+
+    q, p = torch.tensor([[0.5, 0.5]]), torch.tensor([[1.0, 0.0]])
+    policy = resolve_rule(ReadsDrafts())
+    assert torch.equal(policy.decide(BlockView(q, p, drafts=torch.tensor([1])), 0.0), p)
+    with pytest.raises(ValueError, match="declare 'drafts' in the policy's needs"):
+        policy.decide(BlockView(q, p), 0.0)
+    with pytest.raises(TypeError, match="BlockView has no input 'hidden'"):
+        BlockView(q, p, hidden={})
+    with pytest.raises(ValueError, match="unknown need 'hiden_after'"):
+        Needs({"hiden_after"})

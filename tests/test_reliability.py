@@ -128,7 +128,7 @@ def test_nonsense_settings_are_refused_with_the_field_named(cls, overrides, mess
     from data_gen.config import GenConfig
     from eval.config import EvalConfig
     from router.infra.config import ConfigError, load_config
-    from train.run import TrainConfig
+    from train.config import TrainConfig
 
     config_cls = {"gen": GenConfig, "train": TrainConfig, "eval": EvalConfig}[cls]
     with pytest.raises(ConfigError, match=message):

@@ -13,7 +13,9 @@ from router.decoding import generate
 from router.features import FEATURE_NAMES
 from router.model import load_router
 from router.records import RecordsError
-from train.run import TrainConfig, run_train
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 from train.labels import labels
 
 from helpers import synthetic_token_records, write_split, write_synthetic_manifest
@@ -78,12 +80,12 @@ def test_router_recovers_a_separable_rule(tmp_path, arch):
     rec = synthetic_records(tmp_path / "rec")
     cfg = TrainConfig(
         records=[str(rec)],
-        arch=arch,
         max_epochs=8,
         batch_size=128,
         lr=3e-3,
         baselines=arch == "mlp",
         output=str(tmp_path / arch),
+        router=RouterArch(arch=arch),
     )
     metrics = run_train(cfg)
     assert metrics["router"]["auc"] > 0.95
@@ -102,12 +104,12 @@ def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path, tiny):
     rec = synthetic_token_records(tmp_path / "rec")
     cfg = TrainConfig(
         records=[str(rec)],
-        head="token",
         target="token_label",
         max_epochs=10,
         batch_size=64,
         lr=3e-3,
         output=str(tmp_path / "tok"),
+        router=RouterArch(head="token"),
     )
     metrics = run_train(cfg)
     assert metrics["router"]["auc"] > 0.85  # keep iff the candidate is the verifier's argmax (10% label noise)
@@ -135,7 +137,7 @@ def test_token_head_learns_the_token_rule_and_drives_generate(tmp_path, tiny):
     )
     assert out.sequences.shape[1] > 4 and out.stats["blocks"] > 0
     with pytest.raises(ValueError, match="token head"):
-        run_train(TrainConfig(records=[str(rec)], head="token", output=str(tmp_path / "x")))
+        run_train(TrainConfig(records=[str(rec)], output=str(tmp_path / "x"), router=RouterArch(head="token")))
 
 
 def _wandb_stream(run_dir, wanted, timeout_s: float = 60.0) -> bytes:
@@ -154,11 +156,11 @@ def test_hidden_state_router_and_wandb_offline(tmp_path, monkeypatch):
     rec = synthetic_records(tmp_path / "rec", hidden=8)
     cfg = TrainConfig(
         records=[str(rec)],
-        hidden_inputs=["verifier"],
         max_epochs=2,
         batch_size=256,
         logger="wandb",
         output=str(tmp_path / "h"),
+        router=RouterArch(hidden_inputs=["verifier"]),
     )
     run_train(cfg)
     router = load_router(tmp_path / "h")
@@ -178,7 +180,9 @@ def test_bad_input(tmp_path):
         run_train(TrainConfig(records=[str(tmp_path / "none")], output=str(tmp_path / "x")))
     rec = synthetic_records(tmp_path / "rec")
     with pytest.raises(RecordsError, match="no verifier hidden states"):
-        run_train(TrainConfig(records=[str(rec)], hidden_inputs=["verifier"], output=str(tmp_path / "x")))
+        run_train(
+            TrainConfig(records=[str(rec)], output=str(tmp_path / "x"), router=RouterArch(hidden_inputs=["verifier"]))
+        )
     manifest = json.loads((rec / "manifest.json").read_text())
     (rec / "manifest.json").write_text(json.dumps({**manifest, "feature_names": ["q_max"]}))
     with pytest.raises(RecordsError, match="recorded with features"):
@@ -223,4 +227,26 @@ def test_shipped_train_configs_load(name):
     from router.infra.config import load_config
 
     cfg = load_config(TrainConfig, f"configs/train/{name}.yaml", [])
-    assert (cfg.head == "token") == (cfg.target == "token_label")
+    assert (cfg.router.head == "token") == (cfg.target == "token_label")
+
+
+def test_architecture_keys_are_flat_dotted_or_a_mapping(tmp_path):
+    """The shipped YAMLs write the architecture flat; dotted overrides and a `router:` mapping reach the same
+    RouterArch, later keys over earlier ones; unknown and ill-typed keys are refused by their full name."""
+    from router.infra.config import ConfigError, load_config
+
+    flat = load_config(TrainConfig, "configs/train/judge-window.yaml", [])
+    assert flat.router.head == "judge" and flat.router.follow == 6
+    dotted = load_config(TrainConfig, "configs/train/judge-window.yaml", ["router.width=16", "lag=2"])
+    assert (dotted.router.width, dotted.router.lag, dotted.router.follow) == (16, 2, 6)
+    yaml = tmp_path / "nested.yaml"
+    yaml.write_text("records: [r]\nrouter: {head: judge, hidden_inputs: [after]}\nwidth: 8\n")
+    nested = load_config(TrainConfig, yaml, ["router.depth=3"])
+    assert nested.router == RouterArch(head="judge", hidden_inputs=["after"], width=8, depth=3)
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['router.widht'\].*router.width"):
+        load_config(TrainConfig, yaml, ["router.widht=3"])
+    with pytest.raises(ConfigError, match=r"\(router\).*width must be int"):
+        load_config(TrainConfig, yaml, ["width=wide"])
+    with pytest.raises(ConfigError, match="follow .* needs head: judge"):
+        load_config(TrainConfig, None, ["follow=2"])
+    assert TrainConfig(records=["r"]).router == RouterArch()

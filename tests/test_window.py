@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from helpers import StubLM
+from router.view import BlockView
 from router.decoding import generate
 from router.rules import get_rule, register_rule, unregister_rule
 from router.window.fly import FLY_ENTROPY_THRE, fly_keep, fly_rule
@@ -147,18 +148,18 @@ def test_fly_rule_target_keeps_or_verifies_and_needs_its_inputs():
     p = torch.tensor([[UNSURE, SURE, SURE, SURE]])
     q = torch.full_like(p, 0.2)
     drafts = torch.tensor([[1, 0, 0, 0]])
-    pi = rule.target(q, p, 0.3, drafts=drafts, follow=block_window(drafts, p, 2))
+    pi = rule.decide(BlockView(q, p, drafts=drafts, follow=block_window(drafts, p, 2)), 0.3)
     assert torch.equal(pi[0, 0], torch.nn.functional.one_hot(torch.tensor(1), 5).float())  # kept
     assert torch.equal(pi[0, 1:], p[0, 1:])  # verified losslessly
-    lossless = rule.target(q, p, 1.1, drafts=drafts, follow=block_window(drafts, p, 2))
+    lossless = rule.decide(BlockView(q, p, drafts=drafts, follow=lambda: block_window(drafts, p, 2)), 1.1)
     assert torch.equal(lossless, p)  # alpha 1.1 > ln 3: every mismatch refused
-    with pytest.raises(ValueError, match="pass drafts"):
+    with pytest.raises(ValueError, match="rule fly_w2 reads 'drafts'.*declare 'drafts'"):
         rule.target(q, p, 0.3)
     with pytest.raises(ValueError, match="outside fly_w2's range"):
-        rule.target(q, p, 1.5, drafts=drafts, follow=block_window(drafts, p, 2))
+        rule.decide(BlockView(q, p, drafts=drafts, follow=block_window(drafts, p, 2)), 1.5)
     with pytest.raises(ValueError, match="win_len must be an integer >= 1"):
         fly_rule(0)
-    assert get_rule("fly").follow == 6 and get_rule("fly").min_gamma == 7
+    assert get_rule("fly").needs.follow == 6 and get_rule("fly").min_gamma == 7
 
 
 def _stubs(vocab=5):

@@ -16,9 +16,13 @@ from router.export.golden import reproduce, torch_runner
 from router.hf import cascade_generate
 from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
+from router.policy import Needs
 from router.records import load_records
+from router.view import BlockView
 from router.window.follow import follow_features
-from train.run import TrainConfig, run_train
+from router.model import RouterArch
+from train.config import TrainConfig
+from train.run import run_train
 
 WIDTH = 2
 
@@ -34,10 +38,7 @@ def window_judge(tmp_path_factory, tiny):
         window=WIDTH, split_fractions=[0.5, 0.25, 0.25],
     )  # fmt: skip
     run_gen(cfg, Recorder(cfg, *pair))
-    train = TrainConfig(
-        records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", loss="cost_sensitive", follow=WIDTH,
-        max_epochs=2, batch_size=128, output=str(tmp / "judge"), baselines=False,
-    )  # fmt: skip
+    train = TrainConfig(records=[str(tmp / "rec")], target="greedy_01_gap", loss="cost_sensitive", max_epochs=2, batch_size=128, output=str(tmp / "judge"), baselines=False, router=RouterArch(head="judge", follow=WIDTH))  # fmt: skip
     metrics = run_train(train)
     return load_router(tmp / "judge"), pair, tmp, metrics
 
@@ -45,9 +46,7 @@ def window_judge(tmp_path_factory, tiny):
 class Probe:
     """A lossless window policy that keeps the windows the loop gives it."""
 
-    name, form, hidden_inputs, bonus_needs_drafter, reads_logits, follow, min_gamma = (
-        "probe", "judge", (), False, False, WIDTH, 1,
-    )  # fmt: skip
+    name, form, needs = "probe", "judge", Needs({"drafts", "lookahead"}, follow=WIDTH)
 
     def __init__(self):
         self.seen = []
@@ -55,9 +54,9 @@ class Probe:
     def check_alpha(self, alpha):
         return float(alpha)
 
-    def target(self, q, p, alpha, q_raw=None, p_raw=None, drafts=None, next_p_raw=None, follow=None):
-        self.seen.append((drafts.clone(), follow))
-        return p
+    def decide(self, view, alpha):
+        self.seen.append((view.drafts.clone(), view.follow))
+        return view.p
 
 
 def test_offline_and_online_windows_are_the_same_numbers(window_judge):
@@ -88,7 +87,7 @@ def test_offline_and_online_windows_are_the_same_numbers(window_judge):
 
 def test_window_judge_trains_exports_and_decodes_everywhere(window_judge):
     router, (drafter, verifier, tok), tmp, metrics = window_judge
-    assert router.follow == WIDTH and router.min_gamma == 1 and router.cfg.follow == WIDTH
+    assert router.needs.follow == WIDTH and router.min_gamma == 1 and router.cfg.follow == WIDTH
     assert np.isfinite(metrics["router"]["area"])
     assert reproduce(tmp / "judge", router.cfg, torch_runner(router))["ok"]  # its golden vectors hold windows
     ids = torch.tensor([tok.encode("Add 3 and 6.\nA:")])
@@ -100,15 +99,15 @@ def test_window_judge_trains_exports_and_decodes_everywhere(window_judge):
         )  # fmt: skip
         assert torch.equal(hf, out.sequences)
     generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=3, max_new_tokens=6, temperature=1.0)
-    with pytest.raises(RouterError, match="window judge: pass follow"):
+    with pytest.raises(RouterError, match=r"window judge\) reads 'follow'"):
         q = torch.full((1, 2, 259), 1 / 259)
-        router.target(q, q, 0.0, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q)
+        router.decide(BlockView(q, q, drafts=torch.zeros(1, 2, dtype=torch.long), next_p_raw=q), 0.0)
 
 
 def test_window_judge_needs_window_records(window_judge, tmp_path):
     _, pair, tmp, _ = window_judge
     with pytest.raises(Exception, match="follow .* needs head: judge"):
-        TrainConfig(records=[str(tmp / "rec")], head="cascade", follow=2)
+        TrainConfig(records=[str(tmp / "rec")], router=RouterArch(head="cascade", follow=2))
     view = RecordView([str(tmp / "rec")], "train")
     with pytest.raises(Exception, match="a window judge reads 5: record them with window=5"):
         view.follow_windows(np.arange(3), 5)
@@ -224,10 +223,7 @@ def test_folders_of_mixed_window_widths_skip_window_rules_instead_of_failing(win
 def cut_judge(window_judge):
     """The window judge trained for blocks of 2 drafts (follow_block=2)."""
     tmp = window_judge[2]
-    train = TrainConfig(
-        records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow=WIDTH, follow_block=2,
-        max_epochs=1, batch_size=128, output=str(tmp / "judge-cut"), baselines=False,
-    )  # fmt: skip
+    train = TrainConfig(records=[str(tmp / "rec")], target="greedy_01_gap", max_epochs=1, batch_size=128, output=str(tmp / "judge-cut"), baselines=False, router=RouterArch(head="judge", follow=WIDTH, follow_block=2))  # fmt: skip
     run_train(train)
     return load_router(tmp / "judge-cut")
 
@@ -237,7 +233,7 @@ def test_a_window_judge_trained_for_a_block_size_reads_windows_cut_as_such_block
     the router remembers it, and decoding at another block size (or an uncut judge in short blocks) warns."""
     uncut, (drafter, verifier, tok), tmp, _ = window_judge
     with pytest.raises(Exception, match="follow_block=3 cuts a window judge's windows: it needs follow > 0"):
-        TrainConfig(records=[str(tmp / "rec")], head="judge", target="greedy_01_gap", follow_block=3)
+        TrainConfig(records=[str(tmp / "rec")], target="greedy_01_gap", router=RouterArch(head="judge", follow_block=3))
     router = cut_judge
     assert router.cfg.follow_block == 2
     view = RecordView([str(tmp / "rec")], "train")

@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from router.model import RouterConfig, RouterNet
+from train.config import LOSSES
 from train.validation import router_metrics
-
-LOSSES = ("mse", "cost_sensitive")
 
 
 class RouterModule(L.LightningModule):

@@ -8,15 +8,14 @@ Lightning's CSV logs and checkpoints.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from router.infra.config import ConfigError, check_minimum, config_to_dict
+from router.infra.config import config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
-from router.model import ARCHS, HEADS, LearnedRouter, RouterConfig, save_router
+from router.model import LearnedRouter, RouterConfig, save_router
 from router.pair import one_pair
 from router.records import Manifest, read_manifest
 from router.infra.console import summary_table, wandb_offline
@@ -27,106 +26,12 @@ from router.offline.views import greedy_areas
 from train.data import RecordDataModule, RecordSplit, hidden_size, input_stats, warn_if_one_sided
 from train.ensemble import merge_members
 from train.validation import plugin_areas, router_metrics, tradeoff_table
-from train.module import LOSSES, RouterModule
-from train.labels import TARGETS
-
-
-@dataclass
-class TrainConfig:
-    """What to train. Every field can be set in YAML or as a `key=value` override."""
-
-    records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # record folders
-    mode: str = "gold"  # which recorded trajectories to learn from
-    arch: str = "mlp"  # linear | mlp | gru
-    head: str = "cascade"  # cascade | token (scores each drafter candidate; target token_label) |
-    # judge (decides the drafted token; target greedy_01_gap; judge records)
-    width: int = 64
-    depth: int = 2
-    window: int = 4  # gru context
-    hidden_inputs: list = field(default_factory=list)  # [verifier] and/or [drafter]; judge: [after] too
-    follow: int = 0  # judge: a window judge reading the next `follow` drafts of the block (records with window >= it)
-    follow_block: int = 0  # window judge: cut each training window as a block of this many drafts would (the
-    # gamma it decodes at: a draft at block position j has g - 1 - j followers; router/window/follow.py); 0: uncut
-    lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
-    ensemble: int = (
-        1  # > 1: that many members (seeds seed, seed + 1, ...) averaged into one network (train/ensemble.py)
-    )
-    target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label
-    loss: str = "mse"  # mse | cost_sensitive
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    batch_size: int = 1024
-    max_epochs: int = 20
-    patience: int = 4  # early stopping on val_area
-    seed: int = 0
-    max_train_rows: int | None = None
-    logger: str = "csv"  # csv | wandb (CSV logs are always written)
-    wandb_project: str = "specroute"
-    accelerator: str = "cpu"  # Lightning's: cpu | gpu | auto ...
-    devices: int = 1  # per node; with strategy ddp each gets its share of the training batches
-    strategy: str = "auto"  # Lightning's: auto | ddp | ddp_spawn | fsdp ...
-    num_nodes: int = 1
-    precision: str = "32-true"  # Lightning's: 32-true | bf16-mixed | 16-mixed ...
-    baselines: bool = True  # sklearn logistic regression + gradient boosting
-    alpha_grid: list = field(default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0])
-    # cross-fitting (router/offline/folds.py): K > 0 trains K routers, fold f on every labelled example
-    # outside fold f (all splits) minus an inner validation share, into output/fold-f; eval then scores
-    # every example out of fold. 0: train on the records' train split, validate on their validation split
-    cross_fit: int = 0
-    cross_fit_seed: int = 0
-    cross_fit_validation: float = 0.2
-    cross_fit_train_share: float = 1.0  # learning curves: each fold trains on this share of its training
-    # examples (nested across shares; validation and scored examples unchanged, so curves pair up)
-    output: str = "runs/routers/mlp"
-
-    def __post_init__(self):
-        if not self.records:
-            raise ConfigError("records is empty: name the record folder(s) to train on")
-        check_minimum(self, 1, "width", "depth", "window", "max_epochs", "batch_size", "devices", "num_nodes")
-        check_minimum(self, 1, "max_train_rows", allow_none=True)
-        check_minimum(self, 0, "patience", "weight_decay", "cross_fit", "follow", "lag", "follow_block")
-        check_minimum(self, 1, "ensemble")
-        if self.ensemble > 1 and self.arch == "gru":
-            raise ConfigError("ensemble packs mlp or linear members into one network: use arch mlp (or ensemble 1)")
-        if self.follow and self.head != "judge":
-            raise ConfigError(
-                f"follow (the drafts a window judge reads after its own) needs head: judge, got {self.head}"
-            )
-        if self.follow_block and not self.follow:
-            raise ConfigError(
-                f"follow_block={self.follow_block} cuts a window judge's windows: it needs follow > 0 (the drafts read)"
-            )
-        if self.lag and self.head != "judge" or self.lag > 8:
-            raise ConfigError(
-                f"lag (positions a lag judge reads before its own) needs head: judge and <= 8, got {self.lag}"
-            )
-        if self.cross_fit == 1 or not 0 < self.cross_fit_validation < 1:
-            raise ConfigError(
-                f"cross_fit must be 0 (the records' splits) or K >= 2 folds (got {self.cross_fit}), and "
-                f"cross_fit_validation in (0, 1) (got {self.cross_fit_validation})"
-            )
-        if not 0 < self.cross_fit_train_share <= 1 or (self.cross_fit_train_share < 1 and not self.cross_fit):
-            raise ConfigError(
-                f"cross_fit_train_share must be in (0, 1] (got {self.cross_fit_train_share}) and below 1 only "
-                f"with cross_fit=K: it is the share of each fold's training examples a learning curve uses"
-            )
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        choices = {
-            "mode": ("gold", "rollout", "consequence"),
-            "arch": ARCHS,
-            "head": HEADS,
-            "loss": LOSSES,
-            "target": TARGETS,
-            "logger": ("csv", "wandb"),
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+from train.config import TrainConfig
+from train.module import RouterModule
 
 
 def _hidden_sizes(cfg: TrainConfig) -> dict:
-    return {role: hidden_size(cfg.records[0], role) for role in cfg.hidden_inputs}
+    return {role: hidden_size(cfg.records[0], role) for role in cfg.router.hidden_inputs}
 
 
 def _loggers(cfg: TrainConfig, out: Path):
@@ -205,16 +110,16 @@ def _data_module(cfg: TrainConfig, examples: dict | None) -> RecordDataModule:
         cfg.records,
         cfg.mode,
         cfg.target,
-        cfg.hidden_inputs,
+        cfg.router.hidden_inputs,
         cfg.batch_size,
         cfg.seed,
-        cfg.window if cfg.arch == "gru" else 1,
-        cfg.head,
+        cfg.router.window if cfg.router.arch == "gru" else 1,
+        cfg.router.head,
         cfg.max_train_rows,
         examples,
-        cfg.follow,
-        cfg.lag,
-        cfg.follow_block,
+        cfg.router.follow,
+        cfg.router.lag,
+        cfg.router.follow_block,
     )
 
 
@@ -232,12 +137,12 @@ def _fit_member(
 
     L.seed_everything(cfg.seed, verbose=False)
     train, val = data.train, data.val
-    if cfg.head == "judge":
+    if cfg.router.head == "judge":
         train.judge_columns()  # reads the token class table the judge carries into its export
     module = RouterModule(
         config_to_dict(_router_config(cfg, train, manifests, examples)), cfg.loss, cfg.lr, cfg.weight_decay, val, val.y
     )
-    if cfg.head == "judge":
+    if cfg.router.head == "judge":
         module.net.token_classes.copy_(torch.from_numpy(train.token_classes))
     module.net.mean.copy_(torch.from_numpy(stats[0]))
     module.net.std.copy_(torch.from_numpy(stats[1]))
@@ -252,22 +157,14 @@ def _fit_member(
 
 def _router_config(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest], examples=None) -> RouterConfig:
     """What the exported router is: its network, its inputs, and the records and pair it learned."""
-    return RouterConfig(
-        arch=cfg.arch,
-        head=cfg.head,
-        width=cfg.width,
-        depth=cfg.depth,
-        window=cfg.window,
+    return RouterConfig.built(
+        cfg.router,
         token_candidates=train.cand.q.shape[1],  # score as many candidates as recorded
-        hidden_inputs=list(cfg.hidden_inputs),
         hidden_sizes=_hidden_sizes(cfg),
         records_id=",".join(m.id for m in manifests),
         pair=manifests[0].pair,
         alpha_grid=list(cfg.alpha_grid),
-        vocab=len(train.token_classes) if cfg.head == "judge" else 0,
-        follow=cfg.follow,
-        follow_block=cfg.follow_block,
-        lag=cfg.lag,
+        vocab=len(train.token_classes) if cfg.router.head == "judge" else 0,
         trained_on=_trained_on(cfg, train, manifests, examples),
     )
 
@@ -312,9 +209,9 @@ def _trainer(cfg: TrainConfig, out: Path):
 
 def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: RecordSplit, trainer, out: Path) -> dict:
     """Score the fitted router on the validation split, export it, write its metrics and trade-off table."""
-    windowed = cfg.arch == "gru"
+    windowed = cfg.router.arch == "gru"
     pred = router_scores(module.net, val)  # as eval will score it: the same inputs, the same code
-    greedy = greedy_areas(val, pred, cfg.head)
+    greedy = greedy_areas(val, pred, cfg.router.head)
     metrics = {
         "router": {
             **router_metrics(pred, val.y, val, regression=cfg.loss == "mse"),
@@ -326,7 +223,7 @@ def _finish(cfg: TrainConfig, module: RouterModule, train: RecordSplit, val: Rec
         "train_rows": len(train),
         "val_rows": len(val),
     }
-    if cfg.baselines and not cfg.hidden_inputs and not windowed:
+    if cfg.baselines and not cfg.router.hidden_inputs and not windowed:
         from train.baselines import sklearn_baselines
 
         metrics["baselines"] = sklearn_baselines(train, val, cfg.seed)
@@ -368,16 +265,19 @@ def _log_wandb(trainer, table: list[dict], out: Path) -> None:
 
 def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
-    hidden = f" + {cfg.hidden_inputs} hidden" if cfg.hidden_inputs else ""
-    n_features = len(JUDGE_FEATURE_NAMES if cfg.head == "judge" else FEATURE_NAMES)
-    cut = f" (cut as in blocks of {cfg.follow_block})" if cfg.follow_block else ""
-    extra = (f" + {cfg.follow} following drafts{cut}" if cfg.follow else "") + (
-        f" + {cfg.lag} lagged positions" if cfg.lag else ""
+    hidden = f" + {cfg.router.hidden_inputs} hidden" if cfg.router.hidden_inputs else ""
+    n_features = len(JUDGE_FEATURE_NAMES if cfg.router.head == "judge" else FEATURE_NAMES)
+    cut = f" (cut as in blocks of {cfg.router.follow_block})" if cfg.router.follow_block else ""
+    extra = (f" + {cfg.router.follow} following drafts{cut}" if cfg.router.follow else "") + (
+        f" + {cfg.router.lag} lagged positions" if cfg.router.lag else ""
     )
     rows = [
-        ("router", f"{cfg.arch}, {cfg.head} head, on {n_features} features{extra}{hidden}"),
+        ("router", f"{cfg.router.arch}, {cfg.router.head} head, on {n_features} features{extra}{hidden}"),
         ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),
-        ("val area (0 drafter, 1 oracle)" + (", greedy view" if cfg.head == "judge" else ""), f"{r['area']:.4f}"),
+        (
+            "val area (0 drafter, 1 oracle)" + (", greedy view" if cfg.router.head == "judge" else ""),
+            f"{r['area']:.4f}",
+        ),
         (
             "best plug-in area",
             f"{pl['best_plugin']:.4f} ("

@@ -242,33 +242,3 @@ def _summarise(stats: dict) -> None:
     model_s = stats.get("drafter_seconds", 0.0) + stats.get("verifier_seconds", 0.0)
     stats["overhead_fraction"] = max(0.0, 1 - model_s / stats["wall_seconds"]) if stats["wall_seconds"] else 0.0
     stats["drafter_calls_per_token"] = stats.get("drafter_row_forwards", 0) / n_new
-
-
-def speculative_stats(policy, alpha: float, opts: DecodeOptions, most: int) -> dict:
-    """The counters `generate` returns in GenerateOutput.stats, before the first block."""
-    return dict(
-        method="speculative",
-        rule=policy.name,
-        alpha=alpha,
-        gamma=opts.gamma,
-        bonus_from=opts.bonus_from,
-        blocks=0,
-        accepted_hist=[0] * (most + 1),
-        drafts_evaluated=0,
-        rejections=0,
-        deferrals=0,
-        expected_rejections=0.0,
-        rule_seconds=0.0,
-        bonus_drafter_seconds=0.0,
-        draft_stop=opts.draft_stop,
-        block_drafts=0,  # drafts per block summed (< gamma x blocks when draft_stop ends blocks early)
-        verifier_steps=0,  # gamma auto: tokens decoded by the verifier alone, where speculation does not pay
-    )
-
-
-def final_stats(stats: dict, d, v, adaptive) -> None:
-    """Both models' forward counts and seconds, and (gamma auto) the blocks decoded per gamma."""
-    stats.update(forward_stats(d, "drafter"), **forward_stats(v, "verifier"))
-    if adaptive:
-        stats["gamma_chosen"] = {g: adaptive.chosen.count(g) for g in sorted(set(adaptive.chosen))}
-        stats["acceptance_estimate"] = adaptive.acceptance

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from router.features import FEATURE_NAMES, position_stats
+from router.features import FEATURE_NAMES
+from router.view import BlockView
 from router.window.follow import FollowWindow
 from router.window.lag import LagHistory
 
@@ -55,40 +56,34 @@ class Decision(nn.Module):
         self.cfg = router.cfg
 
     def forward(self, q_logits: torch.Tensor, p_logits: torch.Tensor, alpha: torch.Tensor, *rest: torch.Tensor):
-        q_logits, p_logits = q_logits.float(), p_logits.float()
-        q_raw, p_raw = q_logits.softmax(-1), p_logits.softmax(-1)  # (N, V) each
+        view = self._view(q_logits.float(), p_logits.float(), list(rest))
         if self.cfg.head == "judge":
-            drafts, next_p_logits, *rest = rest
-            follow = None
-            if self.cfg.follow:  # the window of the drafts after each: values (N, W, C), valid (N, W) as 1/0
-                values, valid, *rest = rest
-                follow = FollowWindow(values.new_zeros(values.shape[0], values.shape[-1]), values.float(), valid > 0.5)
-            lag = None
-            if self.cfg.lag:  # each position's predecessors: values (N, L, F), valid (N, L) as 1/0
-                values, valid, *rest = rest
-                lag = LagHistory(values.float(), valid > 0.5)
-            next_p_logits = next_p_logits.float()
-            score = self.router.judge_scores(
-                q_raw,
-                p_raw,
-                drafts,
-                next_p_logits.softmax(-1),
-                self._hidden(rest),
-                q_logits,
-                p_logits,
-                next_p_logits,
-                follow,
-                lag,
-            )  # (N,)
+            score = self.router.judge_scores(view)  # (N,)
             return score, score <= alpha
-        stats, q_arg, p_arg = position_stats(q_raw, p_raw, q_logits, p_logits)  # (N, F), (N,), (N,)
-        feats = self.router._inputs(stats, self._hidden(list(rest)))  # (N, D)
+        stats, q_arg, p_arg = self.router._stats(view)  # (N, F), (N,), (N,)
+        feats = self.router._inputs(stats, view)  # (N, D)
         if self.cfg.head == "cascade":
             score = self.router.score_positions(feats)  # (N,)
             tv = stats[..., TV]
             return score, tv, score > alpha * tv
-        candidates, score = self.router.candidate_scores(q_raw, q_raw, p_raw, feats, q_arg, p_arg)  # (N, K) each
+        q_raw = view.q_raw
+        candidates, score = self.router.candidate_scores(q_raw, q_raw, view.p_raw, feats, q_arg, p_arg)  # (N, K) each
         return candidates, score, score <= alpha
 
-    def _hidden(self, tensors: list) -> dict | None:
-        return dict(zip(self.cfg.hidden_inputs, tensors)) if tensors else None
+    def _view(self, q_logits: torch.Tensor, p_logits: torch.Tensor, rest: list) -> BlockView:
+        """The BlockView of the N scored positions, from the inputs in `input_names` order after alpha."""
+        q_raw, p_raw = q_logits.softmax(-1), p_logits.softmax(-1)  # (N, V) each
+        inputs = dict(q_logits=q_logits, p_logits=p_logits)
+        if self.cfg.head == "judge":
+            drafts, next_p_logits, *rest = rest
+            next_p_logits = next_p_logits.float()
+            inputs.update(drafts=drafts, next_p_raw=next_p_logits.softmax(-1), next_p_logits=next_p_logits)
+            if self.cfg.follow:  # the window of the drafts after each: values (N, W, C), valid (N, W) as 1/0
+                values, valid, *rest = rest
+                at = values.new_zeros(values.shape[0], values.shape[-1])
+                inputs["follow"] = FollowWindow(at, values.float(), valid > 0.5)
+            if self.cfg.lag:  # each position's predecessors: values (N, L, F), valid (N, L) as 1/0
+                values, valid, *rest = rest
+                inputs["lag"] = LagHistory(values.float(), valid > 0.5)
+        hidden = {f"hidden_{role}": h for role, h in zip(self.cfg.hidden_inputs, rest)}
+        return BlockView.unchecked(q_raw, p_raw, q_raw, p_raw, **inputs, **hidden)

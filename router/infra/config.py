@@ -8,6 +8,7 @@ next to its outputs with `config_to_dict`.
 from __future__ import annotations
 
 import dataclasses
+import typing
 import shlex
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,11 +67,15 @@ def check_minimum(cfg, minimum: float, *names: str, allow_none: bool = False) ->
 
 
 def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -> T:
-    """Instantiate dataclass `cls` from a dict, refusing unknown keys and values of the wrong type."""
+    """Instantiate dataclass `cls` from a dict, refusing unknown keys and values of the wrong type. A field
+    that is itself a config dataclass (TrainConfig.router) takes its keys flat (`width`), dotted
+    (`router.width`) or as a mapping (`router: {width: 64}`), later ones over earlier ones."""
+    values = _nest(cls, values, source)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} in {source}; known keys: {', '.join(sorted(fields))}")
+        known = sorted([*fields, *(f"{n}.{k}" for n, sub in _nested_fields(cls).items() for k in _names(sub))])
+        raise ConfigError(f"unknown key(s) {unknown} in {source}; known keys: {', '.join(known)}")
     for key, value in values.items():
         try:
             check_type(key, fields[key].type, value)
@@ -80,6 +85,47 @@ def build_config(cls: type[T], values: dict[str, Any], source: str = "config") -
         return cls(**values)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid {source}: {err}") from None
+
+
+def _names(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def _nested_fields(cls) -> dict[str, type]:
+    """cls's fields whose type is a dataclass (resolved from the string annotations)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if dataclasses.is_dataclass(hints.get(f.name))}
+
+
+def _nest(cls, values: dict[str, Any], source: str) -> dict[str, Any]:
+    """values with each nested config's keys (flat, dotted or a mapping) built into that config."""
+    nested = _nested_fields(cls)
+    if not nested:
+        return values
+    out, parts = {}, {name: {} for name in nested}
+    own = set(_names(cls))
+    for key, value in values.items():
+        head, _, rest = key.partition(".")
+        if key in nested and isinstance(value, dict):
+            parts[key].update(value)
+        elif key in nested and isinstance(value, nested[key]):
+            out[key] = value
+        elif head in nested and rest:
+            parts[head][rest] = value
+        elif key not in own and (owner := next((n for n, sub in nested.items() if key in _names(sub)), None)):
+            parts[owner][key] = value
+        else:
+            out[key] = value
+    for name, given in parts.items():
+        unknown = sorted(f"{name}.{key}" for key in set(given) - set(_names(nested[name])))
+        if unknown:
+            known = [*_names(cls), *(f"{name}.{key}" for key in _names(nested[name]))]
+            raise ConfigError(f"unknown key(s) {unknown} in {source}; known keys: {', '.join(sorted(known))}")
+        if given or name not in out:
+            if name in out:
+                given = {**dataclasses.asdict(out[name]), **given}
+            out[name] = build_config(nested[name], given, f"{source} ({name})")
+    return out
 
 
 def _yaml_values(path: str | Path | None) -> dict[str, Any]:

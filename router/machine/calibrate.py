@@ -181,6 +181,10 @@ class AdaptiveGamma:
         self.chosen.append(gamma)
         return gamma
 
+    def chosen_counts(self) -> dict[int, int]:
+        """Blocks decoded per gamma so far (0: tokens the verifier decoded alone)."""
+        return {g: self.chosen.count(g) for g in sorted(set(self.chosen))}
+
     def update(self, accepted: int, evaluated: int) -> None:
         """After a block: drafts accepted and drafts the sampler evaluated, summed over rows."""
         self.accepted += accepted

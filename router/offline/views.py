@@ -129,7 +129,7 @@ def greedy_rule_scores(view: RecordView) -> dict[str, np.ndarray]:
         score = get_rule(name).offline_score(view.cols, view.cand)
         out[name] = score[:, 0] if np.ndim(score) == 2 else score
     for name in window_offline_rules():
-        width = get_rule(name).follow
+        width = get_rule(name).needs.follow
         if view.has_windows(width):
             out[name] = get_rule(name).offline_score(view.follow_windows(np.arange(len(view)), width))
     return out

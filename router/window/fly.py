@@ -29,7 +29,7 @@ import math
 import numpy as np
 import torch
 
-from router.policy import Rule
+from router.policy import Needs, Rule
 from router.targets import keep_drafts
 from router.window.follow import FollowWindow
 
@@ -73,8 +73,7 @@ def fly_rule(win_len: int = FLY_WIN_LEN, name: str = "fly") -> Rule:
         f"argmax, {win_len} drafts following it in the block (FLy, arXiv 2511.22972)",
         pi,
         lambda window: fly_offline_score(window, win_len),
-        bonus_needs_drafter=False,  # pi = p at the bonus position (no draft there)
-        follow=win_len,
+        needs=Needs(follow=win_len),  # no bonus_q: pi = p at the bonus position (no draft there)
         min_gamma=win_len + 1,
     )
 

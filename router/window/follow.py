@@ -3,7 +3,7 @@
 The verification forward scores the whole block: for a drafted token d_j the loop already holds
 p_{j+1}, ..., p_{g-1}, the verifier's distributions at every draft after it. Whether the verifier
 goes on agreeing with the drafter after a mismatch is information no per-position rule can compute
-(FLy's deferred window, docs/rules.md). A window policy (`DeferralPolicy.follow` > 0) gets, for each
+(FLy's deferred window, docs/rules.md). A window policy (`follow` > 0 in its `router.policy.Needs`) gets, for each
 drafted position, a `FollowWindow` of the next `follow` drafts' scalars; the same function forms it
 online from a block and offline from a recorded drafter continuation (data_gen/judge.py), so a
 policy reads the same numbers in both.
