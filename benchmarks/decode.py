@@ -128,41 +128,30 @@ def batches_of(prompts: list[list[int]], size: int, pad: int) -> list[tuple[torc
 
 
 def run_interleaved(methods, batches, journal: Journal | None = None, batch_size: int = 0) -> list[dict]:
-    """Run every method on each batch in turn (round robin), so that slow drifts of the machine
-    hit all methods alike; return per-method totals and the new tokens of every prompt. Each
-    finished (batch, method) cell goes to the journal; cells already there are not run again."""
+    """Run every method on each batch before the next batch, the order rotating batch by batch
+    (router.infra.clock.interleaved), so that slow drifts of the machine hit all methods alike; return
+    per-method totals and the new tokens of every prompt, in prompt order. Each finished (batch, method)
+    cell goes to the journal; cells already there are not run again."""
     results = [
         {"method": name, "new_tokens": 0, "wall_seconds": 0.0, "verifier_calls": 0, "outputs": []}
         for name, _ in methods
     ]
     done = {(e["batch"], e["index"], e["method"]): e for e in (journal.entries if journal else []) if "method" in e}
     with tqdm(total=len(batches) * len(methods), desc="batch x method") as bar:
-        for index, (ids, mask) in enumerate(batches):
-            for (name, fn), r in zip(methods, results):
-                bar.set_postfix_str(name)
-                cell = done.get((batch_size, index, name))
-                if cell is None:
-                    t0 = clock.now()  # pause-aware: kill -TSTP / -CONT leaves the pause out
-                    rows, calls, chosen = fn(ids, mask)
-                    cell = {
-                        "batch": batch_size,
-                        "index": index,
-                        "method": name,
-                        "seconds": clock.now() - t0,
-                        "rows": rows,
-                        "calls": calls,
-                        "gamma_chosen": chosen,
-                    }
-                    if journal:
-                        journal.append(cell)
-                r["wall_seconds"] += cell["seconds"]
-                r["new_tokens"] += sum(len(new) for new in cell["rows"])
-                r["verifier_calls"] += cell["calls"]
-                r["outputs"] += cell["rows"]
-                for g, n in cell.get("gamma_chosen", {}).items():  # only rows that chose gamma get the key
-                    counts = r.setdefault("gamma_chosen", {})
-                    counts[g] = counts.get(g, 0) + n
-                bar.update()
+        for index, m in clock.interleaved(len(batches), list(range(len(methods)))):
+            (name, fn), r = methods[m], results[m]
+            bar.set_postfix_str(name)
+            cell = done.get((batch_size, index, name)) or _timed_cell(fn, batches[index], batch_size, index, name)
+            if journal and (batch_size, index, name) not in done:
+                journal.append(cell)
+            r["wall_seconds"] += cell["seconds"]
+            r["new_tokens"] += sum(len(new) for new in cell["rows"])
+            r["verifier_calls"] += cell["calls"]
+            r["outputs"] += cell["rows"]
+            for g, n in cell.get("gamma_chosen", {}).items():  # only rows that chose gamma get the key
+                counts = r.setdefault("gamma_chosen", {})
+                counts[g] = counts.get(g, 0) + n
+            bar.update()
     for r in results:
         r["tokens_per_second"] = r["new_tokens"] / r["wall_seconds"]
         r["seconds_per_token"] = r["wall_seconds"] / r["new_tokens"]
@@ -170,6 +159,14 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
         r["verifier_calls_per_token"] = r["verifier_calls"] / r["new_tokens"]
         r["batch_fill"] = batch_fill(r["outputs"], batch_size or 1)
     return results
+
+
+def _timed_cell(fn, batch, batch_size: int, index: int, name: str) -> dict:
+    """One method on one batch, timed by the pause-aware clock (kill -TSTP / -CONT leaves the pause out)."""
+    t0 = clock.now()
+    rows, calls, chosen = fn(*batch)
+    return dict(batch=batch_size, index=index, method=name, seconds=clock.now() - t0, rows=rows, calls=calls,
+                gamma_chosen=chosen)  # fmt: skip
 
 
 def batch_fill(outputs: list[list[int]], batch: int) -> float:

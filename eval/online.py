@@ -120,15 +120,15 @@ def decode_interleaved(pair, todo: list[PointToDo], prompts: list[Prompt], cfg, 
     that rotates batch by batch: a change in the machine's load (another job starting or ending)
     lands on every method alike instead of on whichever points ran at that time. Each finished batch
     is journaled per point; a rerun decodes only the batches a point lacks."""
-    for b, start in enumerate(range(0, len(prompts), cfg.batch_size)):
+    starts = range(0, len(prompts), cfg.batch_size)
+    for b, t in clock.interleaved(len(starts), todo):  # the order rotates batch by batch
+        start = starts[b]
         batch = prompts[start : start + cfg.batch_size]
-        k = b % len(todo) if todo else 0
-        for t in todo[k:] + todo[:k]:
-            done = t.finished.get(start)
-            if done is None or done["ids"] != [p.example_id for p in batch]:
-                bar.set_description(f"online {point_name(t.method, t.alpha)}")
-                t.journal.append(_decode_and_score(pair, t.method, t.alpha, start, batch, cfg, metric, rules, ends))
-            bar.update(len(batch))
+        done = t.finished.get(start)
+        if done is None or done["ids"] != [p.example_id for p in batch]:
+            bar.set_description(f"online {point_name(t.method, t.alpha)}")
+            t.journal.append(_decode_and_score(pair, t.method, t.alpha, start, batch, cfg, metric, rules, ends))
+        bar.update(len(batch))
 
 
 def assemble_point(t: PointToDo, prompts: list[Prompt], cfg) -> OnlinePoint:

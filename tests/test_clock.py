@@ -32,3 +32,13 @@ def test_a_paused_process_does_not_count_the_pause():
     assert child.wait(timeout=30) == 0
     assert paused > 1.5 and wall >= 2.0  # the deadline is on the plain clock: it passed during the pause
     assert measured == pytest.approx(wall - paused, abs=0.05) and measured < wall - 1.5
+
+
+def test_interleaved_cells_run_every_method_per_batch_in_a_rotating_order():
+    from router.infra.clock import interleaved
+
+    cells = list(interleaved(4, ["a", "b", "c"]))
+    assert sorted(cells) == sorted((b, m) for b in range(4) for m in "abc")  # every cell once
+    assert [b for b, _ in cells] == sorted(b for b, _ in cells)  # a batch is done before the next starts
+    assert [cells[i][1] for i in (0, 3, 6, 9)] == ["a", "b", "c", "a"]  # who runs first rotates
+    assert list(interleaved(3, [])) == []

@@ -10,6 +10,8 @@ finishes before the process stops; that time is real work and is counted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import os
 import signal
 import threading
@@ -42,3 +44,14 @@ def pause_aware() -> bool:
         return False
     signal.signal(signal.SIGTSTP, _stop_and_count)
     return True
+
+
+def interleaved(n_batches: int, methods: list) -> Iterator[tuple[int, object]]:
+    """Every (batch, method) cell of a timed comparison, batch by batch, each batch running every method
+    before the next batch starts, in an order that rotates by one method per batch: a change in the
+    machine's speed (another job starting or ending) lands on every method alike, and no method always
+    runs first (with warm caches) or last. eval's online grid and benchmarks/decode.py both time this way."""
+    for b in range(n_batches):
+        k = b % len(methods) if methods else 0
+        for method in methods[k:] + methods[:k]:
+            yield b, method
