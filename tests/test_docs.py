@@ -59,8 +59,8 @@ def test_every_path_a_docstring_or_comment_names_exists(top):
 
 def test_the_path_check_sees_missing_paths_folders_and_links():
     assert named_but_missing(
-        "see `router/estimate.py`, configs/gen/tiny.yaml, router/window/, router/gone/, method.md and design.md"
-    ) == ["design.md", "router/estimate.py", "router/gone/"]
+        "see `router/estimate.py`, configs/gen/tiny.yaml, router/window/, router/gone/, method.md and layout.md"
+    ) == ["layout.md", "router/estimate.py", "router/gone/"]
     assert LINK.findall("[a](docs/method.md) and ![b](results/x.png#top) and [c](https://x.org)") == [
         "docs/method.md",
         "results/x.png",
