@@ -16,32 +16,25 @@ from router.targets import DENOM_FLOOR, safe_normalize
 
 def speculative_block(
     draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor, generator: torch.Generator | None
-) -> tuple[int, int]:
-    """One block for one sequence: (n_accepted in 0..gamma, next token).
-
-    draft_tokens (gamma,), q and pi (gamma+1, V). `next_token` is the resampled token at the
-    first rejection, or the bonus token from pi[gamma] when all drafts pass.
-    """
-    gamma = draft_tokens.shape[0]
-    if q.shape != pi.shape or q.dim() != 2 or q.shape[0] != gamma + 1:
+) -> tuple:
+    """One block: (n_accepted in 0..gamma, next token) for draft_tokens (gamma,), q and pi (gamma+1, V),
+    as ints; or, with a leading batch dimension, draft_tokens (B, gamma), q and pi (B, gamma+1, V) ->
+    n_accepted (B,), next (B,) as tensors. `next` is the resampled token at the first rejection, or the
+    bonus token from pi[gamma] when all drafts pass. The decoding loop runs the same two steps
+    (`accept_drafts`, `next_after`) in router/engine/block.py, with pi at the bonus position formed
+    only when some row needs it."""
+    one = draft_tokens.dim() == 1
+    drafts, q_b, pi_b = (draft_tokens[None], q[None], pi[None]) if one else (draft_tokens, q, pi)
+    gamma = drafts.shape[-1]
+    if q_b.shape != pi_b.shape or q_b.dim() != 3 or q_b.shape[:2] != (drafts.shape[0], gamma + 1):
         raise ValueError(
-            f"speculative_block needs draft_tokens (gamma,), q and pi (gamma+1, V); "
-            f"got draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, "
-            f"pi {tuple(pi.shape)}"
+            f"speculative_block needs draft_tokens (gamma,), q and pi (gamma+1, V), or (B, gamma) and "
+            f"(B, gamma+1, V); got draft_tokens {tuple(draft_tokens.shape)}, q {tuple(q.shape)}, pi {tuple(pi.shape)}"
         )
-    n, nxt = speculative_block_batched(draft_tokens[None], q[None], pi[None], generator)
-    return int(n[0]), int(nxt[0])
-
-
-def speculative_block_batched(
-    draft_tokens: torch.Tensor, q: torch.Tensor, pi: torch.Tensor, generator: torch.Generator | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Batched block: draft_tokens (B, gamma), q and pi (B, gamma+1, V) -> n_accepted (B,), next (B,)."""
-    batch, gamma = draft_tokens.shape
-    n_accepted = accept_drafts(draft_tokens, q[:, :gamma], pi[:, :gamma], generator)
-    rows = torch.arange(batch, device=q.device)
-    next_token = next_after(q[rows, n_accepted], pi[rows, n_accepted], n_accepted < gamma, generator)
-    return n_accepted, next_token
+    n_accepted = accept_drafts(drafts, q_b[:, :gamma], pi_b[:, :gamma], generator)  # (B,)
+    rows = torch.arange(drafts.shape[0], device=q.device)
+    next_token = next_after(q_b[rows, n_accepted], pi_b[rows, n_accepted], n_accepted < gamma, generator)
+    return (int(n_accepted[0]), int(next_token[0])) if one else (n_accepted, next_token)
 
 
 def accept_drafts(

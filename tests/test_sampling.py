@@ -8,7 +8,7 @@ from scipy.stats import chisquare
 
 from router.rules import RULES, get_rule
 from router.targets import tv_distance
-from router.sampling import process_logits, speculative_block, speculative_block_batched, top_p_filter
+from router.sampling import process_logits, speculative_block, top_p_filter
 
 V, GAMMA, DRAWS = 6, 3, 20_000
 
@@ -31,7 +31,7 @@ def _first_tokens(q, pi, draws, seed, batched):
     gen = torch.Generator().manual_seed(seed)
     drafts = torch.multinomial(q[:GAMMA], draws, replacement=True, generator=gen).T  # (draws, gamma)
     if batched:
-        n_acc, nxt = speculative_block_batched(drafts, q.expand(draws, -1, -1), pi.expand(draws, -1, -1), gen)
+        n_acc, nxt = speculative_block(drafts, q.expand(draws, -1, -1), pi.expand(draws, -1, -1), gen)
         return torch.where(n_acc > 0, drafts[:, 0], nxt)
     firsts = []
     for row in drafts:
@@ -75,7 +75,7 @@ def test_every_position_follows_pi_batched():
     n = 60_000
     gen = torch.Generator().manual_seed(3)
     drafts = torch.multinomial(q[:GAMMA], n, replacement=True, generator=gen).T  # (n, gamma)
-    n_acc, nxt = speculative_block_batched(drafts, q.expand(n, -1, -1), pi.expand(n, -1, -1), gen)
+    n_acc, nxt = speculative_block(drafts, q.expand(n, -1, -1), pi.expand(n, -1, -1), gen)
     # With position-independent blocks, token at j (when emitted) is the draft if n_acc > j else nxt.
     for j in range(GAMMA):
         reached = n_acc >= j
@@ -92,7 +92,7 @@ def test_cascade_rejection_rate_equals_r_tv(name, alpha):
     n = 40_000
     gen = torch.Generator().manual_seed(4)
     drafts = torch.multinomial(q[:GAMMA], n, replacement=True, generator=gen).T
-    n_acc, _ = speculative_block_batched(drafts, q.expand(n, -1, -1), pi.expand(n, -1, -1), gen)
+    n_acc, _ = speculative_block(drafts, q.expand(n, -1, -1), pi.expand(n, -1, -1), gen)
     rate = (n_acc == 0).double().mean().item()
     assert rate == pytest.approx(expected.item(), abs=4 * math.sqrt(0.25 / n) + 1e-9)
 
