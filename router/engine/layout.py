@@ -165,6 +165,12 @@ class CachedModel:
             self.cache.batch_select_indices(rows)
 
 
+def model_cache(model, vocab: int):
+    """The loop's KV cache over `model`: the engine's own where the model brings one (`kv_cache`, e.g.
+    router.engine.llamacpp.LlamaCppLM), else a CachedModel over a transformers model."""
+    return model.kv_cache(vocab) if callable(getattr(model, "kv_cache", None)) else CachedModel(model, vocab)
+
+
 def drop_trailing_holes(layout: Layout, *models: CachedModel, holes: int | None = None) -> None:
     """Crop columns that are holes in every row from the layout and from every cache; `holes`: their
     number when the caller knows it (no device-to-host read)."""

@@ -144,6 +144,9 @@ def eos_ids(model) -> set:
 
 
 def vocab_size(model) -> int:
+    """Rows of the model's output layer (an engine's model states it: `vocab_size`)."""
+    if isinstance(getattr(model, "vocab_size", None), int):
+        return model.vocab_size
     return model.get_output_embeddings().weight.shape[0]
 
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from router.engine.layout import CachedModel, Layout
+from router.engine.layout import CachedModel, model_cache, Layout
 
 PROBE_CONTEXT = 64  # prompt tokens per row of the probe (the prefill timing and the steps' context)
 
@@ -66,7 +66,7 @@ def _model_costs(model, vocab: int, batch: int, n_values: tuple[int, ...]) -> tu
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(3, vocab, (batch, PROBE_CONTEXT), generator=gen).to(device)
-    layout, cached = Layout(ids, torch.ones_like(ids)), CachedModel(model, vocab)
+    layout, cached = Layout(ids, torch.ones_like(ids)), model_cache(model, vocab)
     model(input_ids=ids[:, :8])  # warm-up: touches every weight once (memory-mapped files page in here)
     _sync(model)
     started = time.perf_counter()
