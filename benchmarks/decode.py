@@ -380,11 +380,29 @@ def _hf(verifier, drafter, args, constant: bool = False, prefix: SharedPrefix | 
     return fn
 
 
+def _load(args, real: bool) -> tuple:
+    """(drafter, verifier, tokenizer, a label naming the pair, engine, dtype or threads); with
+    --torch-reference also args.torch_verifier, the same verifier in torch."""
+    name = "Qwen2.5-Coder 0.5B -> 1.5B Instruct" if real else "tiny random Qwen2 (verifier + perturbed copy)"
+    specs = ("embedded:drafter", "embedded:verifier") if real else ("tiny:drafter", "tiny:verifier")
+    if args.engine == "llamacpp":
+        drafter, verifier, tokenizer = load_pair(*specs, engine="llamacpp")
+        for model in (drafter, verifier):
+            model.threads = args.threads or model.threads
+        torch_pair = (load_pair(*specs, dtype=args.dtype) if real else tiny_pair()) if args.torch_reference else None
+        args.torch_verifier = torch_pair[1] if torch_pair else None
+        return drafter, verifier, tokenizer, f"{name} (llama.cpp, GGUF, {verifier.threads} threads)"
+    drafter, verifier, tokenizer = load_pair(*specs, dtype=args.dtype) if real else tiny_pair()
+    return drafter, verifier, tokenizer, f"{name} ({str(verifier.dtype).removeprefix('torch.')})"
+
+
 def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     """(name, fn) of every method at one batch size (HF assisted generation runs at batch 1 only)."""
     methods = [("verifier-only", _alone(verifier, args, "verifier", ends))]
     methods += [] if args.skip_drafter_only else [("drafter-only", _alone(drafter, args, "drafter", ends))]
-    if batch == 1:
+    if getattr(args, "torch_verifier", None) is not None:
+        methods.append(("torch verifier-only", _alone(args.torch_verifier, args, "verifier", ends)))
+    if batch == 1 and getattr(args, "engine", "torch") == "torch":
         methods.append(("hf-assisted", _hf(verifier, drafter, args, prefix=ends.get("prefix"))))
         if args.hf_constant:
             methods.append(
@@ -478,6 +496,15 @@ def main() -> None:
     )
     parser.add_argument("--skip-drafter-only", action="store_true", help="leave out drafter-only (saves time)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--engine",
+        default="torch",
+        choices=("torch", "llamacpp"),
+        help="what runs the pair: transformers, or llama.cpp on the pair's GGUF files (no HF assisted rows there)",
+    )
+    parser.add_argument(
+        "--torch-reference", action="store_true", help="with --engine llamacpp: also the torch verifier alone"
+    )
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/decode_<pair>)")
     args = parser.parse_args()
@@ -485,12 +512,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     clock.pause_aware()
     real = embedded_installed() and not args.tiny
-    if real:
-        drafter, verifier, tokenizer = load_pair(dtype=args.dtype)
-        pair = f"Qwen2.5-Coder 0.5B -> 1.5B Instruct ({str(verifier.dtype).removeprefix('torch.')})"
-    else:
-        drafter, verifier, tokenizer = tiny_pair()
-        pair = "tiny random Qwen2 (verifier + perturbed copy as drafter)"
+    drafter, verifier, tokenizer, pair = _load(args, real)
     prompts = prompts_for(args, tokenizer if real else None)
     args.matched = matched_methods(args)
     args.stops = default_stops("gsm8k", chat=False) if args.few_shot and real else []
@@ -499,12 +521,13 @@ def main() -> None:
         "stop": StopStrings.build(tokenizer, args.stops) if args.stops else None,
         "prefix": SharedPrefix.common(prompts) if args.few_shot else None,
     }
-    args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}"
+    engine = "" if args.engine == "torch" else f"_{args.engine}"
+    args.out = args.out or f"runs/bench/decode_{'embedded' if real else 'tiny'}{engine}"
     journal = open_journal(args, pair)
     pad = verifier.generation_config.pad_token_id or 0
     by_batch = {}
     with torch.inference_mode():
-        if ends["prefix"] is not None:  # made once before any timing, as a serving prompt cache would hold it
+        if ends["prefix"] is not None and args.engine == "torch":  # made once before any timing, as served
             for model in (drafter, verifier):
                 ends["prefix"].cache_for(model, 1)
         args.block = 4 if args.gamma == "auto" else args.gamma
@@ -532,7 +555,9 @@ def main() -> None:
 def open_journal(args, pair: str) -> Journal:
     """The run's journal (`<out>.partial.jsonl`): finished cells of an interrupted run with the same
     settings on the same machine kind and thread count are reused; anything else starts over."""
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "matched", "stops", "tokenizer")}
+    settings = {
+        k: v for k, v in vars(args).items() if k not in ("out", "matched", "stops", "tokenizer", "torch_verifier")
+    }
     journal = Journal(
         f"{args.out}.partial.jsonl",
         {"settings": settings, "pair": pair, "cpu": cpu_kind(), "threads": torch.get_num_threads()},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,7 +45,7 @@ from router.infra.config import ConfigError, config_to_dict
 from router.infra.console import wandb_offline
 from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
 from router.infra.files import output_lock, write_json
-from router.machine.hardware import machine_kind, resolve_dtype
+from router.machine.hardware import cpu_kind, machine_kind, resolve_dtype
 from router.offline.folds import is_cross_fitted
 from router.offline.inputs import RecordView
 from router.pair import one_pair
@@ -212,11 +213,25 @@ def _task_of(manifests: list[Manifest]) -> str:
 
 
 def _load_pair(cfg: EvalConfig, manifest: Manifest):
-    from router.pair import check_pair_is, load_pair
+    from router.pair import check_pair_is, load_pair, same_files
 
     drafter = cfg.drafter or manifest.spec("drafter")
     verifier = cfg.verifier or manifest.spec("verifier")
-    pair = load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)
+    if cfg.engine == "llamacpp":
+        pair = load_pair(drafter, verifier, engine="llamacpp")
+        for model in pair[:2]:
+            model.threads = cfg.threads or model.threads
+        recorded_on = manifest.dtype.get("engine", "torch")
+        if recorded_on != "llamacpp" and same_files(drafter) and same_files(verifier):
+            warnings.warn(
+                f"decoding on llama.cpp ({pair[1].threads} threads) the GGUF files the records' {recorded_on} models "
+                f"were made from: the same weights, run by another engine"
+            )
+            for role, model in zip(("drafter", "verifier"), pair[:2]):  # so routers trained on them decode too
+                model.adopt_fingerprint(manifest.pair[role])
+            return pair
+    else:
+        pair = load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)
     check_pair_is(pair, manifest.pair, f"the records {cfg.records[0]}")
     return pair
 
@@ -226,8 +241,15 @@ def dtype_note(cfg: EvalConfig, manifests: list[Manifest]) -> dict:
     pair's identity (its weight fingerprints) does not depend on the dtype, so records made in
     bf16 and an eval in float32 are the same pair; offline curves come from the records' numbers,
     online points from this run's, and the report says so."""
-    choice = resolve_dtype(cfg.dtype, cfg.device)
     recorded = sorted({m.dtype.get("dtype", "unrecorded") for m in manifests})
+    if cfg.engine == "llamacpp":  # the GGUF files' own weight types, on llama.cpp's CPU kernels
+        threads = cfg.threads or "all CPUs'"
+        name = f"llama.cpp ({threads} threads, the GGUF files' own weight types)"
+        reason = "engine llamacpp: the pair's GGUF files decoded by llama.cpp"
+        cpu = cpu_kind().rsplit(",", 1)[0]  # the CPU without torch's thread count: llama.cpp's is in the name
+        note = {"dtype": name, "reason": reason, "cpu": cpu, "engine": "llamacpp", "threads": threads}
+        return {**note, "records_dtype": recorded}
+    choice = resolve_dtype(cfg.dtype, cfg.device)
     note = {**choice.as_dict(), "records_dtype": recorded}
     if recorded != [choice.name]:
         note["mixed"] = (
@@ -250,6 +272,7 @@ def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, st
         "prompts": [p.example_id for p in prompts],
         "routers": weights,
         "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
+        **({"engine": cfg.engine, "threads": cfg.threads} if cfg.engine != "torch" else {}),  # torch points keep theirs
         "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
         "stop": stops,
         "gammas": dict(cfg.gammas),  # narrowed to each point's own block size (eval.points.point_fingerprint)

@@ -13,13 +13,14 @@ from typing import Any, NamedTuple
 
 import torch
 
-from router.infra.embedded import embedded_path
+from router.infra.embedded import cache_root, embedded_gguf, embedded_path
 from router.infra.quiet import third_party
 from router.machine.hardware import announce, resolve_dtype
 from router.records import Manifest, RecordsError
 
 DEFAULT_DRAFTER = "embedded:drafter"
 DEFAULT_VERIFIER = "embedded:verifier"
+ENGINES = ("torch", "llamacpp")  # what runs the models: transformers, or llama.cpp on GGUF files
 
 
 def resolve_model_path(spec: str, dtype: torch.dtype = torch.bfloat16) -> tuple[str, dict]:
@@ -144,7 +145,10 @@ def _fingerprint_once(obj, stamp, compute) -> str:
 
 def cached_fingerprint(model) -> str:
     """model_fingerprint, computed once per model object while its weights are unchanged (every
-    in-place change bumps a parameter's version counter), so checking a pair at every decode is cheap."""
+    in-place change bumps a parameter's version counter), so checking a pair at every decode is cheap. An
+    engine's model fingerprints itself (`fingerprint`: a GGUF file's hash, router.engine.llamacpp)."""
+    if callable(getattr(model, "fingerprint", None)):
+        return model.fingerprint()
     return _fingerprint_once(model, tuple(p._version for p in model.parameters()), model_fingerprint)
 
 
@@ -217,14 +221,22 @@ def load_pair(
     dtype: str | torch.dtype = "auto",
     device: str = "cpu",
     verifier_device_map: str | None = None,
+    engine: str = "torch",
 ) -> Pair:
     """Load the Pair (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
 
+    engine "llamacpp" loads both models as GGUF files in llama.cpp (router.engine.llamacpp): the embedded
+    pair's own GGUF files, the tiny pair written as GGUF, or two `.gguf` paths (the tokenizer from the
+    verifier's file); dtype and devices do not apply there (the GGUF's own weights, on the CPU).
     verifier_device_map (e.g. "auto") loads the verifier with that accelerate device map, for a
     verifier too large for one device; the drafter goes to `device`.
     dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
     `tiny:verifier` give `tiny_pair()` (router.engine.tiny's random models; tests, CI).
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "llamacpp":
+        return _llamacpp_pair(drafter, verifier)
     if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
         if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
             raise ValueError(
@@ -246,6 +258,49 @@ def load_pair(
     if v_tok.pad_token_id is None:
         v_tok.pad_token = v_tok.eos_token
     return Pair(d_model, v_model, v_tok)
+
+
+def same_files(spec: str) -> bool:
+    """True for a model spec whose torch model and llama.cpp model hold the same weights from one file (the
+    embedded pair, converted from its GGUF files; the tiny pair, written as GGUF): what one engine recorded or
+    trained on, the other may decode (their fingerprints differ only in how each engine hashes them)."""
+    return spec.startswith(("embedded:", "tiny:"))
+
+
+def _llamacpp_pair(drafter: str, verifier: str) -> Pair:
+    """The pair as llama.cpp models (see load_pair)."""
+    from router.engine.llamacpp import LlamaCppLM
+
+    if (drafter, verifier) == ("tiny:drafter", "tiny:verifier"):
+        from router.engine.tiny import ByteTokenizer
+        from router.engine.tiny_gguf import tiny_gguf_pair
+
+        paths = tiny_gguf_pair(cache_root() / "gguf")
+        return Pair(LlamaCppLM(paths[0]), LlamaCppLM(paths[1]), ByteTokenizer())
+    files = [
+        embedded_gguf(spec.split(":", 1)[1]) if spec.startswith("embedded:") else Path(spec)
+        for spec in (drafter, verifier)
+    ]
+    for spec, path in zip((drafter, verifier), files):
+        if path.suffix != ".gguf" or not path.is_file():
+            raise ValueError(
+                f"engine llamacpp loads GGUF files: {spec} is not one (give embedded:drafter, a .gguf path)"
+            )
+    tokenizers = [_gguf_tokenizer(spec, path) for spec, path in zip((drafter, verifier), files)]
+    check_same_tokenizer(*tokenizers)
+    if tokenizers[1].pad_token_id is None:
+        tokenizers[1].pad_token = tokenizers[1].eos_token
+    return Pair(LlamaCppLM(files[0]), LlamaCppLM(files[1]), tokenizers[1])
+
+
+def _gguf_tokenizer(spec: str, path: Path):
+    """The tokenizer of a GGUF model: the embedded pair's converted folder (no conversion twice), else the file's."""
+    from transformers import AutoTokenizer
+
+    if spec.startswith("embedded:"):
+        return AutoTokenizer.from_pretrained(resolve_model_path(spec)[0])
+    with third_party():
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
 def tiny_pair(seed: int = 0, noise: float = 0.002):

@@ -145,3 +145,33 @@ def test_the_sampler_on_llama_cpp_draws_pi(pair):
     observed = [int((first == t).sum()) for t in top] + [int((~torch.isin(first, top)).sum())]
     expected = [float(p[t]) * n for t in top] + [float(1 - p[top].sum()) * n]
     assert chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys):
+    """`specroute eval engine=llamacpp` on records the torch tiny pair made: the online points decode the same
+    weights written as GGUF in llama.cpp (said in one note), verifier, drafter and a router trained on them included."""
+    import json
+
+    from specroute import cli
+
+    rec = tmp_path / "records"
+    assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", f"output={rec}", "max_examples=16"]) == 0
+    rtr = tmp_path / "router"
+    train = ["train", "--config", "configs/train/tiny.yaml", f"records=[{rec}]", f"output={rtr}", "max_epochs=1"]
+    assert cli.main([*train, "baselines=false"]) == 0
+    args = [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"records=[{rec}]",
+        f"routers=[{rtr}]",
+        f"output={tmp_path / 'e'}",
+    ]
+    args += ["max_prompts=2", "max_new_tokens=6", "online_methods=[opt,router,token_cascade]", "engine=llamacpp"]
+    args += ["threads=1"]
+    assert cli.main(args) == 0
+    assert "decoding on llama.cpp (1 threads) the GGUF files" in capsys.readouterr().err
+    points = json.loads((tmp_path / "e" / "metrics.json").read_text())["online"]["points"]
+    assert {p["method"] for p in points} >= {"verifier", "drafter", "opt", "router", "token_cascade"}
+    assert all(p["seconds_per_token"] > 0 and p["tokens"] > 0 for p in points)
+    assert "Models in llama.cpp (1 threads" in (tmp_path / "e" / "report.md").read_text()

@@ -16,6 +16,7 @@ printed beside every figure measured with it (`threads`).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from pathlib import Path
@@ -74,9 +75,26 @@ class LlamaCppLM:
         self.hidden_size = int(lib.llama_model_n_embd(self.model))
         eos = sorted({int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))} - {-1})
         pad = int(lib.llama_vocab_pad(vocab))
-        self.config = SimpleNamespace(vocab_size=self.vocab_size, hidden_size=self.hidden_size, eos_token_id=eos)
+        trained_context = int(lib.llama_model_n_ctx_train(self.model))
+        self.config = SimpleNamespace(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size, eos_token_id=eos,
+            max_position_embeddings=trained_context,
+        )  # fmt: skip
         self.generation_config = SimpleNamespace(eos_token_id=eos, pad_token_id=pad if pad >= 0 else None)
         self.name_or_path = str(path)
+
+    def fingerprint(self) -> str:
+        """The GGUF file's identity: "gguf-" + the first 16 hex digits of its sha256 (hashed once)."""
+        if getattr(self, "_fingerprint", None) is None:
+            from router.infra.files import file_sha256
+
+            self._fingerprint = "gguf-" + file_sha256(self.path)[:16]
+        return self._fingerprint
+
+    def adopt_fingerprint(self, fingerprint: str) -> None:
+        """Answer to `fingerprint` from now on: for a GGUF file that another engine's model was converted from
+        (router.pair.same_files), whose records and routers name that model's fingerprint."""
+        self._fingerprint = fingerprint
 
     def kv_cache(self, vocab: int) -> "LlamaCppCache":
         """The loop's cache over this model (router.engine.layout.model_cache calls it)."""
@@ -106,7 +124,8 @@ class LlamaCppLM:
 
     def __del__(self):
         if getattr(self, "model", None):
-            self._lib.llama_model_free(self.model)
+            with contextlib.suppress(TypeError, AttributeError):  # at interpreter exit the bindings may be gone
+                self._lib.llama_model_free(self.model)
             self.model = None
 
 
@@ -195,10 +214,8 @@ class LlamaCppCache:
         return torch.from_numpy(logits), None if hidden is None else torch.from_numpy(hidden)
 
     def start_from(self, prefix, batch: int) -> None:
-        raise ValueError(
-            "a shared prompt prefix is not cached on the llama.cpp engine yet: decode without prefix= (each row's "
-            "prompt is prefilled in the batch's one decode)"
-        )
+        """A shared prompt prefix is not cached across batches on llama.cpp: the layout holds its columns, and
+        the first feed prefills them with the rest of each prompt (same tokens, no reuse between batches)."""
 
     def crop_to(self, length: int) -> None:
         """Columns past `length` are holes in every row: the next feed removes them from the sequences."""
@@ -217,5 +234,6 @@ class LlamaCppCache:
 
     def __del__(self):
         if getattr(self, "ctx", None):
-            self._lib.llama_free(self.ctx)
+            with contextlib.suppress(TypeError, AttributeError):  # at interpreter exit the bindings may be gone
+                self._lib.llama_free(self.ctx)
             self.ctx = None

