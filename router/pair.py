@@ -273,7 +273,6 @@ def _llamacpp_pair(drafter: str, verifier: str) -> Pair:
 
     if (drafter, verifier) == ("tiny:drafter", "tiny:verifier"):
         from router.engine.tiny import ByteTokenizer
-        from router.engine.tiny_gguf import tiny_gguf_pair
 
         paths = tiny_gguf_pair(cache_root() / "gguf")
         return Pair(LlamaCppLM(paths[0]), LlamaCppLM(paths[1]), ByteTokenizer())
@@ -301,6 +300,19 @@ def _gguf_tokenizer(spec: str, path: Path):
         return AutoTokenizer.from_pretrained(resolve_model_path(spec)[0])
     with third_party():
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+def tiny_gguf_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
+    """(drafter.gguf, verifier.gguf) of `tiny_pair(seed)` in `folder`, written once per seed
+    (router.engine.tiny_gguf: what the llama.cpp engine loads in tests and CI)."""
+    from router.engine.tiny_gguf import write_tiny_gguf
+
+    folder = Path(folder)
+    paths = folder / f"tiny-drafter-seed{seed}.gguf", folder / f"tiny-verifier-seed{seed}.gguf"
+    if not all(path.exists() for path in paths):
+        for model, path in zip(tiny_pair(seed)[:2], paths):
+            write_tiny_gguf(model, path)
+    return paths
 
 
 def tiny_pair(seed: int = 0, noise: float = 0.002):

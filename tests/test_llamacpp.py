@@ -15,8 +15,7 @@ from router.decoding import generate  # noqa: E402
 from router.engine.baselines import generate_autoregressive  # noqa: E402
 from router.engine.layout import Layout  # noqa: E402
 from router.engine.llamacpp import LlamaCppLM  # noqa: E402
-from router.engine.tiny_gguf import tiny_gguf_pair  # noqa: E402
-from router.pair import tiny_pair  # noqa: E402
+from router.pair import tiny_gguf_pair, tiny_pair  # noqa: E402
 
 SEED = 2
 

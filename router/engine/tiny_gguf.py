@@ -3,8 +3,8 @@
 `write_tiny_gguf(model, path)` writes a tiny Qwen2 (router/engine/tiny.py) in llama.cpp's layout: architecture
 `qwen2`, every tensor in float32 under llama.cpp's qwen2 names (Qwen2 needs no q/k permutation), and a
 `llama` (SentencePiece-style) tokenizer over the byte vocabulary: <pad>, <s>, </s> as CONTROL tokens, then
-the 256 bytes as BYTE tokens <0x00>..<0xFF>, so token ids are the ByteTokenizer's. `tiny_gguf_pair(folder,
-seed)` writes the drafter and the verifier of `router.pair.tiny_pair(seed)`.
+the 256 bytes as BYTE tokens <0x00>..<0xFF>, so token ids are the ByteTokenizer's. `router.pair.tiny_gguf_pair`
+writes the tiny pair's drafter and verifier with it.
 """
 
 from __future__ import annotations
@@ -88,16 +88,3 @@ def _add_byte_tokenizer(writer, gguf) -> None:
     writer.add_eos_token_id(2)
     writer.add_pad_token_id(0)
     writer.add_add_bos_token(False)
-
-
-def tiny_gguf_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
-    """(drafter.gguf, verifier.gguf) of `router.pair.tiny_pair(seed)` in `folder` (written once per seed)."""
-    from router.pair import tiny_pair
-
-    folder = Path(folder)
-    drafter_path, verifier_path = folder / f"tiny-drafter-seed{seed}.gguf", folder / f"tiny-verifier-seed{seed}.gguf"
-    if not (drafter_path.exists() and verifier_path.exists()):
-        drafter, verifier, _ = tiny_pair(seed)
-        write_tiny_gguf(drafter, drafter_path)
-        write_tiny_gguf(verifier, verifier_path)
-    return drafter_path, verifier_path
