@@ -56,6 +56,13 @@ def _generate_parser(sub) -> None:
         help="auto (default): bfloat16 where the hardware has it natively (CUDA, AMX, AVX512-BF16), float32 elsewhere",
     )
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    g.add_argument(
+        "--engine",
+        default="torch",
+        choices=("torch", "llamacpp"),
+        help="torch (transformers) or llamacpp (the pair's GGUF files in llama.cpp, on the CPU; docs/usage.md)",
+    )
+    g.add_argument("--threads", type=int, default=0, help="llamacpp: threads per model (0: every CPU)")
     g.add_argument("--output", default="runs/generate/latest.json", help="where to write the JSON result")
 
 
@@ -203,12 +210,22 @@ def cmd_generate(args) -> int:
 
     opts, policy = _generate_options(args)
     t0 = time.perf_counter()
-    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device)
+    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device, engine=args.engine)
+    for model in (drafter, verifier) if args.engine == "llamacpp" else ():
+        model.threads = args.threads or model.threads
     load_s = time.perf_counter() - t0
     if policy.trained_pair and not args.no_pair_check:
         from router.pair import check_pair_is
 
-        check_pair_is((drafter, verifier, tokenizer), policy.trained_pair, f"router {args.router}")
+        try:
+            check_pair_is((drafter, verifier, tokenizer), policy.trained_pair, f"router {args.router}")
+        except ValueError as err:
+            if args.engine != "llamacpp":
+                raise
+            raise ValueError(
+                f"{err} (on llama.cpp a router trained on torch records of the embedded pair holds the same weights, "
+                f"from the same GGUF files: --no-pair-check decodes it)"
+            ) from None
     limit = prompt_limit(context_length(drafter, verifier), opts.max_new_tokens)
     input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
     stops = opts.stop or []
@@ -222,7 +239,9 @@ def cmd_generate(args) -> int:
     marker = "highlighted" if color else "in [[double brackets]]"
     print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
     stats = dict(out.stats)
-    rows = _generate_rows(args, opts, stats, load_s, verifier.dtype)
+    rows = _generate_rows(
+        args, opts, stats, load_s, getattr(verifier, "dtype", None) or f"llama.cpp GGUF, {verifier.threads} threads"
+    )
     result = {
         "args": vars(args),
         "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),

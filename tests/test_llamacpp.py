@@ -146,13 +146,14 @@ def test_the_sampler_on_llama_cpp_draws_pi(pair):
     assert chisquare(observed, expected).pvalue > 1e-3
 
 
-def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys):
+def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys, monkeypatch):
     """`specroute eval engine=llamacpp` on records the torch tiny pair made: the online points decode the same
     weights written as GGUF in llama.cpp (said in one note), verifier, drafter and a router trained on them included."""
     import json
 
     from specroute import cli
 
+    monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path / "cache"))  # the tiny GGUF pair is written there
     rec = tmp_path / "records"
     assert cli.main(["gen", "--config", "configs/gen/tiny.yaml", f"output={rec}", "max_examples=16"]) == 0
     rtr = tmp_path / "router"
@@ -174,3 +175,20 @@ def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys):
     assert {p["method"] for p in points} >= {"verifier", "drafter", "opt", "router", "token_cascade"}
     assert all(p["seconds_per_token"] > 0 and p["tokens"] > 0 for p in points)
     assert "Models in llama.cpp (1 threads" in (tmp_path / "e" / "report.md").read_text()
+
+
+def test_the_generate_command_decodes_on_llama_cpp(tmp_path, capsys, monkeypatch):
+    """`specroute generate --engine llamacpp --threads 1`: tokens, the engine and threads in the summary, and
+    the verifier-only comparison on the same engine."""
+    import json
+
+    from specroute import cli
+
+    monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "g.json"
+    args = ["generate", "--prompt", "the cat sat on", "--drafter", "tiny:drafter", "--verifier", "tiny:verifier"]
+    args += ["--engine", "llamacpp", "--threads", "1", "--rule", "token_v2", "--alpha", "0.5"]
+    assert cli.main([*args, "--max-new-tokens", "12", "--compare", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["tokens"]) == 12 and result["stats"]["rule"] == "token_v2"
+    assert "llama.cpp GGUF, 1 threads" in capsys.readouterr().out
