@@ -386,9 +386,7 @@ def _load(args, real: bool) -> tuple:
     name = "Qwen2.5-Coder 0.5B -> 1.5B Instruct" if real else "tiny random Qwen2 (verifier + perturbed copy)"
     specs = ("embedded:drafter", "embedded:verifier") if real else ("tiny:drafter", "tiny:verifier")
     if args.engine == "llamacpp":
-        drafter, verifier, tokenizer = load_pair(*specs, engine="llamacpp")
-        for model in (drafter, verifier):
-            model.threads = args.threads or model.threads
+        drafter, verifier, tokenizer = load_pair(*specs, engine="llamacpp", threads=args.threads or 0)
         torch_pair = (load_pair(*specs, dtype=args.dtype) if real else tiny_pair()) if args.torch_reference else None
         args.torch_verifier = torch_pair[1] if torch_pair else None
         return drafter, verifier, tokenizer, f"{name} (llama.cpp, GGUF, {verifier.threads} threads)"

@@ -218,9 +218,7 @@ def _load_pair(cfg: EvalConfig, manifest: Manifest):
     drafter = cfg.drafter or manifest.spec("drafter")
     verifier = cfg.verifier or manifest.spec("verifier")
     if cfg.engine == "llamacpp":
-        pair = load_pair(drafter, verifier, engine="llamacpp")
-        for model in pair[:2]:
-            model.threads = cfg.threads or model.threads
+        pair = load_pair(drafter, verifier, engine="llamacpp", threads=cfg.threads)
         recorded_on = manifest.dtype.get("engine", "torch")
         if recorded_on != "llamacpp" and same_files(drafter) and same_files(verifier):
             warnings.warn(

@@ -222,12 +222,14 @@ def load_pair(
     device: str = "cpu",
     verifier_device_map: str | None = None,
     engine: str = "torch",
+    threads: int = 0,
 ) -> Pair:
     """Load the Pair (drafter, verifier, tokenizer), refusing pairs whose tokenizers differ.
 
     engine "llamacpp" loads both models as GGUF files in llama.cpp (router.engine.llamacpp): the embedded
     pair's own GGUF files, the tiny pair written as GGUF, or two `.gguf` paths (the tokenizer from the
-    verifier's file); dtype and devices do not apply there (the GGUF's own weights, on the CPU).
+    verifier's file), each with `threads` threads (0: every CPU this process may use); dtype and devices do not
+    apply there (the GGUF's own weights, on the CPU).
     verifier_device_map (e.g. "auto") loads the verifier with that accelerate device map, for a
     verifier too large for one device; the drafter goes to `device`.
     dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
@@ -236,7 +238,7 @@ def load_pair(
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "llamacpp":
-        return _llamacpp_pair(drafter, verifier)
+        return _llamacpp_pair(drafter, verifier, threads or None)
     if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
         if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
             raise ValueError(
@@ -267,7 +269,7 @@ def same_files(spec: str) -> bool:
     return spec.startswith(("embedded:", "tiny:"))
 
 
-def _llamacpp_pair(drafter: str, verifier: str) -> Pair:
+def _llamacpp_pair(drafter: str, verifier: str, threads: int | None) -> Pair:
     """The pair as llama.cpp models (see load_pair)."""
     from router.engine.llamacpp import LlamaCppLM
 
@@ -275,7 +277,7 @@ def _llamacpp_pair(drafter: str, verifier: str) -> Pair:
         from router.engine.tiny import ByteTokenizer
 
         paths = tiny_gguf_pair(cache_root() / "gguf")
-        return Pair(LlamaCppLM(paths[0]), LlamaCppLM(paths[1]), ByteTokenizer())
+        return Pair(LlamaCppLM(paths[0], threads), LlamaCppLM(paths[1], threads), ByteTokenizer())
     files = [
         embedded_gguf(spec.split(":", 1)[1]) if spec.startswith("embedded:") else Path(spec)
         for spec in (drafter, verifier)
@@ -289,7 +291,7 @@ def _llamacpp_pair(drafter: str, verifier: str) -> Pair:
     check_same_tokenizer(*tokenizers)
     if tokenizers[1].pad_token_id is None:
         tokenizers[1].pad_token = tokenizers[1].eos_token
-    return Pair(LlamaCppLM(files[0]), LlamaCppLM(files[1]), tokenizers[1])
+    return Pair(LlamaCppLM(files[0], threads), LlamaCppLM(files[1], threads), tokenizers[1])
 
 
 def _gguf_tokenizer(spec: str, path: Path):

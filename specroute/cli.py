@@ -210,9 +210,9 @@ def cmd_generate(args) -> int:
 
     opts, policy = _generate_options(args)
     t0 = time.perf_counter()
-    drafter, verifier, tokenizer = load_pair(args.drafter, args.verifier, args.dtype, args.device, engine=args.engine)
-    for model in (drafter, verifier) if args.engine == "llamacpp" else ():
-        model.threads = args.threads or model.threads
+    drafter, verifier, tokenizer = load_pair(
+        args.drafter, args.verifier, args.dtype, args.device, engine=args.engine, threads=args.threads
+    )
     load_s = time.perf_counter() - t0
     if policy.trained_pair and not args.no_pair_check:
         from router.pair import check_pair_is

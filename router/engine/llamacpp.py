@@ -147,13 +147,13 @@ class LlamaCppCache:
         """Decode the columns [n_cached, upto) of every row (its real tokens) in one llama_decode and
         return logits (B, keep, V) at the last `keep` columns."""
         started = clock.now()
-        lib, batch_rows = self._lib, layout.tokens.shape[0]
+        batch_rows = layout.tokens.shape[0]
         if self.ctx is None:
             self.ctx = self.lm.open_context(batch_rows, self.want_hidden)
             self.seqs, self.kv_len = list(range(batch_rows)), [0] * batch_rows
-        self._forget_rolled_back(layout, lib)
+        self._forget_rolled_back(layout)
         entries = self._entries(layout, upto, keep)  # (row, column offset, token, position, wants output)
-        logits, hidden = self._decode(entries, batch_rows, keep, lib)
+        logits, hidden = self._decode(entries, batch_rows, keep)
         self.n_cached = upto
         self.forwards += 1
         self.row_forwards += batch_rows
@@ -161,10 +161,10 @@ class LlamaCppCache:
         self.seconds += clock.now() - started
         return logits
 
-    def _forget_rolled_back(self, layout, lib) -> None:
+    def _forget_rolled_back(self, layout) -> None:
         """Remove from each sequence the tokens the loop turned into holes since the last feed (a rejected
         suffix of the row's real tokens)."""
-        kept = layout.mask[:, : self.n_cached].sum(-1).tolist()  # (B,) real tokens among the fed columns
+        lib, kept = self._lib, layout.mask[:, : self.n_cached].sum(-1).tolist()  # (B,) real tokens fed
         memory = lib.llama_get_memory(self.ctx)
         for i, seq in enumerate(self.seqs):
             if self.kv_len[i] > kept[i]:
@@ -185,7 +185,8 @@ class LlamaCppCache:
             self.kv_len[i] = position
         return entries
 
-    def _decode(self, entries: list, batch_rows: int, keep: int, lib) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _decode(self, entries: list, batch_rows: int, keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        lib = self._lib
         batch = lib.llama_batch_init(max(len(entries), 1), 0, 1)
         try:
             for k, (i, _, token, position, out) in enumerate(entries):
@@ -225,10 +226,9 @@ class LlamaCppCache:
         """Keep only these rows (finished ones leave the batch): their sequences stay, the others are freed."""
         keep = rows.tolist()
         if self.ctx is not None:
-            lib = self._lib
-            memory = lib.llama_get_memory(self.ctx)
+            memory = self._lib.llama_get_memory(self.ctx)
             for i in set(range(len(self.seqs))) - set(keep):
-                lib.llama_memory_seq_rm(memory, self.seqs[i], -1, -1)
+                self._lib.llama_memory_seq_rm(memory, self.seqs[i], -1, -1)
         self.seqs = [self.seqs[i] for i in keep]
         self.kv_len = [self.kv_len[i] for i in keep]
 
