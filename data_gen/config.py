@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
+from router.pair import check_engine
 from router.tasks.metrics import check_metric_settings
 
 MODES = ("gold", "rollout", "consequence")
@@ -25,6 +26,8 @@ class GenConfig:
     verifier: str = "embedded:verifier"
     dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"  # cpu, cuda, cuda:1, ...
+    engine: str = "torch"  # torch (transformers) | llamacpp (the GGUF files in llama.cpp, on the CPU: docs/usage.md)
+    threads: int = 0  # llamacpp: threads per model (0: the physical cores, 1 when the machine is loaded)
     verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
     chat: bool = False  # prompt = chat template around the bare question
     max_examples: int | None = None  # first N examples of the task (None = all)
@@ -105,6 +108,7 @@ class GenConfig:
         if self.task == "custom" and not self.data_path:
             raise ValueError("task 'custom' needs data_path (a jsonl/csv/parquet file or a datasets name)")
         check_task_settings(self.task, self.metric, self.sandbox, self.device)
+        check_engine(self.engine, self.threads, self.device, self.verifier_device_map)
 
 
 def check_task_settings(task: str, metric: str | None, sandbox: str, device: str) -> None:

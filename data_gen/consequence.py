@@ -26,7 +26,7 @@ import torch
 
 from router.engine.baselines import generate_autoregressive
 from router.decoding import generate
-from router.engine.layout import left_pad
+from router.engine.layout import left_pad, model_device
 from router.engine.lookup import LookupDrafter
 from router.engine.loop import eos_ids
 from router.engine.prefix import SharedPrefix
@@ -168,7 +168,7 @@ class ConsequenceSearch:
         tokens of its reference and the reference's remainder is spliced on (data_gen/rejoin.py)."""
         out: list[list[int]] = [[] for _ in starts]
         live = [i for i, b in enumerate(budgets) if b > 0 and not (ended and self._closed(ended[i]))]
-        device = next(self.verifier.parameters()).device
+        device = model_device(self.verifier)
         for lo in range(0, len(live), self.batch_size):
             rows = live[lo : lo + self.batch_size]
             ids, mask = left_pad([starts[i] for i in rows], self.pad_id)
@@ -230,7 +230,7 @@ class ConsequenceSearch:
         which = [i for i in which if found[i].tokens]
         for i in (i for i, s in enumerate(found) if not s.tokens):
             found[i].argmax = np.zeros(0, dtype=np.int64)
-        device = next(self.drafter.parameters()).device
+        device = model_device(self.drafter)
         for lo in range(0, len(which), self.batch_size):
             rows = which[lo : lo + self.batch_size]
             answers = [found[i].tokens for i in rows]

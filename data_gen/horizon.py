@@ -23,7 +23,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from router.engine.layout import cache_argument, returned_cache
+from data_gen.llamacpp_branches import LlamaCppRun
+from router.engine.layout import cache_argument, model_device, returned_cache
+from router.engine.llamacpp import is_llamacpp
 
 HORIZONS = (0, 5, 10, 20)
 MAX_BRANCH_TOKENS = 512  # tokens per tree-masked forward: bounds the 4D mask (N, cache + N) and the (N, V) logits
@@ -85,14 +87,11 @@ class _Cached:
         return list(torch.split(logp, sizes))
 
     def greedy(self, at: int, first: int, n: int) -> list[int]:
-        """The verifier's greedy n tokens after `first` placed at `at` (one-token steps)."""
-        self.crop(at)
-        out, nxt = [], first
+        """The verifier's greedy n tokens after `first` placed at `at`: each step one tree-masked branch from
+        `at` (the cache stays whole, so a later mismatch still reads the answer's tokens before it)."""
+        out: list[int] = []
         for _ in range(n):
-            ids = torch.tensor([[nxt]], device=self.logp.device)
-            nxt = int(self.model(input_ids=ids, use_cache=True, **{self.arg: self.cache}).logits[0, -1].argmax())
-            out.append(nxt)
-        self.crop(at)
+            out.append(int(self._tree([(at, [first, *out])])[0][-1].argmax()))
         return out
 
     def crop(self, length: int) -> None:
@@ -120,8 +119,10 @@ def horizon_scores(
     with, whose cache the example's pass starts from."""
     if not mismatches:
         return np.zeros((0, len(horizons)))
-    seq = torch.tensor([prompt + answer], device=verifier.device)
-    run = _Cached(verifier, seq, len(answer) + 1, prefix)  # log-prob rows from the prompt's last position on
+    seq = torch.tensor([prompt + answer], device=model_device(verifier))
+    run = (LlamaCppRun if is_llamacpp(verifier) else _Cached)(
+        verifier, seq, len(answer) + 1, prefix
+    )  # log-prob rows from the prompt's last position on
     most = max(horizons)
     best = run.logp.max(-1).values  # (A + 1,) the verifier's confidence at each of those positions
     # per mismatch: (t, d, where the confidence after v is fed or None: read from `best`, the same after d, H cut)

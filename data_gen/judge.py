@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 from router.features import lookahead_features
+from data_gen.llamacpp_branches import placed_tokens
 from router.engine.layout import Layout
+from router.engine.llamacpp import is_llamacpp
 from router.records import judge_column
 
 MAX_TREE = 512  # substituted tokens per row and forward: bounds the 4D mask (B, 1, M, L + M)
@@ -30,6 +32,8 @@ def tree_forward(
 
     `cache` holds the verifier's keys/values of all layout columns; the M new entries are cropped
     from it afterwards, so it can serve the next call."""
+    if is_llamacpp(cache):  # sequences forked at each column instead of a tree mask
+        return placed_tokens(cache, layout, cols, tokens)
     B, M = tokens.shape
     L = layout.length
     dtype = next(verifier.parameters()).dtype

@@ -16,10 +16,11 @@ import numpy as np
 
 from data_gen.config import GenConfig
 from data_gen.consequence import label_counts
+from router.engine.layout import model_device
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
 from router.infra.config import ConfigError, config_to_dict
 from router.infra.files import STAGE_MARK, file_sha256, write_bytes, write_json
-from router.pair import model_fingerprint, tokenizer_fingerprint
+from router.pair import cached_fingerprint, tokenizer_fingerprint
 from router.records import (
     EXAMPLES,
     HELDOUT,
@@ -241,7 +242,11 @@ def _shard_statistics(out: Path, plan) -> dict:
 def _models(cfg: GenConfig, recorder) -> dict:
     """The manifest's models: spec, name and weight fingerprint of each (the pair's identity)."""
     entry = {
-        role: {"spec": getattr(cfg, role), "name": getattr(model, "name_or_path", ""), "hash": model_fingerprint(model)}
+        role: {
+            "spec": getattr(cfg, role),
+            "name": getattr(model, "name_or_path", ""),
+            "hash": cached_fingerprint(model),
+        }
         for role, model in (("drafter", recorder.drafter), ("verifier", recorder.verifier))
     }
     entry["verifier"].update(device_map=cfg.verifier_device_map, placement=_placement(recorder.verifier))
@@ -342,4 +347,4 @@ def finish_manifest(out: Path, cfg: GenConfig, plan, recorder, seconds: float) -
 def _placement(model) -> dict | str:
     """Where a model's layers live: its accelerate device map, or its one device."""
     placed = getattr(model, "hf_device_map", None)
-    return {k: str(v) for k, v in placed.items()} if placed else str(next(model.parameters()).device)
+    return {k: str(v) for k, v in placed.items()} if placed else str(model_device(model))

@@ -6,6 +6,8 @@ models (data_gen/scoring.py).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from data_gen.config import GenConfig
@@ -14,7 +16,8 @@ from data_gen.label_store import LabelStore
 from data_gen.scoring import example_seed, score_batch
 from data_gen.tasks import Example
 from router.engine.baselines import generate_autoregressive
-from router.engine.layout import left_pad, tokenizer_pad_id
+from router.engine.layout import left_pad, model_device, tokenizer_pad_id
+from router.engine.llamacpp import engine_note, is_llamacpp
 from router.engine.loop import shared_vocab
 from router.engine.prefix import SharedPrefix
 from router.machine.hardware import DtypeChoice, resolve_dtype
@@ -25,6 +28,28 @@ from router.tasks.metrics import get_metric
 from router.tasks.prompts import context_length, default_stops, fit_prompt, prompt_limit, prompt_text
 
 
+def _dtype(cfg: GenConfig, verifier, how: str) -> DtypeChoice | EngineChoice:
+    """What the manifest says the rows were computed in: torch's dtype and why, or llama.cpp's note."""
+    if is_llamacpp(verifier):
+        return EngineChoice(engine_note(verifier))
+    if how == "loaded":
+        return resolve_dtype(cfg.dtype, cfg.device)
+    return DtypeChoice(next(verifier.parameters()).dtype, how)
+
+
+class EngineChoice(NamedTuple):
+    """DtypeChoice's place on llama.cpp (router.engine.llamacpp.engine_note)."""
+
+    note: dict
+
+    @property
+    def name(self) -> str:
+        return self.note["dtype"]
+
+    def as_dict(self) -> dict:
+        return dict(self.note)
+
+
 class Recorder:
     """Holds the models and counters for one `specroute gen` run."""
 
@@ -32,11 +57,11 @@ class Recorder:
         self.cfg = cfg
         if drafter is None:
             drafter, verifier, tokenizer = load_pair(
-                cfg.drafter, cfg.verifier, cfg.dtype, cfg.device, cfg.verifier_device_map
+                cfg.drafter, cfg.verifier, cfg.dtype, cfg.device, cfg.verifier_device_map, cfg.engine, cfg.threads
             )
-            self.dtype = resolve_dtype(cfg.dtype, cfg.device)
+            self.dtype = _dtype(cfg, verifier, "loaded")
         else:
-            self.dtype = DtypeChoice(next(verifier.parameters()).dtype, "models passed in by the caller")
+            self.dtype = _dtype(cfg, verifier, "models passed in by the caller")
         self.drafter, self.verifier, self.tok = drafter, verifier, tokenizer
         self.vocab = shared_vocab(drafter, verifier)
         if cfg.top_k > self.vocab:
@@ -118,7 +143,7 @@ class Recorder:
     def rollouts(self, batch: list[Example], prompts: list[list[int]]) -> list[list[int]]:
         """Drafter samples for a batch of prompts (seeded by the batch's first example)."""
         ids, mask = left_pad(prompts, self.pad_id)
-        device = next(self.drafter.parameters()).device
+        device = model_device(self.drafter)
         ids, mask = ids.to(device), mask.to(device)
         out = generate_autoregressive(
             self.drafter,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from router.engine.options import DecodeOptions
 from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
+from router.pair import check_engine
 from router.tasks.metrics import check_metric_settings
 
 
@@ -44,7 +45,7 @@ class EvalConfig(DecodeOptions):
     dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"
     engine: str = "torch"  # torch (transformers) | llamacpp (GGUF files in llama.cpp, on the CPU: docs/usage.md)
-    threads: int = 0  # llamacpp: threads per model (0: every CPU this process may use; 1 on a loaded machine)
+    threads: int = 0  # llamacpp: threads per model (0: the physical cores, 1 when the machine is loaded)
     verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
     cost_ratio: float | None = None  # drafter/verifier seconds per token; default measured
     bootstrap: int = 1000  # replicates (over test examples) of the offline views' intervals
@@ -80,15 +81,3 @@ class EvalConfig(DecodeOptions):
         check_metric_settings(self.metric, self.sandbox, self.device)
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")
-
-
-def check_engine(engine: str, threads: int, device: str, device_map: str | None) -> None:
-    """The engine's settings: llama.cpp runs GGUF files on the CPU, with `threads` threads (0: all)."""
-    from router.pair import ENGINES
-
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ConfigError(f"threads must be an integer >= 0 (0: every CPU), got {threads!r}")
-    if engine == "llamacpp" and (device != "cpu" or device_map is not None):
-        raise ConfigError("engine llamacpp runs on the CPU here: leave device at cpu and verifier_device_map unset")

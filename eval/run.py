@@ -45,7 +45,7 @@ from router.infra.config import ConfigError, config_to_dict
 from router.infra.console import wandb_offline
 from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
 from router.infra.files import output_lock, write_json
-from router.machine.hardware import cpu_kind, machine_kind, resolve_dtype
+from router.machine.hardware import machine_kind, resolve_dtype
 from router.offline.folds import is_cross_fitted
 from router.offline.inputs import RecordView
 from router.pair import one_pair
@@ -234,19 +234,17 @@ def _load_pair(cfg: EvalConfig, manifest: Manifest):
     return pair
 
 
-def dtype_note(cfg: EvalConfig, manifests: list[Manifest]) -> dict:
+def dtype_note(cfg: EvalConfig, manifests: list[Manifest], pair=None) -> dict:
     """This run's dtype (and why), and whether the records were made in another one. Allowed: the
     pair's identity (its weight fingerprints) does not depend on the dtype, so records made in
     bf16 and an eval in float32 are the same pair; offline curves come from the records' numbers,
-    online points from this run's, and the report says so."""
+    online points from this run's, and the report says so. On llama.cpp: the engine's note (the GGUF
+    files' own weight types, the threads and why)."""
     recorded = sorted({m.dtype.get("dtype", "unrecorded") for m in manifests})
-    if cfg.engine == "llamacpp":  # the GGUF files' own weight types, on llama.cpp's CPU kernels
-        threads = cfg.threads or "all CPUs'"
-        name = f"llama.cpp ({threads} threads, the GGUF files' own weight types)"
-        reason = "engine llamacpp: the pair's GGUF files decoded by llama.cpp"
-        cpu = cpu_kind().rsplit(",", 1)[0]  # the CPU without torch's thread count: llama.cpp's is in the name
-        note = {"dtype": name, "reason": reason, "cpu": cpu, "engine": "llamacpp", "threads": threads}
-        return {**note, "records_dtype": recorded}
+    if cfg.engine == "llamacpp":
+        from router.engine.llamacpp import engine_note
+
+        return {**engine_note(pair.verifier), "records_dtype": recorded}
     choice = resolve_dtype(cfg.dtype, cfg.device)
     note = {**choice.as_dict(), "records_dtype": recorded}
     if recorded != [choice.name]:
@@ -337,7 +335,7 @@ def _run_online(
         "prompts": len(prompts),
         "batch_size": cfg.batch_size,
         "recorded_test_prompts": sum(e["recorded"] for e in examples[: len(prompts)]),
-        "dtype": dtype_note(cfg, [manifest]),
+        "dtype": dtype_note(cfg, [manifest], pair),
         "timed_on": timed_on(points),
         "timing_warnings": timing_warnings(points),
         "stop": stops,

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from router.infra.config import ConfigError
 from router.infra.embedded import cache_root, embedded_gguf, embedded_path
 from router.infra.quiet import third_party
 from router.machine.hardware import announce, resolve_dtype
@@ -21,6 +22,16 @@ from router.records import Manifest, RecordsError
 DEFAULT_DRAFTER = "embedded:drafter"
 DEFAULT_VERIFIER = "embedded:verifier"
 ENGINES = ("torch", "llamacpp")  # what runs the models: transformers, or llama.cpp on GGUF files
+
+
+def check_engine(engine: str, threads: int, device: str, device_map: str | None) -> None:
+    """The engine's settings: llama.cpp runs GGUF files on the CPU, with `threads` threads (0: all)."""
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise ConfigError(f"threads must be an integer >= 0 (0: chosen from the machine), got {threads!r}")
+    if engine == "llamacpp" and (device != "cpu" or device_map is not None):
+        raise ConfigError("engine llamacpp runs on the CPU here: leave device at cpu and verifier_device_map unset")
 
 
 def resolve_model_path(spec: str, dtype: torch.dtype = torch.bfloat16) -> tuple[str, dict]:
@@ -228,8 +239,9 @@ def load_pair(
 
     engine "llamacpp" loads both models as GGUF files in llama.cpp (router.engine.llamacpp): the embedded
     pair's own GGUF files, the tiny pair written as GGUF, or two `.gguf` paths (the tokenizer from the
-    verifier's file), each with `threads` threads (0: every CPU this process may use); dtype and devices do not
-    apply there (the GGUF's own weights, on the CPU).
+    verifier's file), each with `threads` threads (0: chosen from the machine by
+    `router.engine.llamacpp.choose_threads`: its physical cores, 1 when it is loaded); dtype and devices do
+    not apply there (the GGUF's own weights, on the CPU).
     verifier_device_map (e.g. "auto") loads the verifier with that accelerate device map, for a
     verifier too large for one device; the drafter goes to `device`.
     dtype as in `load_model` (default `auto`: bf16 only where it is native). `tiny:drafter` +
@@ -270,7 +282,17 @@ def same_files(spec: str) -> bool:
 
 
 def _llamacpp_pair(drafter: str, verifier: str, threads: int | None) -> Pair:
-    """The pair as llama.cpp models (see load_pair)."""
+    """The pair as llama.cpp models (see load_pair), both with the threads chosen once."""
+    from router.engine.llamacpp import choose_threads
+
+    threads, why = choose_threads(threads or 0)
+    pair = _llamacpp_models(drafter, verifier, threads)
+    for model in pair[:2]:
+        model.threads_reason = why
+    return pair
+
+
+def _llamacpp_models(drafter: str, verifier: str, threads: int) -> Pair:
     from router.engine.llamacpp import LlamaCppLM
 
     if (drafter, verifier) == ("tiny:drafter", "tiny:verifier"):
@@ -304,15 +326,17 @@ def _gguf_tokenizer(spec: str, path: Path):
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
-def tiny_gguf_pair(folder: str | Path, seed: int = 0) -> tuple[Path, Path]:
-    """(drafter.gguf, verifier.gguf) of `tiny_pair(seed)` in `folder`, written once per seed
+def tiny_gguf_pair(folder: str | Path, seed: int = 0, noise: float | None = None) -> tuple[Path, Path]:
+    """(drafter.gguf, verifier.gguf) of `tiny_pair(seed, noise)` in `folder`, written once per seed and noise
     (router.engine.tiny_gguf: what the llama.cpp engine loads in tests and CI)."""
     from router.engine.tiny_gguf import write_tiny_gguf
 
     folder = Path(folder)
-    paths = folder / f"tiny-drafter-seed{seed}.gguf", folder / f"tiny-verifier-seed{seed}.gguf"
+    tag = f"seed{seed}" if noise is None else f"seed{seed}-noise{noise:g}"
+    paths = folder / f"tiny-drafter-{tag}.gguf", folder / f"tiny-verifier-{tag}.gguf"
     if not all(path.exists() for path in paths):
-        for model, path in zip(tiny_pair(seed)[:2], paths):
+        models = tiny_pair(seed)[:2] if noise is None else tiny_pair(seed, noise)[:2]
+        for model, path in zip(models, paths):
             write_tiny_gguf(model, path)
     return paths
 

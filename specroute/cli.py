@@ -4,7 +4,7 @@ specroute generate --prompt "..."   decode with a speculative cascade, marking w
 specroute gen --config configs/gen/tiny.yaml [key=value ...]   record token-level data
 specroute train --config configs/train/tiny.yaml [key=value ...] fit and export a router
 specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
-specroute demo [--preset tiny|cpu|long|gpu] [--fresh]   the whole pipeline, resumable
+specroute demo [--preset tiny|cpu|long|gpu] [--engine auto|torch|llamacpp] [--fresh]   the whole pipeline, resumable
 specroute rules                     list the deferral rules and their alpha ranges
 """
 
@@ -62,7 +62,12 @@ def _generate_parser(sub) -> None:
         choices=("torch", "llamacpp"),
         help="torch (transformers) or llamacpp (the pair's GGUF files in llama.cpp, on the CPU; docs/usage.md)",
     )
-    g.add_argument("--threads", type=int, default=0, help="llamacpp: threads per model (0: every CPU)")
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="llamacpp: threads per model (0: the physical cores, 1 on a loaded machine)",
+    )
     g.add_argument("--output", default="runs/generate/latest.json", help="where to write the JSON result")
 
 
@@ -90,6 +95,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--output", help="folder for everything (default runs/demo/<preset>)")
     demo.add_argument("--fresh", action="store_true", help="start over instead of reusing finished stages")
+    demo.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "torch", "llamacpp"],
+        help="what runs the models: auto is llama.cpp for the cpu preset where llama-cpp-python is installed, "
+        "torch otherwise",
+    )
+    demo.add_argument("--threads", type=int, default=0, help="llamacpp: threads per model (0: chosen from the machine)")
     add_decode_flags(demo, None, only=("gamma", "draft_stop", "bonus_from"))  # unset: the preset's
     onnx = sub.add_parser("export-onnx", help="a router's decision as ONNX, checked on its golden vectors")
     onnx.add_argument("folder", help="an exported router folder (e.g. runs/demo/cpu/routers/mlp)")
@@ -116,7 +129,14 @@ def cmd_demo(args) -> int:
     from specroute.demo import run_demo
 
     run_demo(
-        args.preset, args.output, args.fresh, gamma=args.gamma, draft_stop=args.draft_stop, bonus_from=args.bonus_from
+        args.preset,
+        args.output,
+        args.fresh,
+        gamma=args.gamma,
+        draft_stop=args.draft_stop,
+        bonus_from=args.bonus_from,
+        engine=args.engine,
+        threads=args.threads,
     )
     return 0
 

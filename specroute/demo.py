@@ -17,7 +17,7 @@ from pathlib import Path
 
 from router.infra.files import write_json
 from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
-from specroute.presets import PRESETS, ROUTERS, Preset, with_decoding
+from specroute.presets import PRESETS, ROUTERS, Preset, resolve_engine, with_decoding, with_engine
 from specroute.stages import (
     choose_online_methods,
     evaluate,
@@ -39,7 +39,7 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     from data_gen.config import GenConfig
     from router.infra.config import config_from
     from router.machine.costs import measure_pair_costs
-    from router.machine.hardware import cpu_kind, resolve_dtype
+    from router.machine.hardware import cpu_kind
     from router.pair import load_pair
 
     left = _work_left(out, p)
@@ -52,7 +52,9 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     }
     first = configs[(p.tasks[0], "gold")]
     started = time.perf_counter()
-    pair = load_pair(first.drafter, first.verifier, first.dtype, first.device)
+    pair = load_pair(
+        first.drafter, first.verifier, first.dtype, first.device, engine=first.engine, threads=first.threads
+    )
     load_seconds = time.perf_counter() - started
     costs = measure_pair_costs(pair.drafter, pair.verifier, p.online_batch)
     record_s, online_s, train_rows = 0.0, 0.0, 0
@@ -72,9 +74,18 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
         {"recording": record_s, "training": training, "evaluation": online_s},
         costs,
         cpu_kind() if device == "cpu" else device,
-        resolve_dtype(first.dtype, device).name,
+        _priced_in(first, pair),
         load_seconds,
     )
+
+
+def _priced_in(cfg, pair) -> str:
+    """What the models run in, as the estimate line says it: torch's dtype, or llama.cpp with its threads."""
+    from router.machine.hardware import resolve_dtype
+
+    if cfg.engine == "llamacpp":
+        return f"llama.cpp GGUF, {pair.verifier.threads} threads ({pair.verifier.threads_reason})"
+    return resolve_dtype(cfg.dtype, cfg.device).name
 
 
 def _work_left(out: Path, p: Preset) -> dict:
@@ -169,10 +180,15 @@ def run_demo(
     gamma: str | int | None = None,
     draft_stop: float | None = None,
     bonus_from: str | None = None,
+    engine: str = "auto",
+    threads: int = 0,
 ) -> dict:
     """`specroute demo`: record, train and evaluate with one preset (PRESETS), reusing finished
-    stages; prints the results and writes demo_summary.json. Returns the summary."""
+    stages; prints the results and writes demo_summary.json. Returns the summary. `engine`: torch,
+    llamacpp or auto (`specroute.presets.resolve_engine`); `threads`: llama.cpp's (0: chosen from the machine)."""
+    engine, why = resolve_engine(preset, engine)
     p = with_decoding(_checked_preset(preset), gamma=gamma, draft_stop=draft_stop, bonus_from=bonus_from)
+    p = with_engine(p, engine, threads)
     out = Path(output or f"runs/demo/{preset}")
     if fresh and out.exists():
         shutil.rmtree(out)
@@ -180,7 +196,8 @@ def run_demo(
     started = time.perf_counter()
     print(
         f"specroute demo --preset {preset}: {', '.join(p.tasks)}; {p.gold_examples} gold examples per task, "
-        f"{len(ROUTERS)} routers, {p.prompts} online prompts per task (finished stages are reused on a rerun)"
+        f"{len(ROUTERS)} routers, {p.prompts} online prompts per task (finished stages are reused on a rerun); "
+        f"engine {engine}: {why}"
     )
     print("measuring this machine and the pair to estimate the time ...", flush=True)
     expected = estimate(out, p)
@@ -192,6 +209,7 @@ def run_demo(
     results = _timed(seconds, "evaluation", lambda: evaluate(out, p, folders, methods))
     summary = {
         "preset": preset,
+        "engine": engine,
         "seconds": time.perf_counter() - started,
         "stage_seconds": seconds,
         "estimate": expected.as_dict() if expected else None,

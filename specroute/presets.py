@@ -84,3 +84,33 @@ def with_decoding(p: Preset, **decoding) -> Preset:
     values; options left out (None) keep the preset's or the eval's defaults."""
     given = {k: v for k, v in decoding.items() if v is not None}
     return replace(p, eval_extra={**p.eval_extra, **given})
+
+
+ENGINE_CHOICES = ("auto", "torch", "llamacpp")
+LLAMACPP_BY_DEFAULT = ("cpu",)  # presets that run on llama.cpp under --engine auto where it is installed
+
+
+def resolve_engine(preset: str, engine: str) -> tuple[str, str]:
+    """(engine, why) of a demo run: `auto` is llama.cpp for the cpu preset where llama-cpp-python is installed
+    (the pair's GGUF files run several times faster there than in torch on a CPU), torch otherwise (the tiny
+    preset: seconds either way; long: its finished points were timed on torch; gpu: llama.cpp runs on the CPU here)."""
+    if engine not in ENGINE_CHOICES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINE_CHOICES)}, got {engine!r}")
+    if engine != "auto":
+        return engine, "as set (--engine)"
+    if preset not in LLAMACPP_BY_DEFAULT:
+        return "torch", f"the {preset} preset runs on torch (--engine llamacpp to change)"
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return "torch", "llama-cpp-python is not installed (`bash scripts/setup.sh llamacpp` installs it)"
+    return "llamacpp", "llama-cpp-python is installed: the GGUF files run in llama.cpp (--engine torch to change)"
+
+
+def with_engine(p: Preset, engine: str, threads: int = 0) -> Preset:
+    """The preset on an engine: on llamacpp every stage records, labels and decodes the pair's GGUF files in
+    llama.cpp with `threads` threads (0: chosen from the machine); torch leaves it as it is."""
+    if engine == "torch":
+        return p
+    extra = {"engine": engine, "threads": threads}
+    return replace(p, models={**p.models, **extra}, eval_extra={**p.eval_extra, **extra})

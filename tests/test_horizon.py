@@ -67,3 +67,15 @@ def test_a_continuation_the_answer_lacks_is_regenerated(tiny):
     want = horizon_scores(verifier, prompt, answer, [(t, d)])
     got = horizon_scores(verifier, prompt, recorded, [(t, d)], regenerate={(t, d): answer[t]})
     assert np.allclose(got, want, atol=1e-4)
+
+
+def test_a_regenerated_continuation_leaves_later_mismatches_their_prefix(tiny):
+    """Writing a continuation greedily at one mismatch must not cut the answer's cache short for the mismatches
+    after it (it once did: the greedy steps cropped the cache to the regenerated position, and a later
+    mismatch's branch then saw a prefix missing the tokens between)."""
+    verifier = tiny.verifier
+    prompt, answer = _greedy_answer(tiny, "Question: 7 * 6 = ?\nAnswer:", 40)
+    later = [(12, 51), (20, 52)]
+    alone = horizon_scores(verifier, prompt, answer, later, (0, 3, 5))
+    together = horizon_scores(verifier, prompt, answer, [(6, 50), *later], (0, 3, 5), regenerate={(6, 50): 77})
+    assert np.allclose(together[1:], alone, atol=1e-4)

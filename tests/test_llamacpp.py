@@ -174,7 +174,7 @@ def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys, m
     points = json.loads((tmp_path / "e" / "metrics.json").read_text())["online"]["points"]
     assert {p["method"] for p in points} >= {"verifier", "drafter", "opt", "router", "token_cascade"}
     assert all(p["seconds_per_token"] > 0 and p["tokens"] > 0 for p in points)
-    assert "Models in llama.cpp (1 threads" in (tmp_path / "e" / "report.md").read_text()
+    assert "llama.cpp with 1 threads (as set" in (tmp_path / "e" / "report.md").read_text()
 
 
 def test_the_generate_command_decodes_on_llama_cpp(tmp_path, capsys, monkeypatch):

@@ -177,6 +177,7 @@ def _trained_on(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest],
         "records": [str(r) for r in cfg.records],
         "tasks": sorted({m.task for m in manifests}),
         "models": {role: manifests[0].models.get(role, {}).get("name") for role in ("drafter", "verifier")},
+        "engine": sorted({m.dtype.get("engine", "torch") for m in manifests}),  # what computed the records' numbers
         "target": cfg.target,
         "loss": cfg.loss,
         "train_rows": len(train),

@@ -42,6 +42,13 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     return ids, mask
 
 
+def model_device(model) -> torch.device:
+    """Where a model's inputs go: its parameters' device; the CPU for an engine without torch parameters
+    (router.engine.llamacpp)."""
+    params = getattr(model, "parameters", None)
+    return next(params()).device if callable(params) else torch.device("cpu")
+
+
 def returned_cache(out):
     """The KV cache a forward returned: `cache` in transformers >= 5.24, `past_key_values` before."""
     return getattr(out, "cache", None) or out.past_key_values
@@ -49,7 +56,8 @@ def returned_cache(out):
 
 def cache_argument(model) -> str:
     """transformers >= 5.24 names the cache argument `cache`; older releases `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    forward = getattr(model, "forward", None)  # none on llama.cpp, whose cache is its own (unused name)
+    return "cache" if forward is None or "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 class Layout:

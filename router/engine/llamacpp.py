@@ -8,7 +8,10 @@ one llama.cpp sequence of one context, so a batch is one `llama_decode` call wit
 asked for; a rolled-back draft is removed from its sequence (`llama_memory_seq_rm`) before the next feed,
 which is where llama.cpp differs from torch's masked holes: its sequences have no holes, their positions
 stay contiguous. Hidden states (for routers that read them) are llama.cpp's embeddings with no pooling,
-the final normed layer, as transformers' last hidden state.
+the final normed layer, as transformers' last hidden state. A shared prompt prefix is decoded once into a
+sequence of its own and copied into each row (`start_from`); contexts are kept between batches, prefix and all
+(router/engine/llamacpp_lib.py). Recording places tokens where a row has others through forked sequences
+(`LlamaCppCache.fork`/`extend`/`drop`; data_gen/llamacpp_branches.py).
 
 llama-cpp-python is optional (`bash scripts/setup.sh llamacpp` builds it, about 12 CPU-minutes); threads are
 printed beside every figure measured with it (`threads`).
@@ -17,41 +20,52 @@ printed beside every figure measured with it (`threads`).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import torch
 
+from router.engine.llamacpp_lib import (
+    LLAMA_CPP_PYTHON,
+    MAX_SEQUENCES,
+    PREFIX_SEQ,
+    ROW_ROOM,
+    Context,
+    choose_threads,
+    llama_cpp,
+)
 from router.infra import clock
+from router.machine.hardware import cpu_kind
 
-LLAMA_CPP_PYTHON = "0.3.36"  # the pinned llama-cpp-python (scripts/setup.sh)
-MAX_SEQUENCES = 256  # llama.cpp's LLAMA_MAX_SEQ: rows of one batch
-_LOG_SINK = []  # the silent log callback, kept alive for as long as llama.cpp may call it
-
-
-def llama_cpp():
-    """The llama_cpp module, or an ImportError saying how to install it."""
-    try:
-        import llama_cpp as lib
-    except ImportError:
-        raise ImportError(
-            f"the llama.cpp engine needs llama-cpp-python=={LLAMA_CPP_PYTHON}: run `bash scripts/setup.sh llamacpp` "
-            f"(it builds llama.cpp from source, about 12 CPU-minutes)"
-        ) from None
-    if not _LOG_SINK:  # llama.cpp logs every load and context to stderr: keep the user's output readable
-        lib.llama_backend_init()
-        _LOG_SINK.append(lib.llama_log_callback(lambda level, text, user: None))
-        lib.llama_log_set(_LOG_SINK[0], ctypes.c_void_p())
-    return lib
+__all__ = [
+    "LLAMA_CPP_PYTHON",
+    "LlamaCppCache",
+    "LlamaCppLM",
+    "choose_threads",
+    "engine_note",
+    "is_llamacpp",
+    "llama_cpp",
+]
+FREE_CONTEXTS = 2  # contexts a model keeps for its next batches (each holds its KV buffer and prefix)
 
 
-def default_threads() -> int:
-    """The CPUs this process may run on (llama.cpp's threads spin while they wait: on a loaded machine
-    set fewer, e.g. LlamaCppLM(path, n_threads=1))."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+def engine_note(model: "LlamaCppLM") -> dict:
+    """What a manifest or report says of a run on llama.cpp, in the place of torch's dtype note: the GGUF
+    files' own weight types, the CPU, the threads and why."""
+    return {
+        "dtype": "gguf",
+        "reason": "engine llamacpp: the pair's GGUF files (their own weight types) run by llama.cpp",
+        "cpu": cpu_kind().rsplit(",", 1)[0],  # without torch's thread count: llama.cpp's is beside it
+        "engine": "llamacpp",
+        "threads": model.threads,
+        "threads_reason": model.threads_reason,
+    }
+
+
+def is_llamacpp(obj) -> bool:
+    """True for a model or cache of this engine (the places that build torch-only masks branch on it)."""
+    return getattr(obj, "engine", "torch") == "llamacpp"
 
 
 class LlamaCppLM:
@@ -66,7 +80,7 @@ class LlamaCppLM:
             raise FileNotFoundError(f"{path} is not a GGUF file: give the path of a .gguf model")
         lib = self._lib = llama_cpp()  # kept: freeing at interpreter exit must not import again
         self.path, self.context = path, context  # context: tokens of a batch's rows together (prompts + new)
-        self.threads = n_threads or default_threads()
+        self.threads, self.threads_reason = choose_threads(n_threads or 0)  # printed beside every figure
         self.model = lib.llama_model_load_from_file(str(path).encode(), lib.llama_model_default_params())
         if not self.model:
             raise ValueError(f"llama.cpp could not load {path}: is it a GGUF model file llama.cpp supports?")
@@ -82,6 +96,7 @@ class LlamaCppLM:
         )  # fmt: skip
         self.generation_config = SimpleNamespace(eos_token_id=eos, pad_token_id=pad if pad >= 0 else None)
         self.name_or_path = str(path)
+        self._free: list[Context] = []  # contexts kept between batches (lease, release)
 
     def fingerprint(self) -> str:
         """The GGUF file's identity: "gguf-" + the first 16 hex digits of its sha256 (hashed once)."""
@@ -100,124 +115,172 @@ class LlamaCppLM:
         """The loop's cache over this model (router.engine.layout.model_cache calls it)."""
         return LlamaCppCache(self, vocab)
 
-    def open_context(self, batch: int, hidden: bool):
-        """A llama.cpp context for `batch` sequences sharing one KV buffer of `context` tokens."""
-        if batch > MAX_SEQUENCES:
-            raise ValueError(
-                f"llama.cpp decodes at most {MAX_SEQUENCES} sequences in one context, the batch has {batch} rows: "
-                f"split it into batches of at most {MAX_SEQUENCES}"
-            )
-        lib = self._lib
-        params = lib.llama_context_default_params()
-        params.n_ctx = self.context
-        params.n_batch = params.n_ctx  # a whole batch's prompts in one decode
-        params.n_ubatch = min(512, params.n_ctx)
-        params.n_seq_max = batch
-        params.kv_unified = True  # the rows share the buffer: a row uses what it needs, not context / batch
-        params.n_threads = params.n_threads_batch = self.threads
-        params.embeddings = hidden
-        params.pooling_type = lib.LLAMA_POOLING_TYPE_NONE
-        ctx = lib.llama_init_from_model(self.model, params)
-        if not ctx:
-            raise MemoryError(f"llama.cpp could not make a context of {params.n_ctx} tokens for {self.path.name}")
-        return ctx
+    def lease(self, tokens: int) -> Context:
+        """A context with room for `tokens` cells (at least `context`): a free one kept from an earlier batch
+        (its prefix sequence still there), else a new one. Give it back with `release`."""
+        for c in self._free:
+            if c.n_ctx >= tokens:
+                self._free.remove(c)
+                return c
+        size = max(self.context, -(-tokens // 256) * 256)
+        try:
+            return Context(self._lib, self.model, size, self.threads)
+        except MemoryError:
+            raise MemoryError(
+                f"llama.cpp could not make a context of {size} tokens for {self.path.name}: use smaller batches"
+            ) from None
+
+    def release(self, context: Context) -> None:
+        """Keep a context for the next batch (every sequence but the prefix's dropped); the oldest beyond
+        FREE_CONTEXTS is freed."""
+        context.keep_prefix_only()
+        self._free.insert(0, context)
+        for old in self._free[FREE_CONTEXTS:]:
+            old.free()
+        del self._free[FREE_CONTEXTS:]
 
     def __del__(self):
         if getattr(self, "model", None):
             with contextlib.suppress(TypeError, AttributeError):  # at interpreter exit the bindings may be gone
+                for c in self._free:
+                    c.free()
                 self._lib.llama_model_free(self.model)
             self.model = None
 
 
 class LlamaCppCache:
-    """`router.engine.layout.CachedModel`'s interface on llama.cpp: row b of the layout is sequence
-    `seqs[b]`, holding the row's first `kv_len[b]` real tokens at positions 0..kv_len[b] - 1."""
+    """`router.engine.layout.CachedModel`'s interface on llama.cpp: row b of the layout is sequence `rows[b]`,
+    holding the row's first `kv_len[b]` real tokens at positions 0..kv_len[b] - 1. Branches forked from a row
+    (`fork`, `extend`, `drop`) are further sequences sharing its first cells: how recording places a token or a
+    short continuation where the row has another (judge inputs, window chains, short-horizon labels), as torch
+    does with a tree-shaped attention mask."""
+
+    engine = "llamacpp"
 
     def __init__(self, lm: LlamaCppLM, vocab: int):
-        self.lm, self.vocab, self._lib = lm, vocab, lm._lib
-        self.ctx = None  # made on the first feed, for that batch size
-        self.seqs: list[int] = []
+        self.lm, self.vocab = lm, vocab
+        self.model = lm  # as CachedModel.model
+        self.context: Context | None = None  # leased from the model on the first feed, given back by close()
+        self.rows: list[int] = []  # the sequence of each layout row
         self.kv_len: list[int] = []
         self.n_cached = 0  # columns of the layout fed
+        self.prefix = None  # the SharedPrefix the rows start from (start_from), copied in at the first feed
+        self.branches: dict[int, int] = {}  # forked sequence -> its length
         self.forwards, self.row_forwards, self.seconds = 0, 0, 0.0
         self.want_hidden = False
         self.last_hidden = None  # (B, keep, H) of the latest feed when want_hidden
 
+    def start_from(self, prefix, batch: int) -> None:
+        """The layout's first len(prefix) columns are a shared prompt prefix: the rows copy the context's prefix
+        sequence (decoded once per model and kept between batches) instead of decoding those columns."""
+        self.prefix, self.n_cached = prefix, len(prefix)
+
     def feed(self, layout, upto: int, keep: int) -> torch.Tensor:
         """Decode the columns [n_cached, upto) of every row (its real tokens) in one llama_decode and
-        return logits (B, keep, V) at the last `keep` columns."""
+        return logits (B, keep, V) at the last `keep` columns (zeros where a row has no token)."""
         started = clock.now()
-        batch_rows = layout.tokens.shape[0]
-        if self.ctx is None:
-            self.ctx = self.lm.open_context(batch_rows, self.want_hidden)
-            self.seqs, self.kv_len = list(range(batch_rows)), [0] * batch_rows
+        if self.context is None:
+            self._open(layout, upto)
         self._forget_rolled_back(layout)
-        entries = self._entries(layout, upto, keep)  # (row, column offset, token, position, wants output)
-        logits, hidden = self._decode(entries, batch_rows, keep)
+        entries, rows, cols = self._entries(layout, upto, keep)
+        logits, hidden = self.context.decode(entries, self.vocab, self.want_hidden)  # (n_out, V), (n_out, H)
+        batch = layout.tokens.shape[0]
+        out = np.zeros((batch, keep, self.vocab), dtype=np.float32)  # (B, keep, V)
+        out[rows, cols] = logits
+        if hidden is not None:
+            self.last_hidden = torch.zeros((batch, keep, hidden.shape[-1]))  # (B, keep, H)
+            self.last_hidden[rows, cols] = torch.from_numpy(hidden)
         self.n_cached = upto
         self.forwards += 1
-        self.row_forwards += batch_rows
-        self.last_hidden = hidden
+        self.row_forwards += batch
         self.seconds += clock.now() - started
-        return logits
+        return torch.from_numpy(out)
+
+    def _open(self, layout, upto: int) -> None:
+        """Lease a context sized for this batch and put the shared prefix in every row."""
+        batch = layout.tokens.shape[0]
+        if batch >= PREFIX_SEQ:
+            raise ValueError(
+                f"llama.cpp decodes at most {PREFIX_SEQ} rows in one context, the batch has {batch}: "
+                f"split it into batches of at most {PREFIX_SEQ}"
+            )
+        fed = int(layout.mask[:, self.n_cached : upto].sum())
+        self.context = self.lm.lease(fed + batch * ROW_ROOM + (len(self.prefix) if self.prefix else 0))
+        self.rows, self.kv_len = list(range(batch)), [0] * batch
+        if self.prefix is not None:
+            ids = tuple(self.prefix.ids)
+            if self.context.prefix != ids:
+                self.context.remove(PREFIX_SEQ)
+                self.context.decode([(PREFIX_SEQ, i, t, False) for i, t in enumerate(ids)], self.vocab, False)
+                self.context.prefix = ids
+            for seq in self.rows:
+                self.context.copy(PREFIX_SEQ, seq, len(ids))
+            self.kv_len = [len(ids)] * batch
 
     def _forget_rolled_back(self, layout) -> None:
         """Remove from each sequence the tokens the loop turned into holes since the last feed (a rejected
-        suffix of the row's real tokens)."""
-        lib, kept = self._lib, layout.mask[:, : self.n_cached].sum(-1).tolist()  # (B,) real tokens fed
-        memory = lib.llama_get_memory(self.ctx)
-        for i, seq in enumerate(self.seqs):
+        suffix of the row's real tokens): llama.cpp's sequences have no holes, their positions stay contiguous."""
+        kept = layout.mask[:, : self.n_cached].sum(-1).tolist()  # (B,) real tokens fed
+        for i, seq in enumerate(self.rows):
             if self.kv_len[i] > kept[i]:
-                lib.llama_memory_seq_rm(memory, seq, kept[i], -1)
+                self.context.remove(seq, kept[i])
                 self.kv_len[i] = kept[i]
 
-    def _entries(self, layout, upto: int, keep: int) -> list[tuple[int, int, int, int, bool]]:
+    def _entries(self, layout, upto: int, keep: int):
+        """The decode's entries (sequence, position, token, wants output) and, per output, its row and column."""
         width = upto - self.n_cached
         tokens = layout.tokens[:, self.n_cached : upto].tolist()
         real = layout.mask[:, self.n_cached : upto].tolist()
-        entries = []
-        for i in range(len(tokens)):
-            position = self.kv_len[i]  # llama.cpp's positions are contiguous: the row's real tokens so far
+        entries, rows, cols = [], [], []
+        for i, seq in enumerate(self.rows):
+            position = self.kv_len[i]
             for j in range(width):
                 if real[i][j]:
-                    entries.append((i, j - (width - keep), tokens[i][j], position, j >= width - keep))
+                    out = j >= width - keep
+                    entries.append((seq, position, tokens[i][j], out))
+                    if out:
+                        rows.append(i)
+                        cols.append(j - (width - keep))
                     position += 1
             self.kv_len[i] = position
-        return entries
+        return entries, rows, cols
 
-    def _decode(self, entries: list, batch_rows: int, keep: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        lib = self._lib
-        batch = lib.llama_batch_init(max(len(entries), 1), 0, 1)
-        try:
-            for k, (i, _, token, position, out) in enumerate(entries):
-                batch.token[k], batch.pos[k], batch.n_seq_id[k] = token, position, 1
-                batch.seq_id[k][0], batch.logits[k] = self.seqs[i], int(out)
-            batch.n_tokens = len(entries)
-            if entries and lib.llama_decode(self.ctx, batch) != 0:
-                raise RuntimeError(
-                    f"llama.cpp could not decode {len(entries)} tokens of {self.lm.path.name} (the batch's context holds "
-                    f"{self.lm.context} tokens in all): use smaller batches, shorter prompts or fewer new tokens, or "
-                    f"load it with LlamaCppLM(path, context=...) larger"
-                )
-        finally:
-            lib.llama_batch_free(batch)
-        logits = np.zeros((batch_rows, keep, self.vocab), dtype=np.float32)  # (B, keep, V)
-        hidden = np.zeros((batch_rows, keep, self.lm.hidden_size), dtype=np.float32) if self.want_hidden else None
-        for k, (i, col, _, _, out) in enumerate(entries):
-            if out:
-                logits[i, col] = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, k), (self.lm.vocab_size,))[
-                    : self.vocab
-                ]
-                if hidden is not None:
-                    hidden[i, col] = np.ctypeslib.as_array(
-                        lib.llama_get_embeddings_ith(self.ctx, k), (self.lm.hidden_size,)
-                    )
-        return torch.from_numpy(logits), None if hidden is None else torch.from_numpy(hidden)
+    # ---- branches: tokens placed after a row's first cells, each branch seeing only those and itself ----------
+    def free_sequences(self) -> int:
+        """How many branches may be forked now (llama.cpp has MAX_SEQUENCES sequences per context)."""
+        return PREFIX_SEQ - len(self.rows) - len(self.branches)
 
-    def start_from(self, prefix, batch: int) -> None:
-        """A shared prompt prefix is not cached across batches on llama.cpp: the layout holds its columns, and
-        the first feed prefills them with the rest of each prompt (same tokens, no reuse between batches)."""
+    def fork(self, row: int, at: int) -> int:
+        """A new sequence holding layout row `row`'s tokens at positions [0, at) (the same cells, no decode)."""
+        used = set(self.rows) | set(self.branches)
+        seq = next((s for s in range(PREFIX_SEQ) if s not in used), None)
+        if seq is None:
+            raise RuntimeError(f"no free llama.cpp sequence: at most {MAX_SEQUENCES} per context; drop branches first")
+        self.context.copy(self.rows[row], seq, at)
+        self.branches[seq] = at
+        return seq
 
+    def extend(self, tokens: list[tuple[int, list[int]]], hidden: bool = False):
+        """Decode tokens onto forked sequences, [(sequence, tokens)], all in one llama_decode. Returns per branch
+        its logits (n, V) at every new token and, with `hidden`, its final hidden states (n, H), else None."""
+        started = clock.now()
+        entries = [(seq, self.branches[seq] + k, t, True) for seq, toks in tokens for k, t in enumerate(toks)]
+        logits, states = self.context.decode(entries, self.vocab, hidden)
+        for seq, toks in tokens:
+            self.branches[seq] += len(toks)
+        sizes = np.cumsum([len(toks) for _, toks in tokens])[:-1]
+        self.forwards += 1
+        self.seconds += clock.now() - started
+        logits = [torch.from_numpy(x) for x in np.split(logits, sizes)]
+        return logits, [torch.from_numpy(x) for x in np.split(states, sizes)] if hidden else None
+
+    def drop(self, seqs) -> None:
+        """Forget forked sequences."""
+        for seq in list(seqs):
+            self.context.remove(seq)
+            del self.branches[seq]
+
+    # ---- the loop's rollback and finished rows --------------------------------------------------------------
     def crop_to(self, length: int) -> None:
         """Columns past `length` are holes in every row: the next feed removes them from the sequences."""
         self.n_cached = min(self.n_cached, length)
@@ -225,15 +288,18 @@ class LlamaCppCache:
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only these rows (finished ones leave the batch): their sequences stay, the others are freed."""
         keep = rows.tolist()
-        if self.ctx is not None:
-            memory = self._lib.llama_get_memory(self.ctx)
-            for i in set(range(len(self.seqs))) - set(keep):
-                self._lib.llama_memory_seq_rm(memory, self.seqs[i], -1, -1)
-        self.seqs = [self.seqs[i] for i in keep]
+        if self.context is not None:
+            for i in set(range(len(self.rows))) - set(keep):
+                self.context.remove(self.rows[i])
+        self.rows = [self.rows[i] for i in keep]
         self.kv_len = [self.kv_len[i] for i in keep]
 
+    def close(self) -> None:
+        """Give the context back to the model for its next batch (its prefix sequence kept)."""
+        if self.context is not None:
+            self.lm.release(self.context)
+            self.context = None
+
     def __del__(self):
-        if getattr(self, "ctx", None):
-            with contextlib.suppress(TypeError, AttributeError):  # at interpreter exit the bindings may be gone
-                self._lib.llama_free(self.ctx)
-            self.ctx = None
+        with contextlib.suppress(TypeError, AttributeError):  # at interpreter exit the bindings may be gone
+            self.close()

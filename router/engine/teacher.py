@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from router.engine.layout import Layout, cache_argument, left_pad, returned_cache
+from router.engine.layout import Layout, cache_argument, left_pad, model_device, returned_cache
+from router.engine.llamacpp import is_llamacpp
 from router.engine.prefix import SharedPrefix, start_layout
 
 
@@ -16,7 +17,10 @@ def forward_tail(
 ):
     """Logits (B, keep, V) of the last `keep` columns, their last hidden states if asked, and the
     KV cache of every column if asked (else None). With a shared prefix, the layout's first
-    len(prefix) columns come from its cache and only the rest is fed."""
+    len(prefix) columns come from its cache and only the rest is fed. A llama.cpp model
+    (router.engine.llamacpp) returns its LlamaCppCache as the cache."""
+    if is_llamacpp(model):
+        return _llamacpp_forward(model, layout, keep, vocab, hidden, cache, prefix)
     start = len(prefix) if prefix is not None else 0
     past = {cache_argument(model): prefix.cache_for(model, layout.tokens.shape[0])} if prefix is not None else {}
     out = model(
@@ -31,6 +35,18 @@ def forward_tail(
     states = out.hidden_states[-1][:, -keep:] if hidden else None  # (B, keep, H)
     kv = returned_cache(out) if cache else None
     return out.logits[:, -keep:, :vocab], states, kv
+
+
+def _llamacpp_forward(model, layout: Layout, keep: int, vocab: int, hidden: bool, cache: bool, prefix):
+    run = model.kv_cache(vocab)
+    run.want_hidden = hidden
+    if prefix is not None:
+        run.start_from(prefix, layout.tokens.shape[0])
+    logits = run.feed(layout, layout.length, keep)  # (B, keep, V)
+    states = run.last_hidden if hidden else None
+    if not cache:
+        run.close()  # the context goes back to the model, its prefix kept for the next batch
+    return logits, states, run if cache else None
 
 
 def tail_layout(
@@ -56,7 +72,7 @@ def continuation_logprobs(
 ) -> list[float]:
     """The model's summed log-probability of each (non-empty) continuation after its prompt, one
     teacher-forced forward over the batch."""
-    layout, prefix, keep = tail_layout(prompts, continuations, pad_id, next(model.parameters()).device, prefix)
+    layout, prefix, keep = tail_layout(prompts, continuations, pad_id, model_device(model), prefix)
     with torch.inference_mode():
         logits, _, _ = forward_tail(model, layout, keep, vocab, hidden=False, prefix=prefix)
     logp = torch.log_softmax(logits.float(), -1)  # (B, keep, V)

@@ -46,6 +46,7 @@ def model_card(cfg, name: str) -> str:
         "## Pair",
         "",
         f"- drafter: {models.get('drafter') or 'unnamed'}; verifier: {models.get('verifier') or 'unnamed'}",
+        f"- records computed by: {', '.join(trained.get('engine') or ['torch'])} (specroute's engines: torch, llamacpp)",
         f"- weight fingerprints: {pair or 'not recorded (decodes with any pair)'}; decoding with other models is "
         "refused unless `check_pair=False`",
         f"- inputs: {', '.join(cfg.feature_names) if cfg.head != 'judge' else 'judge features'}"

@@ -131,7 +131,10 @@ def calibrate_gamma(
 
 
 def machine_of(model) -> tuple[str, str]:
-    """(machine, dtype) a model runs on: the CPU kind or the GPU's name, and its parameters' dtype."""
+    """(machine, dtype) a model runs on: the CPU kind or the GPU's name, and its parameters' dtype (a llama.cpp
+    model: "gguf, N threads", since its speed depends on them)."""
+    if getattr(model, "engine", "torch") == "llamacpp":
+        return machine_kind("cpu"), f"gguf, {model.threads} threads"
     param = next(model.parameters())
     return machine_kind(str(param.device)), str(param.dtype).removeprefix("torch.")
 

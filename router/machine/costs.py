@@ -3,7 +3,7 @@
 A speculative cascade pays off only where a drafter step and a verifier pass over a few tokens are
 cheap relative to a verifier step, and those ratios differ between machines by several times (bf16
 on AMX vs float32 on AVX2; compute-bound prefill vs memory-bound decoding). `measure_pair_costs`
-times, with the real models and the real decoding code (`router.engine.layout.CachedModel`): a prefill
+times, with the real models and the real decoding code (`router.engine.layout.model_cache`, on either engine): a prefill
 (seconds per prompt token, the cost of recording and of reading prompts), one drafter step, and
 verifier passes over 1 and over gamma + 1 tokens, at a given batch size. The demo builds its time
 estimate from them. `measure_verify_curve` times verifier passes over 1..n tokens, and
@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from router.engine.layout import CachedModel, model_cache, Layout
+from router.engine.layout import CachedModel, Layout, model_cache, model_device
+from router.engine.loop import vocab_size
 
 PROBE_CONTEXT = 64  # prompt tokens per row of the probe (the prefill timing and the steps' context)
 
@@ -43,7 +44,7 @@ class PairCosts:
 
 
 def _sync(model) -> None:
-    if next(model.parameters()).is_cuda:
+    if model_device(model).type == "cuda":
         torch.cuda.synchronize()
 
 
@@ -63,11 +64,11 @@ def _timed_feed(cached: CachedModel, layout: Layout, n_new: int) -> float:
 
 def _model_costs(model, vocab: int, batch: int, n_values: tuple[int, ...]) -> tuple[float, list[float]]:
     """(prefill seconds per token, [seconds of a decoding forward over n tokens per row for n in n_values])."""
-    device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, vocab, (batch, PROBE_CONTEXT), generator=gen).to(device)
+    ids = torch.randint(3, vocab, (batch, PROBE_CONTEXT), generator=gen).to(model_device(model))
     layout, cached = Layout(ids, torch.ones_like(ids)), model_cache(model, vocab)
-    model(input_ids=ids[:, :8])  # warm-up: touches every weight once (memory-mapped files page in here)
+    head = Layout(ids[:, :8], torch.ones_like(ids[:, :8]))
+    model_cache(model, vocab).feed(head, 8, 1)  # warm-up: touches every weight once (memory-mapped files page in)
     _sync(model)
     started = time.perf_counter()
     cached.feed(layout, layout.length, 1)
@@ -84,7 +85,7 @@ def _model_costs(model, vocab: int, batch: int, n_values: tuple[int, ...]) -> tu
 def measure_pair_costs(drafter, verifier, batch: int = 1, gamma: int = 5) -> PairCosts:
     """Time the pair's prefill, drafter step and verifier passes at this batch size (a few seconds;
     about 20 s for the 0.5B/1.5B pair in float32 on 2 AVX2 cores)."""
-    vocab = min(m.get_output_embeddings().weight.shape[0] for m in (drafter, verifier))
+    vocab = min(vocab_size(m) for m in (drafter, verifier))
     started = time.perf_counter()
     d_prefill, (d_step,) = _model_costs(drafter, vocab, batch, (1,))
     v_prefill, (v_step, v_block) = _model_costs(verifier, vocab, batch, (1, gamma + 1))
@@ -95,8 +96,7 @@ def measure_pair_costs(drafter, verifier, batch: int = 1, gamma: int = 5) -> Pai
 def measure_verify_curve(verifier, batch: int = 1, max_tokens: int = 9) -> list[float]:
     """Seconds of one verifier decoding forward over n tokens per row, for n = 1..max_tokens (what a
     block of n - 1 drafts costs to verify; far from flat on a CPU, nearly flat on a GPU)."""
-    vocab = verifier.get_output_embeddings().weight.shape[0]
-    return _model_costs(verifier, vocab, batch, tuple(range(1, max_tokens + 1)))[1]
+    return _model_costs(verifier, vocab_size(verifier), batch, tuple(range(1, max_tokens + 1)))[1]
 
 
 def tokens_per_block(acceptance, gamma: int):
