@@ -1,15 +1,17 @@
 """Recording and labelling on the two engines, side by side: the same examples recorded by `specroute gen` with
 the same settings on torch and on llama.cpp.
 
-Per stage (gold: teacher-forced gold continuations, with judge inputs with --judge; consequence: the verifier's
-answers searched at each mismatch, with short-horizon scores), each engine records the same examples twice in
-ABBA order (torch, llama.cpp, llama.cpp, torch: a drift of the machine falls on both), and the summed times give
+Stages "prefill" and "decode" time the models alone: the verifier's teacher-forced forward over whole 5-shot
+prompts (tokens/s), and its greedy decoding of 48 tokens per row at batch 1 and 4 from the shared prefix (new
+tokens/s), each engine twice in ABBA order. Per recording stage (gold: teacher-forced gold continuations, with
+judge inputs with --judge; consequence: the verifier's answers searched at each mismatch, with short-horizon
+scores), each engine records the same examples twice in ABBA order (torch, llama.cpp, llama.cpp, torch: a drift of the machine falls on both), and the summed times give
 examples per second and the ratio llama.cpp / torch. The two engines' records are then compared: the drafter's
 and the verifier's argmax at every gold position, the largest feature difference, and (consequence) the answers
 and labels of examples both engines answered alike. Prints the CPU, torch's dtype and threads, llama.cpp's
 threads and why; writes JSON and CSV.
 
-    python benchmarks/engines.py [--tiny] [--examples 16] [--stages gold consequence] [--threads 0]
+    python benchmarks/engines.py [--tiny] [--examples 16] [--stages prefill decode gold consequence] [--threads 0]
         [--dtype auto] [--judge] [--horizon 10] [--mismatches 8] [--budget 256] [--out runs/bench/engines]
 """
 
@@ -21,6 +23,7 @@ import json
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,6 +44,63 @@ from router.records import HARMLESS, IMPORTANT, load_records  # noqa: E402
 from router.tasks import metrics  # noqa: E402
 
 ORDER = ("torch", "llamacpp", "llamacpp", "torch")  # ABBA
+RECORDING = ("gold", "consequence")
+DECODE_TOKENS = 48
+
+
+def task_prompts(tokenizer, task: str, n: int, limit: int | None) -> list[list[int]]:
+    """The first n prompts of the task as `specroute gen` builds them (5-shot GSM8K: a shared context)."""
+    from data_gen.plan import load_examples
+    from router.tasks.prompts import prompt_text
+
+    examples = load_examples(GenConfig(task=task, max_examples=n))
+    ids = [
+        tokenizer.encode(prompt_text(tokenizer, e.prompt, e.question, False), add_special_tokens=False)
+        for e in examples
+    ]
+    return [p[-limit:] if limit else p for p in ids]
+
+
+def model_speeds(pairs: dict, prompts: list[list[int]], stage: str) -> list[dict]:
+    """Rows of the prefill or decode stage: each measurement on both engines, ABBA, seconds summed."""
+    from router.engine.baselines import generate_autoregressive
+    from router.engine.layout import left_pad
+    from router.engine.loop import vocab_size
+    from router.engine.prefix import SharedPrefix
+    from router.engine.teacher import forward_tail, tail_layout
+
+    prefix = SharedPrefix.common(prompts)
+    rows = []
+    for batch in (1,) if stage == "prefill" else (1, 4):
+        work = {}
+        for engine in ORDER:
+            pair = pairs[engine]
+            pad = pair.tokenizer.pad_token_id or 0
+            with torch.inference_mode():
+                if stage == "prefill":  # one whole prompt, no prefix: every token fed
+                    layout, _, keep = tail_layout([prompts[0][:-1]], [prompts[0][-1:]], pad, "cpu")
+                    started = time.perf_counter()
+                    forward_tail(pair.verifier, layout, keep, vocab_size(pair.verifier), False)
+                    tokens = len(prompts[0])
+                else:
+                    ids, mask = left_pad(prompts[:batch], pad)
+                    go = dict(attention_mask=mask, max_new_tokens=DECODE_TOKENS, prefix=prefix, role="verifier")
+                    generate_autoregressive(pair.verifier, ids, **{**go, "max_new_tokens": 2})  # the prefix, once
+                    started = time.perf_counter()
+                    tokens = generate_autoregressive(pair.verifier, ids, **go).stats["new_tokens"]
+            seconds, count = work.get(engine, (0.0, 0))
+            work[engine] = (seconds + time.perf_counter() - started, count + tokens)
+        per_s = {e: work[e][1] / work[e][0] for e in work}
+        rows.append(
+            {
+                "stage": stage if stage == "prefill" else f"decode batch {batch}",
+                "torch_tokens_per_s": per_s["torch"],
+                "llamacpp_tokens_per_s": per_s["llamacpp"],
+                "speedup": per_s["llamacpp"] / per_s["torch"],
+            }
+        )
+        print(f"  {rows[-1]['stage']}: torch {per_s['torch']:.1f} tok/s, llama.cpp {per_s['llamacpp']:.1f} tok/s")
+    return rows
 
 
 def stage_config(stage: str, args, workdir: Path, real: bool) -> GenConfig:
@@ -110,7 +170,12 @@ def main() -> None:
     parser.add_argument("--task", default="gsm8k")
     parser.add_argument("--examples", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--stages", nargs="+", default=["gold", "consequence"], choices=["gold", "consequence"])
+    parser.add_argument(
+        "--stages",
+        nargs="+",
+        default=["prefill", "decode", "gold", "consequence"],
+        choices=["prefill", "decode", *RECORDING],
+    )
     parser.add_argument("--threads", type=int, default=0, help="llama.cpp threads (0: chosen from the machine)")
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="torch's dtype (default auto)")
     parser.add_argument("--judge", action="store_true", help="gold records with judge inputs")
@@ -129,6 +194,11 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="specroute-bench-engines-"))
     rows, result = [], {"cpu": cpu_kind(), "torch_dtype": resolve_dtype(dtype, "cpu").name, "llamacpp": llama}
     for stage in args.stages:
+        if stage not in RECORDING:
+            rows += model_speeds(
+                pairs, task_prompts(pairs["torch"].tokenizer, args.task, 4, None if real else 200), stage
+            )
+            continue
         cfg = stage_config(stage, args, workdir, real)
         runs = [record(cfg, e, pairs[e], workdir / f"{stage}-{e}-{i}") for i, e in enumerate(ORDER)]
         seconds = {e: sum(r["seconds"] for r in runs if r["engine"] == e) for e in ("torch", "llamacpp")}
@@ -170,6 +240,12 @@ def _summary(result: dict, args) -> None:
         f"({llama['threads_reason']}); each engine twice, ABBA"
     )
     for row in result["stages"]:
+        if "torch_tokens_per_s" in row:
+            print(
+                f"  {row['stage']:<14} torch {row['torch_tokens_per_s']:.1f} tokens/s, llama.cpp "
+                f"{row['llamacpp_tokens_per_s']:.1f} tokens/s, {row['speedup']:.2f}x"
+            )
+            continue
         line = (
             f"  {row['stage']:<12} {row['examples']} examples: torch {row['torch_examples_per_s']:.3f} ex/s, "
             f"llama.cpp {row['llamacpp_examples_per_s']:.3f} ex/s, {row['speedup']:.2f}x"

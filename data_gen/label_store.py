@@ -18,6 +18,8 @@ the same way; a mismatch the file has no score for is scored afresh.
 
 from __future__ import annotations
 
+import warnings
+
 import gzip
 import json
 from pathlib import Path
@@ -205,8 +207,10 @@ class LabelStore:
                 f"or edited; export it again (`specroute labels export FOLDER {self.path}`) or restore it"
             )
 
-    def check(self, cfg, pair) -> None:
-        """Refuse labels made under other label settings, or with another model pair."""
+    def check(self, cfg, pair, other_engine_ok: bool = False) -> None:
+        """Refuse labels made under other label settings, or with another model pair. `other_engine_ok`: this run
+        is llama.cpp on the GGUF files the label file's torch models were converted from (router.pair.same_files),
+        whose weights are the same under other fingerprints."""
         from router.pair import check_pair_is
 
         mine = {k: getattr(cfg, k) for k in LABEL_FIELDS}
@@ -217,8 +221,15 @@ class LabelStore:
                 f"labels_from: {self.path} was searched with other label settings ({found}): use the same "
                 f"settings, or drop labels_from to search afresh"
             )
+        recorded = self.header["pair"]
+        if other_engine_ok and self.header.get("dtype") != "gguf":  # searched on torch, replayed on llama.cpp
+            warnings.warn(
+                f"labels_from {self.path} was searched on torch ({self.header.get('dtype')}) from the GGUF files this "
+                f"llama.cpp run loads: the same weights, run by another engine; its answers are replayed as stored"
+            )
+            recorded = {"tokenizer": recorded.get("tokenizer")}
         try:
-            check_pair_is(pair, self.header["pair"], f"labels_from {self.path}")
+            check_pair_is(pair, recorded, f"labels_from {self.path}")
         except ValueError as err:
             raise ConfigError(str(err)) from None
 

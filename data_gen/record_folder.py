@@ -99,7 +99,7 @@ def remove_if_untouched(out: Path) -> None:
 
 
 # how a folder is made, not what it holds: a resume may add or drop them, and a folder may be moved or copied
-NOT_IDENTITY = ("overwrite", "labels_from", "output")
+NOT_IDENTITY = ("overwrite", "labels_from", "output", "threads")  # threads: the same numbers, another speed
 
 
 def recording_identity(cfg: GenConfig) -> dict:

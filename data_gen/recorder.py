@@ -21,7 +21,7 @@ from router.engine.llamacpp import engine_note, is_llamacpp
 from router.engine.loop import shared_vocab
 from router.engine.prefix import SharedPrefix
 from router.machine.hardware import DtypeChoice, resolve_dtype
-from router.pair import load_pair
+from router.pair import load_pair, same_files
 from router.infra import clock
 from router.records import HARMLESS, IMPORTANT, UNTESTED
 from router.tasks.metrics import get_metric
@@ -81,7 +81,8 @@ class Recorder:
             self.stops = default_stops(cfg.task, cfg.chat) if cfg.stop is None else list(cfg.stop)
             if cfg.labels_from:
                 self.store = LabelStore(cfg.labels_from)
-                self.store.check(cfg, (drafter, verifier, tokenizer))
+                other_engine = is_llamacpp(verifier) and same_files(cfg.drafter) and same_files(cfg.verifier)
+                self.store.check(cfg, (drafter, verifier, tokenizer), other_engine_ok=other_engine)
 
     def share_prefix(self, examples: list[Example]) -> None:
         """Find the prompt prefix every example shares (a few-shot context): it is prefilled once

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from router.infra.files import write_json
 from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
-from specroute.presets import PRESETS, ROUTERS, Preset, resolve_engine, with_decoding, with_engine
+from specroute.presets import PRESETS, ROUTERS, Preset, engine_candidates, with_decoding, with_engines
 from specroute.stages import (
     choose_online_methods,
     evaluate,
@@ -77,6 +77,30 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
         _priced_in(first, pair),
         load_seconds,
     )
+
+
+def choose_engines(out: Path, p: Preset, candidates: tuple, threads: int) -> tuple[Preset, Estimate | None, dict]:
+    """The preset on the engines its stages will run on, the estimate, and {stage: engine}. One candidate: that
+    one. Several (`--engine auto`): each priced on this machine, recording and evaluation each on the cheaper
+    one (records already made stay: their engine prices them at 0, the other would record them again)."""
+    priced = {e: estimate(out, with_engines(p, e, e, threads)) for e in candidates}
+    finished = [e for e in candidates if priced[e] is None]
+    if finished:  # every stage done on that engine
+        return (
+            with_engines(p, finished[0], finished[0], threads),
+            None,
+            {"recording": finished[0], "evaluation": finished[0]},
+        )
+    rec = min(candidates, key=lambda e: priced[e].stages["recording"])
+    ev = min(candidates, key=lambda e: priced[e].stages["evaluation"])
+    if len(candidates) == 1:
+        return with_engines(p, rec, ev, threads), priced[rec], {"recording": rec, "evaluation": ev}
+    stages = {**priced[rec].stages, "evaluation": priced[ev].stages["evaluation"]}
+    priced_in = f"recording on {priced[rec].dtype}, evaluation on {priced[ev].dtype}"
+    loads = priced[rec].load_seconds + priced[ev].load_seconds
+    alternatives = {e: priced[e].stages for e in candidates}
+    combined = Estimate(stages, priced[ev].costs, priced[ev].machine, priced_in, loads, alternatives)
+    return with_engines(p, rec, ev, threads), combined, {"recording": rec, "evaluation": ev}
 
 
 def _priced_in(cfg, pair) -> str:
@@ -186,9 +210,8 @@ def run_demo(
     """`specroute demo`: record, train and evaluate with one preset (PRESETS), reusing finished
     stages; prints the results and writes demo_summary.json. Returns the summary. `engine`: torch,
     llamacpp or auto (`specroute.presets.resolve_engine`); `threads`: llama.cpp's (0: chosen from the machine)."""
-    engine, why = resolve_engine(preset, engine)
+    candidates, why = engine_candidates(preset, engine)
     p = with_decoding(_checked_preset(preset), gamma=gamma, draft_stop=draft_stop, bonus_from=bonus_from)
-    p = with_engine(p, engine, threads)
     out = Path(output or f"runs/demo/{preset}")
     if fresh and out.exists():
         shutil.rmtree(out)
@@ -197,10 +220,10 @@ def run_demo(
     print(
         f"specroute demo --preset {preset}: {', '.join(p.tasks)}; {p.gold_examples} gold examples per task, "
         f"{len(ROUTERS)} routers, {p.prompts} online prompts per task (finished stages are reused on a rerun); "
-        f"engine {engine}: {why}"
+        f"engine {' or '.join(candidates)}: {why}"
     )
     print("measuring this machine and the pair to estimate the time ...", flush=True)
-    expected = estimate(out, p)
+    p, expected, engines = choose_engines(out, p, candidates, threads)
     print(f"Expected time: {expected.line()}" if expected else "Every stage finished earlier: reusing them")
     seconds = {}
     folders = _timed(seconds, "recording", lambda: record(out, p))
@@ -209,7 +232,7 @@ def run_demo(
     results = _timed(seconds, "evaluation", lambda: evaluate(out, p, folders, methods))
     summary = {
         "preset": preset,
-        "engine": engine,
+        "engines": engines,
         "seconds": time.perf_counter() - started,
         "stage_seconds": seconds,
         "estimate": expected.as_dict() if expected else None,

@@ -9,7 +9,7 @@ not run the language models and get small fixed allowances.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from router.machine.costs import PairCosts, block_seconds, tokens_per_block
 
@@ -34,6 +34,7 @@ class Estimate:
     machine: str
     dtype: str
     load_seconds: float
+    alternatives: dict = field(default_factory=dict)  # engine -> its stages' seconds, where several were priced
 
     @property
     def total(self) -> float:
@@ -47,13 +48,17 @@ class Estimate:
             "machine": self.machine,
             "dtype": self.dtype,
             "load_seconds": self.load_seconds,
+            "alternatives": self.alternatives,
         }
 
     def line(self) -> str:
         parts = ", ".join(f"{name} {seconds / 60:.0f}" for name, seconds in self.stages.items())
+        others = "".join(
+            f"; on {engine} alone {sum(stages.values()) / 60:.0f} min" for engine, stages in self.alternatives.items()
+        )
         return (
             f"about {self.total / 60:.0f} min ({parts} min), priced on this machine ({self.machine}; models in "
-            f"{self.dtype}; measured in {self.costs.probe_seconds + self.load_seconds:.0f} s)"
+            f"{self.dtype}; measured in {self.costs.probe_seconds + self.load_seconds:.0f} s{others})"
         )
 
 

@@ -87,30 +87,35 @@ def with_decoding(p: Preset, **decoding) -> Preset:
 
 
 ENGINE_CHOICES = ("auto", "torch", "llamacpp")
-LLAMACPP_BY_DEFAULT = ("cpu",)  # presets that run on llama.cpp under --engine auto where it is installed
+LLAMACPP_BY_DEFAULT = ("cpu",)  # presets whose stages may run on llama.cpp under --engine auto
 
 
-def resolve_engine(preset: str, engine: str) -> tuple[str, str]:
-    """(engine, why) of a demo run: `auto` is llama.cpp for the cpu preset where llama-cpp-python is installed
-    (the pair's GGUF files run several times faster there than in torch on a CPU), torch otherwise (the tiny
-    preset: seconds either way; long: its finished points were timed on torch; gpu: llama.cpp runs on the CPU here)."""
+def engine_candidates(preset: str, engine: str) -> tuple[tuple[str, ...], str]:
+    """The engines a demo run's stages may use, and why. One when set. Under `auto`: for the cpu preset where
+    llama-cpp-python is installed both, each stage then running on the engine it is priced faster on here (the
+    GGUF files decode several times faster in llama.cpp than in torch float32 on an AVX2 CPU, while torch's
+    bf16 prefill on AMX records faster than llama.cpp); torch otherwise (tiny: seconds either way; long: its
+    finished points were timed on torch; gpu: llama.cpp runs on the CPU here)."""
     if engine not in ENGINE_CHOICES:
         raise ValueError(f"engine must be one of {', '.join(ENGINE_CHOICES)}, got {engine!r}")
     if engine != "auto":
-        return engine, "as set (--engine)"
+        return (engine,), "as set (--engine)"
     if preset not in LLAMACPP_BY_DEFAULT:
-        return "torch", f"the {preset} preset runs on torch (--engine llamacpp to change)"
+        return ("torch",), f"the {preset} preset runs on torch (--engine llamacpp to change)"
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        return "torch", "llama-cpp-python is not installed (`bash scripts/setup.sh llamacpp` installs it)"
-    return "llamacpp", "llama-cpp-python is installed: the GGUF files run in llama.cpp (--engine torch to change)"
+        return ("torch",), "llama-cpp-python is not installed (`bash scripts/setup.sh llamacpp` installs it)"
+    return ("torch", "llamacpp"), "each stage on the engine priced faster on this machine (--engine to fix one)"
 
 
-def with_engine(p: Preset, engine: str, threads: int = 0) -> Preset:
-    """The preset on an engine: on llamacpp every stage records, labels and decodes the pair's GGUF files in
-    llama.cpp with `threads` threads (0: chosen from the machine); torch leaves it as it is."""
-    if engine == "torch":
+def with_engines(p: Preset, recording: str, evaluation: str, threads: int = 0) -> Preset:
+    """The preset with its records made on `recording` and its online points decoded on `evaluation` (torch or
+    llamacpp: the pair's GGUF files in llama.cpp with `threads` threads, 0: chosen from the machine). Records made
+    on torch decode on llama.cpp: the same weights (eval says so in a note)."""
+    llama = {"threads": threads}
+    models = {**p.models, "engine": recording, **(llama if recording == "llamacpp" else {})}
+    extra = {**p.eval_extra, "engine": evaluation, **(llama if evaluation == "llamacpp" else {})}
+    if recording == evaluation == "torch":  # as before engines existed: finished folders stay current
         return p
-    extra = {"engine": engine, "threads": threads}
-    return replace(p, models={**p.models, **extra}, eval_extra={**p.eval_extra, **extra})
+    return replace(p, models=models, eval_extra=extra)

@@ -173,8 +173,13 @@ def test_the_engines_benchmark_records_on_both_engines_side_by_side(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.with_suffix(".json").read_text())
-    gold, labels = result["stages"]
-    assert gold["stage"] == "gold" and len(gold["run_seconds"]) == 4 and gold["speedup"] > 0
+    rows = {row["stage"]: row for row in result["stages"]}
+    assert set(rows) == {"prefill", "decode batch 1", "decode batch 4", "gold", "consequence"}
+    assert all(
+        rows[s]["torch_tokens_per_s"] > 0 < rows[s]["llamacpp_tokens_per_s"] for s in ("prefill", "decode batch 4")
+    )
+    gold, labels = rows["gold"], rows["consequence"]
+    assert len(gold["run_seconds"]) == 4 and gold["speedup"] > 0
     assert gold["p_argmax_agreement"] > 0.98 and gold["q_argmax_agreement"] > 0.98
     assert labels["same_answer"] >= 3 and labels["labels_agree"] == labels["labels_compared"] > 0
     assert result["llamacpp"]["threads"] == 1 and "llama.cpp 1 threads" in done.stdout
@@ -184,12 +189,10 @@ def test_the_engines_benchmark_records_on_both_engines_side_by_side(tmp_path):
 @pytest.mark.e2e
 def test_the_tiny_demo_runs_on_llama_cpp(tmp_path, capsys, monkeypatch):
     """`specroute demo --preset tiny --engine llamacpp --threads 1`: every stage on llama.cpp (the records'
-    manifest and the online points say so), the time estimate priced on llama.cpp; `--engine auto` picks llama.cpp
-    for the cpu preset only where llama-cpp-python is installed."""
+    manifest and the online points say so), the time estimate priced on llama.cpp."""
     import json
 
     from specroute import cli
-    from specroute.presets import resolve_engine
 
     monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "demo"
@@ -197,12 +200,60 @@ def test_the_tiny_demo_runs_on_llama_cpp(tmp_path, capsys, monkeypatch):
     printed = capsys.readouterr().out
     assert "engine llamacpp: as set" in printed and "llama.cpp GGUF, 1 threads" in printed  # the estimate's line
     summary = json.loads((out / "demo_summary.json").read_text())
-    assert summary["engine"] == "llamacpp"
+    assert summary["engines"] == {"recording": "llamacpp", "evaluation": "llamacpp"}
     manifest = json.loads((out / "records" / "gsm8k" / "manifest.json").read_text())
     assert manifest["dtype"]["engine"] == "llamacpp"
-    report = (out / "eval" / "gsm8k" / "report.md").read_text()
-    assert "llama.cpp with 1 threads" in report
-    assert resolve_engine("cpu", "auto")[0] == "llamacpp" and resolve_engine("tiny", "auto")[0] == "torch"
-    monkeypatch.setitem(__import__("sys").modules, "llama_cpp", None)  # as if it were not installed
-    engine, why = resolve_engine("cpu", "auto")
-    assert engine == "torch" and "scripts/setup.sh llamacpp" in why
+    assert "llama.cpp with 1 threads" in (out / "eval" / "gsm8k" / "report.md").read_text()
+
+
+def test_auto_prices_each_stage_on_both_engines_and_keeps_records_made(tmp_path, monkeypatch):
+    """--engine auto on a preset that may use llama.cpp: each stage goes to the engine priced cheaper, records
+    already made on one engine stay on it, and without llama-cpp-python everything stays on torch."""
+    import sys
+
+    from specroute import demo, presets
+    from router.machine.costs import PairCosts
+    from specroute.estimate import Estimate
+
+    assert presets.engine_candidates("cpu", "auto")[0] == ("torch", "llamacpp")
+    assert presets.engine_candidates("tiny", "auto")[0] == ("torch",)
+    prices = {"torch": {"recording": 60.0, "training": 5.0, "evaluation": 900.0}}
+    prices["llamacpp"] = {"recording": 240.0, "training": 5.0, "evaluation": 300.0}
+
+    def priced(out, p):
+        engine = p.models.get("engine", "torch")
+        costs = PairCosts(1, 4, 0.01, 0.03, 0.02, 0.05, 0.1, 2.0)
+        return Estimate(dict(prices[engine]), costs, "cpu", engine, 1.0) if prices[engine] else None
+
+    monkeypatch.setattr(demo, "estimate", priced)
+    p, expected, engines = demo.choose_engines(tmp_path, presets.PRESETS["tiny"], ("torch", "llamacpp"), 1)
+    assert engines == {"recording": "torch", "evaluation": "llamacpp"}
+    assert p.models["engine"] == "torch" and p.eval_extra["engine"] == "llamacpp" and p.eval_extra["threads"] == 1
+    assert expected.total == 60 + 5 + 300 and set(expected.alternatives) == {"torch", "llamacpp"}
+    assert "recording on torch, evaluation on llamacpp" in expected.line()
+    prices["llamacpp"] = None  # every stage finished on llama.cpp: nothing is recorded again on torch
+    _, expected, engines = demo.choose_engines(tmp_path, presets.PRESETS["tiny"], ("torch", "llamacpp"), 0)
+    assert expected is None and engines == {"recording": "llamacpp", "evaluation": "llamacpp"}
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if it were not installed
+    candidates, why = presets.engine_candidates("cpu", "auto")
+    assert candidates == ("torch",) and "scripts/setup.sh llamacpp" in why
+
+
+def test_labels_searched_on_torch_replay_on_llama_cpp(tmp_path, monkeypatch, capsys):
+    """A label file searched on the torch tiny pair replays into a llama.cpp recording of the GGUF files those
+    models were written as: one warning (the same weights, another engine), the stored labels in the rows."""
+    from data_gen.label_store import export_labels
+    from router.records import load_records
+    from specroute import cli
+
+    monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path / "cache"))
+    base = ["gen", "--config", "configs/gen/tiny.yaml", "max_examples=6", "modes=[consequence]"]
+    base += ["consequence_max_new_tokens=12", "consequence_max_mismatches=2"]
+    assert cli.main([*base, f"output={tmp_path / 'torch'}"]) == 0
+    header = export_labels(tmp_path / "torch", tmp_path / "labels.jsonl.gz")
+    assert header["dtype"] == "float32"
+    replay = [*base, f"output={tmp_path / 'llama'}", "engine=llamacpp", "threads=1"]
+    assert cli.main([*replay, f"labels_from={tmp_path / 'labels.jsonl.gz'}"]) == 0
+    assert "was searched on torch (float32) from the GGUF files" in capsys.readouterr().err
+    torch_rows, llama_rows = (load_records(tmp_path / f).sort("example_id") for f in ("torch", "llama"))
+    assert torch_rows["token"] == llama_rows["token"] and torch_rows["consequence"] == llama_rows["consequence"]
