@@ -7,7 +7,7 @@ the same answers, labels and branch verdicts, and prints seconds per example, br
 verifier pass and the speed-up over the first value. Prints the CPU kind and dtype; writes JSON.
 
     python benchmarks/consequence.py [--tiny] [--task gsm8k] [--examples 8] [--lookup 0 4]
-        [--mismatches 3] [--budget 256]
+        [--mismatches 3] [--budget 256] [--engine torch|llamacpp] [--threads N]
 """
 
 from __future__ import annotations
@@ -72,6 +72,10 @@ def main() -> None:
     parser.add_argument("--mismatches", type=int, default=3, help="branches per example")
     parser.add_argument("--budget", type=int, default=256, help="answer budget, branches included")
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
+    parser.add_argument("--engine", default="torch", choices=["torch", "llamacpp"], help="what runs the models")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="llamacpp: threads per model (0: chosen from the machine)"
+    )
     parser.add_argument("--out", default=None, help="results path (default runs/bench/consequence_<pair>.json)")
     args = parser.parse_args()
     clock.pause_aware()
@@ -92,6 +96,8 @@ def main() -> None:
         modes=["consequence"],
         output="runs/bench/unused",
         metric=None if real else "length3",
+        engine=args.engine,
+        threads=args.threads,
         **pair,
     )
     recorder = Recorder(cfg)
@@ -111,8 +117,9 @@ def main() -> None:
         "mismatches": args.mismatches,
         "budget": args.budget,
         "cpu": cpu_kind(),
-        "dtype": str(recorder.verifier.dtype).removeprefix("torch."),
-        "threads": torch.get_num_threads(),
+        "engine": args.engine,
+        "dtype": recorder.dtype.name,
+        "threads": getattr(recorder.verifier, "threads", torch.get_num_threads()),
         "same_results": same,
     }
     rows = [{k: v for k, v in r.items() if k != "found"} | {"speedup": runs[0]["seconds"] / r["seconds"]} for r in runs]
@@ -120,7 +127,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2))
     print(
-        f"\n{meta['pair']} pair in {meta['dtype']} on {meta['cpu']}; {len(prompts)} "
+        f"\n{meta['pair']} pair on {meta['engine']} in {meta['dtype']} ({meta['threads']} threads) on {meta['cpu']}; {len(prompts)} "
         f"{args.task} examples searched together, {args.mismatches} branches each at most"
     )
     print(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from router.infra.files import write_json
@@ -93,14 +94,15 @@ def choose_engines(out: Path, p: Preset, candidates: tuple, threads: int) -> tup
         )
     rec = min(candidates, key=lambda e: priced[e].stages["recording"])
     ev = min(candidates, key=lambda e: priced[e].stages["evaluation"])
-    if len(candidates) == 1:
-        return with_engines(p, rec, ev, threads), priced[rec], {"recording": rec, "evaluation": ev}
+    engines = {"recording": rec, "evaluation": ev}
+    alternatives = {e: priced[e].stages for e in candidates} if len(candidates) > 1 else {}
+    if rec == ev:
+        return with_engines(p, rec, ev, threads), replace(priced[rec], alternatives=alternatives), engines
     stages = {**priced[rec].stages, "evaluation": priced[ev].stages["evaluation"]}
-    priced_in = f"recording on {priced[rec].dtype}, evaluation on {priced[ev].dtype}"
+    priced_in = f"{priced[rec].dtype} for recording, {priced[ev].dtype} for evaluation"
     loads = priced[rec].load_seconds + priced[ev].load_seconds
-    alternatives = {e: priced[e].stages for e in candidates}
     combined = Estimate(stages, priced[ev].costs, priced[ev].machine, priced_in, loads, alternatives)
-    return with_engines(p, rec, ev, threads), combined, {"recording": rec, "evaluation": ev}
+    return with_engines(p, rec, ev, threads), combined, engines
 
 
 def _priced_in(cfg, pair) -> str:
@@ -109,7 +111,7 @@ def _priced_in(cfg, pair) -> str:
 
     if cfg.engine == "llamacpp":
         return f"llama.cpp GGUF, {pair.verifier.threads} threads ({pair.verifier.threads_reason})"
-    return resolve_dtype(cfg.dtype, cfg.device).name
+    return f"torch {resolve_dtype(cfg.dtype, cfg.device).name}"
 
 
 def _work_left(out: Path, p: Preset) -> dict:

@@ -230,7 +230,10 @@ def test_auto_prices_each_stage_on_both_engines_and_keeps_records_made(tmp_path,
     assert engines == {"recording": "torch", "evaluation": "llamacpp"}
     assert p.models["engine"] == "torch" and p.eval_extra["engine"] == "llamacpp" and p.eval_extra["threads"] == 1
     assert expected.total == 60 + 5 + 300 and set(expected.alternatives) == {"torch", "llamacpp"}
-    assert "recording on torch, evaluation on llamacpp" in expected.line()
+    assert (
+        "torch for recording, llamacpp for evaluation" in expected.line()
+        and "on llamacpp alone 9 min" in expected.line()
+    )
     prices["llamacpp"] = None  # every stage finished on llama.cpp: nothing is recorded again on torch
     _, expected, engines = demo.choose_engines(tmp_path, presets.PRESETS["tiny"], ("torch", "llamacpp"), 0)
     assert expected is None and engines == {"recording": "llamacpp", "evaluation": "llamacpp"}
