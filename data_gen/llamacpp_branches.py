@@ -12,6 +12,7 @@ import torch
 
 from router.engine.layout import Layout
 from router.engine.llamacpp import LlamaCppCache
+from router.engine.teacher import forward_tail
 from router.window.follow import draft_scalars
 
 
@@ -39,7 +40,7 @@ def placed_tokens(cache: LlamaCppCache, layout: Layout, cols: torch.Tensor, toke
     pos = layout.pos.gather(1, cols.clamp_min(0))  # (B, M) the position of the column replaced
     todo = [(b, m) for b in range(B) for m in range(M) if cols[b, m] >= 0]
     logits = torch.zeros((B, M, cache.vocab))  # (B, M, V)
-    hidden = torch.zeros((B, M, cache.lm.hidden_size))  # (B, M, H)
+    hidden = torch.zeros((B, M, cache.model.hidden_size))  # (B, M, H)
     for part in _chunks(todo, cache.free_sequences()):
         seqs = [cache.fork(b, int(pos[b, m])) for b, m in part]
         out, states = cache.extend([(s, [int(tokens[b, m])]) for s, (b, m) in zip(seqs, part)], hidden=True)
@@ -86,13 +87,13 @@ class LlamaCppRun:
     log-probs of its last `keep` positions and continuations placed at any position by forked sequences."""
 
     def __init__(self, verifier, seq: torch.Tensor, keep: int, prefix=None):
-        ids = seq[0].tolist()
-        self.cache = verifier.kv_cache(verifier.vocab_size)
+        if prefix is not None and not (prefix.covers([seq[0].tolist()]) and keep <= seq.shape[1] - len(prefix)):
+            prefix = None
         layout = Layout(seq, torch.ones_like(seq))
-        if prefix is not None and prefix.covers([ids]) and keep <= len(ids) - len(prefix):
-            self.cache.start_from(prefix, 1)
-        logits = self.cache.feed(layout, layout.length, keep)[0]  # (keep, V)
-        self.logp = logits.log_softmax(-1)  # row i predicts token L - keep + i + 1
+        logits, _, self.cache = forward_tail(
+            verifier, layout, keep, verifier.vocab_size, False, cache=True, prefix=prefix
+        )
+        self.logp = logits[0].log_softmax(-1)  # (keep, V): row i predicts token L - keep + i + 1
 
     def feed_many(self, branches: list[tuple[int, list[int]]]) -> list[torch.Tensor]:
         """log-probs (len(tokens), V) per branch (at, tokens): its tokens placed from position `at` on, after

@@ -25,7 +25,8 @@ ENGINES = ("torch", "llamacpp")  # what runs the models: transformers, or llama.
 
 
 def check_engine(engine: str, threads: int, device: str, device_map: str | None) -> None:
-    """The engine's settings: llama.cpp runs GGUF files on the CPU, with `threads` threads (0: all)."""
+    """The engine's settings: llama.cpp runs GGUF files on the CPU, with `threads` threads (0: chosen from the
+    machine, router.engine.llamacpp.choose_threads)."""
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
@@ -250,7 +251,7 @@ def load_pair(
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "llamacpp":
-        return _llamacpp_pair(drafter, verifier, threads or None)
+        return _llamacpp_pair(drafter, verifier, threads)
     if drafter.startswith("tiny:") or verifier.startswith("tiny:"):
         if (drafter, verifier) != ("tiny:drafter", "tiny:verifier"):
             raise ValueError(
@@ -281,11 +282,11 @@ def same_files(spec: str) -> bool:
     return spec.startswith(("embedded:", "tiny:"))
 
 
-def _llamacpp_pair(drafter: str, verifier: str, threads: int | None) -> Pair:
+def _llamacpp_pair(drafter: str, verifier: str, threads: int) -> Pair:
     """The pair as llama.cpp models (see load_pair), both with the threads chosen once."""
     from router.engine.llamacpp import choose_threads
 
-    threads, why = choose_threads(threads or 0)
+    threads, why = choose_threads(threads)
     pair = _llamacpp_models(drafter, verifier, threads)
     for model in pair[:2]:
         model.threads_reason = why

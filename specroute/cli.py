@@ -99,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine",
         default="auto",
         choices=["auto", "torch", "llamacpp"],
-        help="what runs the models: auto is llama.cpp for the cpu preset where llama-cpp-python is installed, "
-        "torch otherwise",
+        help="what runs the models: auto prices the cpu preset's stages on torch and on llama.cpp (where "
+        "llama-cpp-python is installed) and runs each on the faster one; torch for the other presets",
     )
     demo.add_argument("--threads", type=int, default=0, help="llamacpp: threads per model (0: chosen from the machine)")
     add_decode_flags(demo, None, only=("gamma", "draft_stop", "bonus_from"))  # unset: the preset's

@@ -211,7 +211,7 @@ def run_demo(
 ) -> dict:
     """`specroute demo`: record, train and evaluate with one preset (PRESETS), reusing finished
     stages; prints the results and writes demo_summary.json. Returns the summary. `engine`: torch,
-    llamacpp or auto (`specroute.presets.resolve_engine`); `threads`: llama.cpp's (0: chosen from the machine)."""
+    llamacpp or auto (`specroute.presets.engine_candidates`); `threads`: llama.cpp's (0: chosen from the machine)."""
     candidates, why = engine_candidates(preset, engine)
     p = with_decoding(_checked_preset(preset), gamma=gamma, draft_stop=draft_stop, bonus_from=bonus_from)
     out = Path(output or f"runs/demo/{preset}")

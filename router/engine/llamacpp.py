@@ -157,9 +157,8 @@ class LlamaCppCache:
 
     engine = "llamacpp"
 
-    def __init__(self, lm: LlamaCppLM, vocab: int):
-        self.lm, self.vocab = lm, vocab
-        self.model = lm  # as CachedModel.model
+    def __init__(self, model: LlamaCppLM, vocab: int):
+        self.model, self.vocab = model, vocab  # `model` as CachedModel.model
         self.context: Context | None = None  # leased from the model on the first feed, given back by close()
         self.rows: list[int] = []  # the sequence of each layout row
         self.kv_len: list[int] = []
@@ -205,7 +204,7 @@ class LlamaCppCache:
                 f"split it into batches of at most {PREFIX_SEQ}"
             )
         fed = int(layout.mask[:, self.n_cached : upto].sum())
-        self.context = self.lm.lease(fed + batch * ROW_ROOM + (len(self.prefix) if self.prefix else 0))
+        self.context = self.model.lease(fed + batch * ROW_ROOM + (len(self.prefix) if self.prefix else 0))
         self.rows, self.kv_len = list(range(batch)), [0] * batch
         if self.prefix is not None:
             ids = tuple(self.prefix.ids)
@@ -297,7 +296,7 @@ class LlamaCppCache:
     def close(self) -> None:
         """Give the context back to the model for its next batch (its prefix sequence kept)."""
         if self.context is not None:
-            self.lm.release(self.context)
+            self.model.release(self.context)
             self.context = None
 
     def __del__(self):
