@@ -89,23 +89,38 @@ def gsm8k_questions(n: int) -> list[str]:
         return [json.loads(line)["doc"]["question"] for _, line in zip(range(n), f)]
 
 
-def few_shot_examples(n: int) -> list:
+@functools.cache
+def few_shot_examples(n: int, records: tuple[str, ...] = ()) -> list:
     """The first n GSM8K examples with their 5-shot chain-of-thought prompts (data_gen's gsm8k task,
-    as recorded) and short answers."""
+    as recorded) and short answers, leaving out every example the records hold in their train or
+    validation split (what routers learned from and alphas were matched on is not a test prompt)."""
     from data_gen.tasks import load_gsm8k
 
-    return [ex for _, ex in zip(range(n), load_gsm8k())]
+    seen = set().union(*(fitted_example_ids(r) for r in records))
+    return [ex for _, ex in zip(range(n), (ex for ex in load_gsm8k() if ex.example_id not in seen))]
 
 
-def accuracy(outputs: list[list[int]], examples: list, tokenizer, stops: list[str]) -> float:
-    """GSM8K exact match of the final number (eval's metric) over the benchmark prompts."""
+def fitted_example_ids(records: str) -> set[str]:
+    """Ids of a record folder's train and validation examples (examples.jsonl)."""
+    path = Path(records) / "examples.jsonl"
+    if not path.exists():
+        return set()
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {r["example_id"] for r in rows if r.get("split") in ("train", "validation")}
+
+
+def correct(outputs: list[list[int]], examples: list, tokenizer, stops: list[str], ends=()) -> list[float]:
+    """GSM8K exact match of the final number (eval's metric), per benchmark prompt, on each output up to its
+    first end token (`ends`) and stop string."""
     from router.tasks.metrics import gsm8k_metric
     from router.tasks.prompts import cut_at_stop
 
-    return sum(
-        gsm8k_metric(cut_at_stop(tokenizer.decode(out, skip_special_tokens=True), stops), ex.meta)["quality"]
-        for out, ex in zip(outputs, examples)
-    ) / len(examples)
+    def text(out: list[int]) -> str:
+        end = next((i for i, t in enumerate(out) if t in ends), len(out))
+        return cut_at_stop(tokenizer.decode(out[:end], skip_special_tokens=True), stops)
+
+    return [float(gsm8k_metric(text(out), ex.meta)["quality"]) for out, ex in zip(outputs, examples)]
 
 
 def prompts_for(args, tokenizer) -> list[list[int]]:
@@ -114,7 +129,8 @@ def prompts_for(args, tokenizer) -> list[list[int]]:
         head = torch.randint(3, 259, (40,), generator=gen).tolist() if args.few_shot else []  # a shared "context"
         return [head + torch.randint(3, 259, (40,), generator=gen).tolist() for _ in range(args.prompts)]
     if args.few_shot:
-        return [tokenizer.encode(ex.prompt, add_special_tokens=False) for ex in few_shot_examples(args.prompts)]
+        examples = few_shot_examples(args.prompts, tuple(args.records))
+        return [tokenizer.encode(ex.prompt, add_special_tokens=False) for ex in examples]
     out = []
     for question in gsm8k_questions(args.prompts):
         text = prompt_text(tokenizer, question, question, chat=True)
@@ -148,6 +164,8 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
             r["new_tokens"] += sum(len(new) for new in cell["rows"])
             r["verifier_calls"] += cell["calls"]
             r["outputs"] += cell["rows"]
+            r.setdefault("cell_seconds", []).append(cell["seconds"])  # per batch (per prompt at batch 1)
+            r.setdefault("cell_tokens", []).append(sum(len(new) for new in cell["rows"]))
             for g, n in cell.get("gamma_chosen", {}).items():  # only rows that chose gamma get the key
                 counts = r.setdefault("gamma_chosen", {})
                 counts[g] = counts.get(g, 0) + n
@@ -162,11 +180,34 @@ def run_interleaved(methods, batches, journal: Journal | None = None, batch_size
 
 
 def _timed_cell(fn, batch, batch_size: int, index: int, name: str) -> dict:
-    """One method on one batch, timed by the pause-aware clock (kill -TSTP / -CONT leaves the pause out)."""
+    """One method on one batch, timed by the pause-aware clock (kill -TSTP / -CONT leaves the pause out),
+    or by the method's own timer where it returns one (an external tool: its load is not decoding)."""
     t0 = clock.now()
-    rows, calls, chosen = fn(*batch)
-    return dict(batch=batch_size, index=index, method=name, seconds=clock.now() - t0, rows=rows, calls=calls,
+    rows, calls, chosen, *own = fn(*batch)
+    seconds = own[0] if own else clock.now() - t0
+    return dict(batch=batch_size, index=index, method=name, seconds=seconds, rows=rows, calls=calls,
                 gamma_chosen=chosen)  # fmt: skip
+
+
+def paired_with_verifier(r: dict, base: dict, replicates: int = 10000) -> None:
+    """Add tokens per block and, paired with the verifier-only row over the same prompts (batches
+    resampled together, 95% percentile bootstrap): the time-per-token ratio's interval and, where
+    prompts were scored, the accuracy difference's interval and McNemar's exact p."""
+    from eval.paired import bootstrap_mean, mcnemar_exact
+
+    r["tokens_per_block"] = r["new_tokens"] / r["verifier_calls"] if r["verifier_calls"] else float("nan")
+    sec, tok = np.array(r["cell_seconds"]), np.array(r["cell_tokens"], np.float64)
+    base_sec, base_tok = np.array(base["cell_seconds"]), np.array(base["cell_tokens"], np.float64)
+    idx = np.random.default_rng(0).integers(0, len(sec), (replicates, len(sec)))
+    ratios = (sec[idx].sum(1) / np.maximum(tok[idx].sum(1), 1)) / (
+        base_sec[idx].sum(1) / np.maximum(base_tok[idx].sum(1), 1)
+    )
+    r["time_per_token_interval"] = [float(x) for x in np.quantile(ratios, [0.025, 0.975])]
+    if "correct" in r:
+        diff = np.array(r["correct"]) - np.array(base["correct"])
+        r["accuracy_difference"] = float(diff.mean())
+        r["accuracy_difference_interval"] = bootstrap_mean(diff, replicates)
+        r["mcnemar_p"] = mcnemar_exact(np.array(r["correct"]), np.array(base["correct"]))
 
 
 def batch_fill(outputs: list[list[int]], batch: int) -> float:
@@ -261,6 +302,28 @@ def _alone(model, args, role, ends: dict):
             model, ids, max_new_tokens=args.max_new_tokens, role=role, attention_mask=mask, **ends
         )
         return _rows(out, ids.shape[1]), out.stats.get("verifier_row_forwards", 0), {}
+
+    return fn
+
+
+def _llamacpp_speculative(drafter, verifier, args, stop: StopStrings | None):
+    """llama.cpp's own speculative decoding (its llama-speculative-simple tool: greedy, drafts of at most
+    gamma tokens, the pair's threads) on a batch-1 prompt. Its continuation is cut after a stop string as
+    ours are; its time is its own decode timer scaled to the tokens kept (its rate; its prompt's prefill
+    and model load are not in it)."""
+    from eval.llamacpp_speculative import find_tool, run_speculative
+
+    tool = find_tool(args.llamacpp_speculative or None)
+
+    def fn(ids, mask):
+        prompt = args.tokenizer.decode(ids[0][mask[0].bool()].tolist())
+        run = run_speculative(
+            tool, verifier.path, drafter.path, prompt, args.max_new_tokens, args.block, verifier.threads
+        )
+        written = args.tokenizer.encode(run.text, add_special_tokens=False)[: min(run.tokens, args.max_new_tokens)]
+        kept = cut_after_stop(written, stop)  # its last block may pass max_new_tokens: cut as ours are
+        share = len(kept) / max(run.tokens, 1)
+        return [kept], (run.tokens - run.accepted) * share, {}, run.seconds * share
 
     return fn
 
@@ -389,9 +452,33 @@ def _load(args, real: bool) -> tuple:
         drafter, verifier, tokenizer = load_pair(*specs, engine="llamacpp", threads=args.threads or 0)
         torch_pair = (load_pair(*specs, dtype=args.dtype) if real else tiny_pair()) if args.torch_reference else None
         args.torch_verifier = torch_pair[1] if torch_pair else None
-        return drafter, verifier, tokenizer, f"{name} (llama.cpp, GGUF, {verifier.threads} threads)"
+        _adopt_records_pair(drafter, verifier, args, specs)
+        from router.engine.llamacpp_lib import kernels
+
+        return (
+            drafter,
+            verifier,
+            tokenizer,
+            f"{name} (llama.cpp, GGUF, {kernels()} kernels, {verifier.threads} threads)",
+        )
     drafter, verifier, tokenizer = load_pair(*specs, dtype=args.dtype) if real else tiny_pair()
     return drafter, verifier, tokenizer, f"{name} ({str(verifier.dtype).removeprefix('torch.')})"
+
+
+def _adopt_records_pair(drafter, verifier, args, specs) -> None:
+    """On llama.cpp with --records made on torch from the same GGUF files (the embedded pair): the models
+    take the records' fingerprints, so routers trained on them decode here, with one note (as eval does)."""
+    from router.pair import same_files
+    from router.records import read_manifest
+
+    if not args.records or not all(same_files(spec) for spec in specs):
+        return
+    manifest = read_manifest(args.records[0])
+    if manifest.dtype.get("engine", "torch") == "llamacpp":
+        return
+    print("note: the records were made on torch from the GGUF files llama.cpp runs here: the same weights")
+    for role, model in zip(("drafter", "verifier"), (drafter, verifier)):
+        model.adopt_fingerprint(manifest.pair[role])
 
 
 def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
@@ -400,6 +487,9 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     methods += [] if args.skip_drafter_only else [("drafter-only", _alone(drafter, args, "drafter", ends))]
     if getattr(args, "torch_verifier", None) is not None:
         methods.append(("torch verifier-only", _alone(args.torch_verifier, args, "verifier", ends)))
+    if batch == 1 and getattr(args, "llamacpp_speculative", None) is not None:
+        label = f"llama.cpp speculative (<= {args.block} drafts)"
+        methods.append((label, _llamacpp_speculative(drafter, verifier, args, ends.get("stop"))))
     if batch == 1 and getattr(args, "engine", "torch") == "torch":
         methods.append(("hf-assisted", _hf(verifier, drafter, args, prefix=ends.get("prefix"))))
         if args.hf_constant:
@@ -503,9 +593,20 @@ def main() -> None:
     parser.add_argument(
         "--torch-reference", action="store_true", help="with --engine llamacpp: also the torch verifier alone"
     )
+    parser.add_argument(
+        "--llamacpp-speculative",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="TOOL",
+        help="with --engine llamacpp, batch 1: also llama.cpp's own speculative decoding (its "
+        "llama-speculative-simple; path, or found where scripts/build_llamacpp_tools.sh puts it)",
+    )
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/decode_<pair>)")
     args = parser.parse_args()
+    if args.llamacpp_speculative is not None and args.engine != "llamacpp":
+        parser.error("--llamacpp-speculative compares with the pair on llama.cpp: add --engine llamacpp")
     if args.threads:
         torch.set_num_threads(args.threads)
     clock.pause_aware()
@@ -534,9 +635,9 @@ def main() -> None:
         for batch in args.batch:
             args.block, choice = calibrated_gamma(drafter, verifier, args, batch, journal)
             args.gammas[batch] = choice or args.gamma
-            results = run_interleaved(
-                build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad), journal, batch
-            )
+            methods, batches = build_methods(drafter, verifier, args, ends, batch), batches_of(prompts, batch, pad)
+            warm_up(methods, batches[0], args)
+            results = run_interleaved(methods, batches, journal, batch)
             base = results[0]
             for r in results:
                 r["batch"] = batch
@@ -545,9 +646,24 @@ def main() -> None:
                 r["time_per_prompt_vs_verifier"] = r["seconds_per_prompt"] / base["seconds_per_prompt"]
                 r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
                 if args.few_shot and real:  # the 5-shot prompts carry short answers: task accuracy too
-                    r["accuracy"] = accuracy(r["outputs"], few_shot_examples(args.prompts), tokenizer, args.stops)
+                    examples = few_shot_examples(args.prompts, tuple(args.records))
+                    r["correct"] = correct(r["outputs"], examples, tokenizer, args.stops, eos_ids(verifier))
+                    r["accuracy"] = float(np.mean(r["correct"]))
+                paired_with_verifier(r, base)
             by_batch[batch] = results
     _report(by_batch, pair, args)
+
+
+def warm_up(methods: list, batch, args) -> None:
+    """Each method once on the first batch, 2 new tokens, untimed: what a first call pays once per process
+    (llama.cpp contexts and the shared prefix in them, a router's first call) is not charged to one cell."""
+    budget, args.max_new_tokens = args.max_new_tokens, 2
+    try:
+        for name, fn in methods:
+            if not name.startswith("llama.cpp speculative"):  # a process per prompt: nothing to warm
+                fn(*batch)
+    finally:
+        args.max_new_tokens = budget
 
 
 def open_journal(args, pair: str) -> Journal:
@@ -568,6 +684,25 @@ def open_journal(args, pair: str) -> Journal:
     return journal
 
 
+def _report_line(r: dict, prompts: int) -> str:
+    """One method's row of the printed table."""
+    lo, hi = r["time_per_token_interval"]
+    acc = f"{r['accuracy']:>10.3f}" if "accuracy" in r else f"{'n/a':>10}"
+    block = "n/a" if np.isnan(r["tokens_per_block"]) else f"{r['tokens_per_block']:.2f}"  # n/a: no verifier
+    diff = (
+        f"{r['accuracy_difference']:>+8.3f} [{r['accuracy_difference_interval'][0]:+.3f}, "
+        f"{r['accuracy_difference_interval'][1]:+.3f}]"
+        if "accuracy_difference" in r
+        else "n/a"
+    )
+    return (
+        f"{r['method']:<34}{r['tokens_per_second']:>8.2f}"
+        f"{r['time_per_token_vs_verifier']:>9.2f}x [{lo:.2f}, {hi:.2f}]{r['time_per_prompt_vs_verifier']:>12.2f}x"
+        f"{r['batch_fill']:>7.2f}{block:>10}"
+        f"{r['identical_to_verifier']:>14}/{prompts}{acc}{diff:>28}"
+    )
+
+
 def _report(by_batch: dict, pair, args) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -584,6 +719,11 @@ def _report(by_batch: dict, pair, args) -> None:
         "verifier_calls_per_token",
         "identical_to_verifier",
         "accuracy",
+        "tokens_per_block",
+        "time_per_token_interval",
+        "accuracy_difference",
+        "accuracy_difference_interval",
+        "mcnemar_p",
     ]
     rows = [r for results in by_batch.values() for r in results]
     with open(out.with_suffix(".csv"), "w", newline="") as f:
@@ -612,17 +752,11 @@ def _report(by_batch: dict, pair, args) -> None:
             f", batch {batch}, {torch.get_num_threads()} threads"
         )
         print(
-            f"{'method':<28}{'tok/s':>8}{'x verifier':>12}{'time/token':>12}{'time/prompt':>13}{'fill':>7}"
-            f"{'verif/tok':>11}{'same as verifier':>18}{'accuracy':>10}"
+            f"{'method':<34}{'tok/s':>8}{'time/token [95%]':>24}{'time/prompt':>13}{'fill':>7}"
+            f"{'tok/block':>10}{'same as verifier':>18}{'accuracy':>10}{'vs verifier [95%]':>28}"
         )
         for r in results:
-            acc = f"{r['accuracy']:>10.3f}" if "accuracy" in r else f"{'n/a':>10}"
-            print(
-                f"{r['method']:<28}{r['tokens_per_second']:>8.2f}{r['speedup_vs_verifier']:>11.2f}x"
-                f"{r['time_per_token_vs_verifier']:>11.2f}x{r['time_per_prompt_vs_verifier']:>12.2f}x"
-                f"{r['batch_fill']:>7.2f}{r['verifier_calls_per_token']:>11.3f}"
-                f"{r['identical_to_verifier']:>14}/{args.prompts}{acc}"
-            )
+            print(_report_line(r, args.prompts))
         for r in results:
             if r["method"].endswith("gamma=auto"):
                 print(

@@ -236,7 +236,8 @@ def _summary(result: dict, args) -> None:
     llama = result["llamacpp"]
     print(
         f"\n{result['pair']} pair, {result['task']}, batch {result['batch_size']}; CPU {result['cpu']}; torch in "
-        f"{result['torch_dtype']} ({torch.get_num_threads()} threads); llama.cpp {llama['threads']} threads "
+        f"{result['torch_dtype']} ({torch.get_num_threads()} threads); llama.cpp ({llama.get('kernels', '?')} kernels) "
+        f"{llama['threads']} threads "
         f"({llama['threads_reason']}); each engine twice, ABBA"
     )
     for row in result["stages"]:

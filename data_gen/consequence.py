@@ -50,6 +50,8 @@ class Searched:
     # was tested: what a short-horizon label (data_gen/horizon.py) reads there, since `tokens` may later
     # go on after d (a harmless substitution there) or after a substitution a few tokens on
     originals: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    # position -> the drafter's token the branch substituted there (the search's own drafter pass)
+    substituted: dict[int, int] = field(default_factory=dict)
     next_position: int = 0  # where the search for the next mismatch starts
 
     @property
@@ -121,6 +123,7 @@ class ConsequenceSearch:
                 s.branches[t] = (answer, correct)
                 s.next_position = t + 1
                 s.originals[t] = (s.tokens[t], s.tokens[t + 1 : t + 1 + ORIGINAL_TOKENS])
+                s.substituted[t] = start[-1]
                 if correct == s.correct:  # harmless: keep the drafter's token, search on along the new answer
                     s.labels[t] = HARMLESS
                     if branch != s.tokens:
@@ -241,15 +244,23 @@ class ConsequenceSearch:
                 found[i].argmax = logits[b, keep - n - 1 : keep - 1].argmax(-1).cpu().numpy()  # (n,)
 
 
-def consequence_columns(s: Searched, q_argmax: np.ndarray) -> dict:
+def consequence_columns(s: Searched, q_argmax: np.ndarray, counts: dict | None = None) -> dict:
     """Per-position record columns of one searched answer: the label (tested mismatches as found,
     AGREE where the drafter's argmax is the token, UNTESTED at the other mismatches), the branch's
-    correctness and answer where one was decoded, and the verifier's own answer's correctness."""
+    correctness and answer where one was decoded, and the verifier's own answer's correctness.
+
+    A label belongs to the token its branch substituted: it is written only where this recording's
+    drafter argmax `q_argmax` is that token. The search's drafter pass and the recording's are separate
+    (other batches, other padding), and in bf16 they may round a near-tie differently; there the row is what
+    the recording's pass says (counted in `counts["consequence_labels_dropped"]`)."""
     n = len(s.tokens)
     label = np.where(np.asarray(q_argmax) == np.asarray(s.tokens), AGREE, UNTESTED).astype(np.int8)
     branch_correct = np.full(n, -1, dtype=np.int8)
     branch_answer = [""] * n
-    for t, kind in s.labels.items():
+    kept = {t: kind for t, kind in s.labels.items() if s.substituted.get(t, int(q_argmax[t])) == int(q_argmax[t])}
+    if counts is not None and len(kept) < len(s.labels):
+        counts["consequence_labels_dropped"] = counts.get("consequence_labels_dropped", 0) + len(s.labels) - len(kept)
+    for t, kind in kept.items():
         label[t] = kind
         branch_answer[t], branch_correct[t] = s.branches[t]
     return {

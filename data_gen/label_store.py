@@ -238,12 +238,14 @@ class LabelStore:
         e = self.entries.get(example_id)
         if e is None:
             return None
+        tested = substitutions(e)
         return Searched(
             tokens=list(e["tokens"]),
             correct=e["answer_correct"],
             answer="",
-            labels={t: kind for t, kind, *_ in e["tested"]},
-            branches={t: (answer, correct) for t, _, _, correct, answer in e["tested"]},
+            labels={t: kind for t, kind, *_ in tested},
+            branches={t: (answer, correct) for t, _, _, correct, answer in tested},
+            substituted={t: sub for t, _, sub, *_ in tested},
         )
 
     def columns(self, example_id: str, q_argmax: np.ndarray, counts: dict) -> dict:
@@ -252,7 +254,9 @@ class LabelStore:
         e = self.entries[example_id]
         s = self.searched(example_id)
         # a label belongs to its substitution: kept only where this pass drafts the same token there
-        s.labels = {t: kind for t, kind, sub, *_ in e["tested"] if t < len(q_argmax) and int(q_argmax[t]) == sub}
+        s.labels = {
+            t: kind for t, kind in s.labels.items() if t < len(q_argmax) and int(q_argmax[t]) == s.substituted[t]
+        }
         kept = s.labels
         cols = consequence_columns(s, q_argmax)
         counts["replayed_examples"] = counts.get("replayed_examples", 0) + 1
@@ -264,6 +268,22 @@ class LabelStore:
         """Stored short-horizon scores by position, where this recording substitutes the same token."""
         found = self.entries[example_id].get("horizon", [])
         return {t: s for t, sub, s in found if t < len(q_argmax) and int(q_argmax[t]) == sub}
+
+
+def substitutions(entry: dict) -> list[list]:
+    """An example's tested mismatches [position, label, substituted token, branch correct, branch answer],
+    each with the token its branch really substituted. Label files exported before records checked it
+    store the recording's drafter argmax there, which a near-tie may have rounded to another token than
+    the search's: at a harmless mismatch the answer goes on with the substituted token (the search keeps
+    it), so that token is read from the answer; an important one whose stored token is the answer's own
+    (no substitution at all) is left out."""
+    tokens, out = entry["tokens"], []
+    for t, kind, sub, *rest in entry.get("tested", []):
+        if kind == HARMLESS:
+            out.append([t, kind, int(tokens[t]), *rest])
+        elif sub != tokens[t]:
+            out.append([t, kind, sub, *rest])
+    return out
 
 
 def describe(header: dict) -> str:

@@ -187,7 +187,7 @@ class Recorder:
         """A consequence row's label columns: as searched, or as stored (checked against this pass)."""
         if self.replayed(ex):
             return self.store.columns(ex.example_id, row["q_argmax"], self.counts)
-        return consequence_columns(s, row["q_argmax"])
+        return consequence_columns(s, row["q_argmax"], self.counts)
 
     def horizon(self, prompt: list[int], ex: Example, s: Searched, row: dict) -> np.ndarray:
         """(n,) the short-horizon score of every mismatch of a searched answer (NaN elsewhere): at a tested

@@ -9,7 +9,10 @@ inner validation examples to reach each target rejection rate, a fraction of the
 chosen per fold on the same validation examples, by the same measure. Measures per example:
 - gold mode: emitted tokens equal to the gold one (quality, higher is better);
 - consequence mode (answer-level): of the tested mismatches, the share of IMPORTANT ones the method
-  keeps (lower is better) and of HARMLESS ones (higher is better). An untested mismatch counts
+  keeps (lower is better) and of HARMLESS ones (higher is better); and `signed`, the expected accuracy
+  change against the verifier, first order: per problem +1 where the method keeps a rescue (the verifier's
+  answer is wrong and that draft makes it right), -1 where it keeps a harm (right, and the draft makes it
+  wrong), averaged over problems (higher is better; router.records.signed_consequence). An untested mismatch counts
   toward the rejection rate like any other (deferring there costs a verifier step) and in neither
   share (its consequence is unknown). Where the records hold short-horizon scores (data_gen/horizon.py),
   also `horizon`: the share of the mismatches' summed score (clipped at 0) a method keeps, lower is
@@ -36,14 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.crossfit_summary import BOOTSTRAP, summarise
+from eval.crossfit_summary import BOOTSTRAP, HIGHER_IS_BETTER, summarise
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
 from router.offline.views import example_index, greedy_columns, greedy_rule_scores, greedy_score
-from router.records import HARMLESS, IMPORTANT, load_records
+from router.records import HARM, HARMLESS, IMPORTANT, NEUTRAL, RESCUE, UNTESTED, load_records, signed_consequence
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
+ORACLE = "oracle_signed"  # the signed labels' oracle (oracle_scores): a reference row, never chosen as a rule
 
 
 def _mode(folder: Path) -> str:
@@ -70,7 +74,18 @@ def _scores(view: RecordView, routers: dict) -> dict[str, np.ndarray]:
     out = greedy_rule_scores(view)
     for name, router in routers.items():
         out[name] = greedy_score(router_scores(router, view, name=name), router.cfg.head, view.cols["tv"])
+    if "consequence" in view.cols and "answer_correct" in view.cols:
+        out[ORACLE] = oracle_scores(view.cols["consequence"], view.cols["answer_correct"])
     return out
+
+
+def oracle_scores(consequence: np.ndarray, answer_correct: np.ndarray) -> np.ndarray:
+    """(N,) the signed labels' oracle: it reads the labels it is scored on (a reference, never a rule to
+    choose): defers first at harms, then at untested mismatches (their sign unknown), then at neutral ones,
+    and last at rescues, whose drafts it keeps."""
+    signs = signed_consequence(consequence, answer_correct)
+    order = {HARM: 3.0, UNTESTED: 2.0, NEUTRAL: 1.0, RESCUE: 0.0}
+    return np.select([signs == k for k in order], list(order.values()), default=2.0)
 
 
 def shared_plan(folders: list[Path]) -> tuple[dict, str]:
@@ -99,12 +114,14 @@ def _example_sums(view: RecordView, rows: np.ndarray | None = None):
     g = {k: np.asarray(v)[keep] for k, v in greedy_columns(view).items()}
     index, n = example_index(view)
     index = index[keep]
-    tested = {}
+    tested, signs = {}, None
     if "consequence" in view.cols:
         tested = {
             kind: view.cols["consequence"][keep] == value
             for kind, value in (("important", IMPORTANT), ("harmless", HARMLESS))
         }
+        if "answer_correct" in view.cols:
+            signs = signed_consequence(view.cols["consequence"][keep], view.cols["answer_correct"][keep])
     damage = None  # (N,) a mismatch's short-horizon score, 0 where none (agreement) and below 0
     if "horizon_score" in view.cols:
         damage = np.clip(np.nan_to_num(np.asarray(view.cols["horizon_score"], np.float64)[keep], nan=0.0), 0, None)
@@ -123,6 +140,11 @@ def _example_sums(view: RecordView, rows: np.ndarray | None = None):
         for kind, mask in tested.items():
             out[kind] = total(mask)
             out[f"{kind}_kept"] = total(mask & ~defer)
+        if signs is not None:  # first order: an answer flips once, whichever of its flipping drafts is kept
+            out["signed"] = np.ones(n)  # per problem: the measure is the mean accuracy change over problems
+            out["signed_kept"] = np.minimum(total((signs == RESCUE) & ~defer), 1) - np.minimum(
+                total((signs == HARM) & ~defer), 1
+            )
         if damage is not None:
             out["horizon"] = total(damage)
             out["horizon_kept"] = total(damage * ~defer)
@@ -160,7 +182,8 @@ def _value(sums: dict, measure: str) -> float:
     """The measure a best rule is chosen by, `answer_measures(...)[0]`, as higher is better."""
     if measure == "quality":
         return sums["quality"].sum() / max(sums["positions"].sum(), 1)
-    return -sums[f"{measure}_kept"].sum() / max(sums[measure].sum(), 1e-12)  # a kept share: lower is better
+    share = sums[f"{measure}_kept"].sum() / max(sums[measure].sum(), 1e-12)
+    return share if measure in HIGHER_IS_BETTER else -share  # a kept share of bad mismatches: lower is better
 
 
 def answer_measures(records: list[str], mode: str) -> tuple[str, ...]:
@@ -169,11 +192,12 @@ def answer_measures(records: list[str], mode: str) -> tuple[str, ...]:
     where any mismatch was tested, and horizon where the records hold short-horizon scores."""
     if mode != "consequence":
         return ("quality",)
-    tested = scored = False
+    tested = scored = signed = False
     for folder in records:
         ds = load_records(folder, mode=mode)
         if "consequence" in ds.column_names:
             tested |= bool(np.isin(_column(ds, "consequence"), (IMPORTANT, HARMLESS)).any())
+            signed |= "answer_correct" in ds.column_names  # the verifier's verdict: which way a flip goes
         if "horizon_score" in ds.column_names:
             scored |= bool(np.isfinite(_column(ds, "horizon_score").astype(np.float64)).any())
     if not tested and not scored:
@@ -182,7 +206,7 @@ def answer_measures(records: list[str], mode: str) -> tuple[str, ...]:
             f"score. Score on records with full-answer labels (consequence_max_mismatches > 0) or short-horizon "
             f"scores (consequence_horizon > 0), e.g. --eval-records of such a folder"
         )
-    return ("important", "harmless") * tested + ("horizon",) * scored
+    return ("important", "harmless") * tested + ("signed",) * (tested and signed) + ("horizon",) * scored
 
 
 def _column(ds, name: str) -> np.ndarray:
@@ -281,7 +305,8 @@ def _score_fold(sums: dict, chosen: dict, routers: list[str], measure: str, s_va
             # tie (fly's window verdicts) overshoots the target there and wins by deferring more
             val_defer = s_val[method] > thr if scored_cost is None else _defer_top(s_val[method], cost, t * cost.mean())
             value[method] = _value(on_val(val_defer), measure)
-        best = {"rule": _best(value, [m for m in value if m not in routers])}  # first of equals: registry order
+        rules = [m for m in value if m not in routers and m != ORACLE]  # the oracle reads the labels
+        best = {"rule": _best(value, rules)}  # first of equals: registry order
         if len(routers) > 1:
             best["router"] = _best(value, routers)
             here["best_router"] = here[best["router"]]

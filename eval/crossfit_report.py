@@ -67,6 +67,11 @@ def _measures_text(res: dict, measures: tuple[str, ...]) -> str:
             if res.get("tested_only")
             else "untested mismatches count toward the rejection rate only. "
         )
+    if "signed" in measures:
+        text += (
+            "signed: the expected accuracy change against the verifier, first order (per problem +1 where a kept "
+            "draft rescues a wrong answer, -1 where one harms a right one; higher is better). "
+        )
     if "horizon" in measures:
         text += "horizon: the share of the mismatches' summed short-horizon score a method keeps (lower is better). "
     return text

@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 BOOTSTRAP = 2000
+HIGHER_IS_BETTER = ("quality", "harmless", "signed")  # the other measures are kept shares of bad mismatches
 COMBINED = ("best_rule", "best_router")  # methods that are a choice among others, not one rule
+REFERENCES = ("oracle_signed",)  # rows that read the labels they are scored on: never a rule to choose
 
 
 def weighted_share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:
@@ -34,8 +36,8 @@ def hindsight_rule(table: dict, routers: list[str], measure: str) -> str:
     """The fixed rule with the best `measure` over every scored example (kept shares: lowest; quality:
     highest); the first of equals in the table's (registry) order."""
     ones = np.ones((1, len(table["best_rule"]["positions"])))
-    rules = [m for m in table if m not in routers and m not in COMBINED]
-    sign = 1.0 if measure == "quality" else -1.0
+    rules = [m for m in table if m not in routers and m not in COMBINED and m not in REFERENCES]
+    sign = 1.0 if measure in HIGHER_IS_BETTER else -1.0
     return max(rules, key=lambda m: sign * float(weighted_share(table[m], measure, ones)[0]))
 
 

@@ -63,7 +63,8 @@ def _setting(online: dict, cfg) -> str:
     dtype = online["dtype"]
     where = dtype["cpu"] if cfg.device == "cpu" else cfg.device
     if dtype.get("engine") == "llamacpp":  # threads beside every llama.cpp figure
-        where += f", llama.cpp with {dtype['threads']} threads ({dtype['threads_reason']})"
+        kernels = f" ({dtype['kernels']} kernels)" if dtype.get("kernels") else ""
+        where += f", llama.cpp{kernels} with {dtype['threads']} threads ({dtype['threads_reason']})"
     return (
         f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch {cfg.batch_size}; "
         f"latency per token relative to verifier-only (timed in the same run, or retimed: see warnings). Models in {dtype['dtype']} on {where} "

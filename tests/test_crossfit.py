@@ -224,6 +224,36 @@ def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_reco
     assert abs(half["opt"]["rejection"] - 0.5) < 0.1  # half of the tested mismatches deferred (the verifier: all)
 
 
+def test_the_signed_measure_is_the_first_order_accuracy_change_and_the_oracle_bounds_it(consequence_records, tmp_path):
+    """signed: per problem +1 where a kept draft rescues a wrong answer, -1 where one harms a right one,
+    averaged over problems; deferring everywhere is the verifier (0); the signed labels' oracle is reported
+    beside every method, never chosen as the best rule, and at matched rates keeps no harm it can defer."""
+    from eval.crossfit import ORACLE, _example_sums
+    from router.offline.inputs import RecordView
+    from router.offline.views import example_index
+    from router.records import HARM, RESCUE, signed_consequence
+
+    view = RecordView([str(consequence_records)], "all", "consequence")
+    signs = signed_consequence(view.cols["consequence"], view.cols["answer_correct"])
+    assert (signs == HARM).any() or (signs == RESCUE).any()
+    sums = _example_sums(view)
+    defer_all, keep_all = sums(np.ones(len(signs), dtype=bool)), sums(np.zeros(len(signs), dtype=bool))
+    assert (defer_all["signed_kept"] == 0).all() and (defer_all["signed"] == 1).all()
+    index, n = example_index(view)
+    for e in range(n):  # keeping every draft: +1 for a wrong answer with a rescue, -1 for a right one with a harm
+        mine = signs[index == e]
+        assert keep_all["signed_kept"][e] == int((mine == RESCUE).any()) - int((mine == HARM).any())
+    folder = _hand_cross_fit(tmp_path / "opt-copy", consequence_records, mode="consequence")
+    summary = summarise(out_of_fold(folder, [str(consequence_records)], matched=True), reps=100)
+    assert "signed" in summary["measures"]
+    for block in summary["targets"].values():
+        rows = block["methods"]
+        assert ORACLE in rows and ORACLE not in block["best_rule_per_fold"] and block["hindsight_rule"] != ORACLE
+        assert rows[ORACLE]["signed"] >= rows["best_rule"]["signed"]
+    top = summary["targets"]["0.75"]["methods"]  # budget enough to defer every harm: none kept
+    assert top[ORACLE]["signed"] >= 0
+
+
 def test_matched_operating_points_give_every_method_the_target_rejection_rate(consequence_records, tmp_path):
     """Thresholds from validation examples miss the target on the scored ones by different amounts per
     method; matched, every method defers the same share of the scored rows (up to ties), reading no label."""
@@ -395,7 +425,7 @@ def test_full_answer_and_short_horizon_labels_together_report_both(tmp_path):
     from eval.crossfit_summary import summarise
 
     both = synthetic_token_records(tmp_path / "both", n_examples=60, consequence=True, answer_labels="full+horizon")
-    assert answer_measures([str(both)], "consequence") == ("important", "harmless", "horizon")
+    assert answer_measures([str(both)], "consequence") == ("important", "harmless", "signed", "horizon")
     folder = _hand_cross_fit(tmp_path / "opt-copy", both, mode="consequence")
     summary = summarise(out_of_fold(folder, [str(both)], tested_only=True), reps=50)
     row = summary["targets"]["0.5"]["methods"]["opt-copy"]
@@ -436,7 +466,7 @@ def test_the_best_rule_in_hindsight_is_the_one_rule_best_on_the_scored_examples(
     summary = summarise(out_of_fold(folder, [str(consequence_records)], tested_only=True, matched=True), reps=200)
     for block in summary["targets"].values():
         methods, hindsight = block["methods"], block["hindsight_rule"]
-        rules = {m: r for m, r in methods.items() if m not in ("opt-copy", "best_rule")}
+        rules = {m: r for m, r in methods.items() if m not in ("opt-copy", "best_rule", "oracle_signed")}
         assert hindsight in rules and methods[hindsight]["important"] == min(r["important"] for r in rules.values())
         assert methods[hindsight]["important_vs_hindsight_rule"] == {"diff": 0.0, "low": 0.0, "high": 0.0}
         d = methods["opt-copy"]["important_vs_hindsight_rule"]

@@ -76,20 +76,30 @@ def test_a_study_replay_without_gold_rows_or_windows_keeps_every_label(setup, tm
     assert study.counts.get("consequence_branch_tokens", 0) == 0  # nothing searched
 
 
+def _first_important(lines: list[str]) -> tuple[int, int]:
+    """(line, item) of a label file's first important label: a harmless label's substituted token is the
+    answer's own token there (data_gen.label_store.substitutions reads it from the answer)."""
+    return next(
+        (k, i) for k in range(1, len(lines)) for i, t in enumerate(json.loads(lines[k])["tested"]) if t[1] == IMPORTANT
+    )
+
+
 def test_a_label_that_no_longer_fits_is_dropped_and_counted(setup, tmp_path):
     cfg, _ = setup("first", max_examples=6)
     path = tmp_path / "labels.jsonl.gz"
     export_labels(cfg.output, path)
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    entry = json.loads(lines[1])
-    t, kind, sub, *_ = entry["tested"][0]
-    entry["tested"][0][2] = sub + 1  # as if another dtype's drafter had substituted another token
-    path.write_bytes(gzip.compress(("\n".join([lines[0], json.dumps(entry), *lines[2:]]) + "\n").encode()))
+    k, i = _first_important(lines)
+    entry = json.loads(lines[k])
+    t, kind, sub, *_ = entry["tested"][i]
+    entry["tested"][i][2] = sub + 1  # as if another dtype's drafter had substituted another token
+    lines[k] = json.dumps(entry)
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     _, replay = setup("replay", max_examples=6, labels_from=str(path))
     assert replay.counts["replayed_labels_dropped"] == 1
     rows = _rows(tmp_path / "replay", LABEL_COLUMNS + ("q_argmax",))
     at = rows[(rows.example_id == entry["example_id"]) & (rows.position == t)].iloc[0]
-    # what this pass says there, without a label: agreement (a harmless substitution kept the drafter's token)
+    # what this pass says there, without a label: the verifier's token stays at an important one
     assert at.consequence == (AGREE if at.q_argmax == at.token else UNTESTED) and at.branch_answer == ""
     before = _rows(cfg.output)
     assert (rows.consequence != before.consequence).sum() == 1
@@ -102,10 +112,11 @@ def test_an_export_keeps_what_its_file_knows_beyond_the_folder(setup, tmp_path):
     path = tmp_path / "labels.jsonl.gz"
     full = export_labels(cfg.output, path)
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
-    entry = json.loads(lines[1])
-    entry["tested"][0][2] += 1  # as if another machine's drafter had substituted another token there
-    moved = entry["tested"][0]
-    path.write_bytes(gzip.compress(("\n".join([lines[0], json.dumps(entry), *lines[2:]]) + "\n").encode()))
+    k, i = _first_important(lines)
+    entry = json.loads(lines[k])
+    entry["tested"][i][2] += 1  # as if another machine's drafter had substituted another token there
+    moved = entry["tested"][i]
+    path.write_bytes(gzip.compress(("\n".join([*lines[:k], json.dumps(entry), *lines[k + 1 :]]) + "\n").encode()))
     setup("first4", max_examples=4, labels_from=str(path))  # drops that label: its argmax differs here
     header = export_labels(tmp_path / "first4", path)
     store = LabelStore(path)

@@ -138,7 +138,7 @@ def test_the_sampler_on_llama_cpp_draws_pi(pair):
     n, prompt = 250, [5, 17, 33, 41, 8]
     ids = torch.tensor([prompt] * n)
     out = generate(drafter, verifier, ids, rule="lossless", gamma=3, temperature=1.0, max_new_tokens=1, seed=5)
-    p = _fresh_logits(verifier, [prompt])[0].softmax(-1)
+    p = _fresh_logits(verifier, [prompt])[0].double().softmax(-1)  # float64: the expected counts sum to n
     top = p.argsort(descending=True)[:8]
     first = out.sequences[:, len(prompt)]
     observed = [int((first == t).sum()) for t in top] + [int((~torch.isin(first, top)).sum())]
@@ -174,7 +174,7 @@ def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys, m
     points = json.loads((tmp_path / "e" / "metrics.json").read_text())["online"]["points"]
     assert {p["method"] for p in points} >= {"verifier", "drafter", "opt", "router", "token_cascade"}
     assert all(p["seconds_per_token"] > 0 and p["tokens"] > 0 for p in points)
-    assert "llama.cpp with 1 threads (as set" in (tmp_path / "e" / "report.md").read_text()
+    assert "kernels) with 1 threads (as set" in (tmp_path / "e" / "report.md").read_text()
 
 
 def test_the_generate_command_decodes_on_llama_cpp(tmp_path, capsys, monkeypatch):
@@ -191,4 +191,20 @@ def test_the_generate_command_decodes_on_llama_cpp(tmp_path, capsys, monkeypatch
     assert cli.main([*args, "--max-new-tokens", "12", "--compare", "--output", str(out)]) == 0
     result = json.loads(out.read_text())
     assert len(result["tokens"]) == 12 and result["stats"]["rule"] == "token_v2"
-    assert "llama.cpp GGUF, 1 threads" in capsys.readouterr().out
+    assert "kernels), 1 threads" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_embedded_pair_on_llama_cpp_ends_where_llama_cpp_ends_a_generation():
+    """Every token llama.cpp calls end-of-generation ends a row, <|endoftext|> included: the 1.5B coder
+    writes it after a few-shot answer, and with the GGUF's EOS id alone (<|im_end|>) rows went on into a
+    new conversation whose numbers the GSM8K metric (the output's final number) then read."""
+    from router.infra.embedded import embedded_gguf, embedded_installed
+
+    if not embedded_installed():
+        pytest.skip("the embedded pair is not installed")
+    verifier = LlamaCppLM(embedded_gguf("verifier"), n_threads=1)
+    ends = set(verifier.generation_config.eos_token_id)
+    assert {151643, 151645} <= ends  # <|endoftext|>, <|im_end|>
+    lib, vocab = verifier._lib, verifier._lib.llama_model_get_vocab(verifier.model)
+    assert ends == {i for i in range(verifier.vocab_size) if lib.llama_vocab_is_eog(vocab, i)}

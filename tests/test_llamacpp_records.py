@@ -182,7 +182,7 @@ def test_the_engines_benchmark_records_on_both_engines_side_by_side(tmp_path):
     assert len(gold["run_seconds"]) == 4 and gold["speedup"] > 0
     assert gold["p_argmax_agreement"] > 0.98 and gold["q_argmax_agreement"] > 0.98
     assert labels["same_answer"] >= 3 and labels["labels_agree"] == labels["labels_compared"] > 0
-    assert result["llamacpp"]["threads"] == 1 and "llama.cpp 1 threads" in done.stdout
+    assert result["llamacpp"]["threads"] == 1 and "kernels) 1 threads" in done.stdout
     assert out.with_suffix(".csv").exists()
 
 
@@ -198,12 +198,12 @@ def test_the_tiny_demo_runs_on_llama_cpp(tmp_path, capsys, monkeypatch):
     out = tmp_path / "demo"
     assert cli.main(["demo", "--preset", "tiny", "--output", str(out), "--engine", "llamacpp", "--threads", "1"]) == 0
     printed = capsys.readouterr().out
-    assert "engine llamacpp: as set" in printed and "llama.cpp GGUF, 1 threads" in printed  # the estimate's line
+    assert "engine llamacpp: as set" in printed and "kernels), 1 threads" in printed  # the estimate's line
     summary = json.loads((out / "demo_summary.json").read_text())
     assert summary["engines"] == {"recording": "llamacpp", "evaluation": "llamacpp"}
     manifest = json.loads((out / "records" / "gsm8k" / "manifest.json").read_text())
     assert manifest["dtype"]["engine"] == "llamacpp"
-    assert "llama.cpp with 1 threads" in (out / "eval" / "gsm8k" / "report.md").read_text()
+    assert "kernels) with 1 threads" in (out / "eval" / "gsm8k" / "report.md").read_text()
 
 
 def test_auto_prices_each_stage_on_both_engines_and_keeps_records_made(tmp_path, monkeypatch):

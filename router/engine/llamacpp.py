@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from router.engine.llamacpp_lib import (
+    kernels,
     LLAMA_CPP_PYTHON,
     MAX_SEQUENCES,
     PREFIX_SEQ,
@@ -56,6 +57,7 @@ def engine_note(model: "LlamaCppLM") -> dict:
     return {
         "dtype": "gguf",
         "reason": "engine llamacpp: the pair's GGUF files (their own weight types) run by llama.cpp",
+        "kernels": kernels(),
         "cpu": cpu_kind().rsplit(",", 1)[0],  # without torch's thread count: llama.cpp's is beside it
         "engine": "llamacpp",
         "threads": model.threads,
@@ -87,7 +89,9 @@ class LlamaCppLM:
         vocab = lib.llama_model_get_vocab(self.model)
         self.vocab_size = int(lib.llama_vocab_n_tokens(vocab))
         self.hidden_size = int(lib.llama_model_n_embd(self.model))
-        eos = sorted({int(lib.llama_vocab_eos(vocab)), int(lib.llama_vocab_eot(vocab))} - {-1})
+        # every token llama.cpp ends a generation at (its own tools stop there): the EOS id alone misses
+        # <|endoftext|>, which the Qwen pair writes after a few-shot answer (0.05 s for 152k tokens)
+        eos = [i for i in range(self.vocab_size) if lib.llama_vocab_is_eog(vocab, i)]
         pad = int(lib.llama_vocab_pad(vocab))
         trained_context = int(lib.llama_model_n_ctx_train(self.model))
         self.config = SimpleNamespace(

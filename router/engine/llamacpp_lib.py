@@ -38,6 +38,18 @@ def llama_cpp():
     return lib
 
 
+def kernels() -> str:
+    """The CPU kernels this llama.cpp build has, as its system info lists them: "AVX2" or e.g.
+    "AVX512+BF16+VBMI+VNNI" (scripts/llamacpp.sh builds one of the two for the CPU it runs on)."""
+    info = llama_cpp().llama_print_system_info().decode()
+    have = {k.strip() for k, _, v in (part.partition("=") for part in info.split("|")) if v.strip() == "1"}
+    have = {k.removeprefix("CPU :").strip() for k in have}
+    extras = [k.removeprefix("AVX512_") for k in sorted(have) if k.startswith("AVX512_")]
+    if "AVX512" in have:
+        return "+".join(["AVX512", *extras])
+    return next((k for k in ("AVX2", "AVX", "SSE3") if k in have), "generic")
+
+
 def physical_cores() -> int:
     """Physical cores among the CPUs this process may run on (hyperthread siblings counted once)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))

@@ -110,7 +110,7 @@ class RecordView:
         self.ds = ds.with_format("numpy")
         small = self.ds.select_columns(sorted({*VIEW_COLUMNS, *CANDIDATE_COLUMNS, "features", "example_id", "mode"}))[:]
         self.cols = {k: np.asarray(small[k]) for k in VIEW_COLUMNS}  # (N,) each
-        for name in ("consequence", "horizon_score"):  # answer-level and short-horizon labels, where recorded
+        for name in ("consequence", "answer_correct", "horizon_score"):  # answer-level labels, where recorded
             if name in self.ds.column_names:
                 self.cols[name] = np.asarray(self.ds.select_columns([name])[:][name])
         self.cand = candidates_from_columns(small)  # the drafter's top-k, column 0 = its argmax
