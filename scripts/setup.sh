@@ -49,9 +49,9 @@ case ",$extras," in *,llamacpp,*|*,test,*)
     echo "[setup] keeping the installed llama-cpp-python $LLAMACPP_VERSION (${built_for:-installed before} kernels)"
   else
     wheels="$LLAMACPP_WHEELS/llama-cpp-python-$LLAMACPP_VERSION-$variant"
-    if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
+    if ! ls "$wheels"/*.whl >/dev/null 2>&1; then  # from source (--no-binary): an index's wheel has unknown kernels
       echo "[setup] building llama-cpp-python==$LLAMACPP_VERSION with $variant kernels (the llama.cpp engine; about 12 CPU-minutes, once per CPU kind)"
-      CMAKE_ARGS="$(llamacpp_cmake_args "$variant")" quiet "$py" -m pip wheel -q --no-deps --no-cache-dir -w "$wheels" "llama-cpp-python==$LLAMACPP_VERSION"
+      CMAKE_ARGS="$(llamacpp_cmake_args "$variant")" quiet "$py" -m pip wheel -q --no-deps --no-cache-dir --no-binary llama-cpp-python -w "$wheels" "llama-cpp-python==$LLAMACPP_VERSION"
     fi
     echo "[setup] installing llama-cpp-python $LLAMACPP_VERSION ($variant kernels, $wheels)"
     quiet "$py" -m pip uninstall -q -y llama-cpp-python
