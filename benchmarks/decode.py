@@ -64,7 +64,9 @@ from router.rules import resolve_rule  # noqa: E402
 from router.engine.loop import Rows, eos_ids  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
 from router.infra.embedded import embedded_installed  # noqa: E402
-from router.pair import load_pair  # noqa: E402
+from router.engine.llamacpp import engine_setting  # noqa: E402
+from router.pair import adopt_records_identity, load_pair  # noqa: E402
+from router.records import read_manifest  # noqa: E402
 from router.pair import tiny_pair  # noqa: E402
 
 FALLBACK_QUESTIONS = [
@@ -110,17 +112,15 @@ def fitted_example_ids(records: str) -> set[str]:
     return {r["example_id"] for r in rows if r.get("split") in ("train", "validation")}
 
 
-def correct(outputs: list[list[int]], examples: list, tokenizer, stops: list[str], ends=()) -> list[float]:
-    """GSM8K exact match of the final number (eval's metric), per benchmark prompt, on each output up to its
-    first end token (`ends`) and stop string."""
+def correct(outputs: list[list[int]], examples: list, tokenizer, stops: list[str]) -> list[float]:
+    """GSM8K exact match of the final number (eval's metric), per benchmark prompt."""
     from router.tasks.metrics import gsm8k_metric
     from router.tasks.prompts import cut_at_stop
 
-    def text(out: list[int]) -> str:
-        end = next((i for i, t in enumerate(out) if t in ends), len(out))
-        return cut_at_stop(tokenizer.decode(out[:end], skip_special_tokens=True), stops)
-
-    return [float(gsm8k_metric(text(out), ex.meta)["quality"]) for out, ex in zip(outputs, examples)]
+    return [
+        float(gsm8k_metric(cut_at_stop(tokenizer.decode(out, skip_special_tokens=True), stops), ex.meta)["quality"])
+        for out, ex in zip(outputs, examples)
+    ]
 
 
 def prompts_for(args, tokenizer) -> list[list[int]]:
@@ -306,6 +306,9 @@ def _alone(model, args, role, ends: dict):
     return fn
 
 
+LLAMACPP_SPECULATIVE = "llama.cpp speculative"  # the row of llama.cpp's own speculative decoding
+
+
 def _llamacpp_speculative(drafter, verifier, args, stop: StopStrings | None):
     """llama.cpp's own speculative decoding (its llama-speculative-simple tool: greedy, drafts of at most
     gamma tokens, the pair's threads) on a batch-1 prompt. Its continuation is cut after a stop string as
@@ -452,33 +455,11 @@ def _load(args, real: bool) -> tuple:
         drafter, verifier, tokenizer = load_pair(*specs, engine="llamacpp", threads=args.threads or 0)
         torch_pair = (load_pair(*specs, dtype=args.dtype) if real else tiny_pair()) if args.torch_reference else None
         args.torch_verifier = torch_pair[1] if torch_pair else None
-        _adopt_records_pair(drafter, verifier, args, specs)
-        from router.engine.llamacpp_lib import kernels
-
-        return (
-            drafter,
-            verifier,
-            tokenizer,
-            f"{name} (llama.cpp, GGUF, {kernels()} kernels, {verifier.threads} threads)",
-        )
+        if args.records and adopt_records_identity((drafter, verifier), specs, read_manifest(args.records[0])):
+            print("note: the records were made on torch from the GGUF files llama.cpp runs here: the same weights")
+        return drafter, verifier, tokenizer, f"{name} ({engine_setting(verifier)})"
     drafter, verifier, tokenizer = load_pair(*specs, dtype=args.dtype) if real else tiny_pair()
     return drafter, verifier, tokenizer, f"{name} ({str(verifier.dtype).removeprefix('torch.')})"
-
-
-def _adopt_records_pair(drafter, verifier, args, specs) -> None:
-    """On llama.cpp with --records made on torch from the same GGUF files (the embedded pair): the models
-    take the records' fingerprints, so routers trained on them decode here, with one note (as eval does)."""
-    from router.pair import same_files
-    from router.records import read_manifest
-
-    if not args.records or not all(same_files(spec) for spec in specs):
-        return
-    manifest = read_manifest(args.records[0])
-    if manifest.dtype.get("engine", "torch") == "llamacpp":
-        return
-    print("note: the records were made on torch from the GGUF files llama.cpp runs here: the same weights")
-    for role, model in zip(("drafter", "verifier"), (drafter, verifier)):
-        model.adopt_fingerprint(manifest.pair[role])
 
 
 def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
@@ -488,7 +469,7 @@ def build_methods(drafter, verifier, args, ends: dict, batch: int) -> list:
     if getattr(args, "torch_verifier", None) is not None:
         methods.append(("torch verifier-only", _alone(args.torch_verifier, args, "verifier", ends)))
     if batch == 1 and getattr(args, "llamacpp_speculative", None) is not None:
-        label = f"llama.cpp speculative (<= {args.block} drafts)"
+        label = f"{LLAMACPP_SPECULATIVE} (<= {args.block} drafts)"
         methods.append((label, _llamacpp_speculative(drafter, verifier, args, ends.get("stop"))))
     if batch == 1 and getattr(args, "engine", "torch") == "torch":
         methods.append(("hf-assisted", _hf(verifier, drafter, args, prefix=ends.get("prefix"))))
@@ -647,7 +628,7 @@ def main() -> None:
                 r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
                 if args.few_shot and real:  # the 5-shot prompts carry short answers: task accuracy too
                     examples = few_shot_examples(args.prompts, tuple(args.records))
-                    r["correct"] = correct(r["outputs"], examples, tokenizer, args.stops, eos_ids(verifier))
+                    r["correct"] = correct(r["outputs"], examples, tokenizer, args.stops)
                     r["accuracy"] = float(np.mean(r["correct"]))
                 paired_with_verifier(r, base)
             by_batch[batch] = results
@@ -660,7 +641,7 @@ def warm_up(methods: list, batch, args) -> None:
     budget, args.max_new_tokens = args.max_new_tokens, 2
     try:
         for name, fn in methods:
-            if not name.startswith("llama.cpp speculative"):  # a process per prompt: nothing to warm
+            if not name.startswith(LLAMACPP_SPECULATIVE):  # a process per prompt: nothing to warm
                 fn(*batch)
     finally:
         args.max_new_tokens = budget

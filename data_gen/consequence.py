@@ -257,7 +257,11 @@ def consequence_columns(s: Searched, q_argmax: np.ndarray, counts: dict | None =
     label = np.where(np.asarray(q_argmax) == np.asarray(s.tokens), AGREE, UNTESTED).astype(np.int8)
     branch_correct = np.full(n, -1, dtype=np.int8)
     branch_answer = [""] * n
-    kept = {t: kind for t, kind in s.labels.items() if s.substituted.get(t, int(q_argmax[t])) == int(q_argmax[t])}
+    kept = {
+        t: kind
+        for t, kind in s.labels.items()
+        if t < len(q_argmax) and s.substituted.get(t, int(q_argmax[t])) == int(q_argmax[t])
+    }
     if counts is not None and len(kept) < len(s.labels):
         counts["consequence_labels_dropped"] = counts.get("consequence_labels_dropped", 0) + len(s.labels) - len(kept)
     for t, kind in kept.items():

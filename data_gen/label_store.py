@@ -253,15 +253,12 @@ class LabelStore:
         recording's drafter argmax is the token that was substituted (counted in `counts`)."""
         e = self.entries[example_id]
         s = self.searched(example_id)
-        # a label belongs to its substitution: kept only where this pass drafts the same token there
-        s.labels = {
-            t: kind for t, kind in s.labels.items() if t < len(q_argmax) and int(q_argmax[t]) == s.substituted[t]
-        }
-        kept = s.labels
-        cols = consequence_columns(s, q_argmax)
+        dropped = {}  # a label belongs to its substitution: consequence_columns keeps it only where this pass drafts it
+        cols = consequence_columns(s, q_argmax, dropped)
+        kept = len(s.labels) - dropped.get("consequence_labels_dropped", 0)
         counts["replayed_examples"] = counts.get("replayed_examples", 0) + 1
-        counts["replayed_labels"] = counts.get("replayed_labels", 0) + len(kept)
-        counts["replayed_labels_dropped"] = counts.get("replayed_labels_dropped", 0) + len(e["tested"]) - len(kept)
+        counts["replayed_labels"] = counts.get("replayed_labels", 0) + kept
+        counts["replayed_labels_dropped"] = counts.get("replayed_labels_dropped", 0) + len(e["tested"]) - kept
         return cols
 
     def horizon(self, example_id: str, q_argmax: np.ndarray) -> dict[int, float]:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.crossfit_summary import BOOTSTRAP, HIGHER_IS_BETTER, summarise
+from eval.crossfit_summary import BOOTSTRAP, HIGHER_IS_BETTER, ORACLE, REFERENCES, summarise
 from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
@@ -47,7 +47,6 @@ from router.offline.views import example_index, greedy_columns, greedy_rule_scor
 from router.records import HARM, HARMLESS, IMPORTANT, NEUTRAL, RESCUE, UNTESTED, load_records, signed_consequence
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
-ORACLE = "oracle_signed"  # the signed labels' oracle (oracle_scores): a reference row, never chosen as a rule
 
 
 def _mode(folder: Path) -> str:
@@ -305,7 +304,7 @@ def _score_fold(sums: dict, chosen: dict, routers: list[str], measure: str, s_va
             # tie (fly's window verdicts) overshoots the target there and wins by deferring more
             val_defer = s_val[method] > thr if scored_cost is None else _defer_top(s_val[method], cost, t * cost.mean())
             value[method] = _value(on_val(val_defer), measure)
-        rules = [m for m in value if m not in routers and m != ORACLE]  # the oracle reads the labels
+        rules = [m for m in value if m not in routers and m not in REFERENCES]  # the oracle reads the labels
         best = {"rule": _best(value, rules)}  # first of equals: registry order
         if len(routers) > 1:
             best["router"] = _best(value, routers)

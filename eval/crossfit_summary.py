@@ -16,7 +16,8 @@ import numpy as np
 BOOTSTRAP = 2000
 HIGHER_IS_BETTER = ("quality", "harmless", "signed")  # the other measures are kept shares of bad mismatches
 COMBINED = ("best_rule", "best_router")  # methods that are a choice among others, not one rule
-REFERENCES = ("oracle_signed",)  # rows that read the labels they are scored on: never a rule to choose
+ORACLE = "oracle_signed"  # the signed labels' oracle (eval.crossfit.oracle_scores): a reference row
+REFERENCES = (ORACLE,)  # rows that read the labels they are scored on: never a rule to choose
 
 
 def weighted_share(sums: dict, what: str, weights: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ def run_speculative(
         command += ["--spec-draft-n-max", str(draft_max), "--spec-draft-n-min", "0"]
         command += ["-t", str(threads), "-tb", str(threads), "-td", str(threads), "-tbd", str(threads)]
         command += ["-c", "4096", "-b", "4096", "-ub", "512"]  # the whole prompt in one batch, as the tool needs
-        for attempt in range(ATTEMPTS):
+        for _ in range(ATTEMPTS):
             proc = subprocess.run(command, capture_output=True, timeout=timeout)
             # bytes that are not UTF-8 (a token may end inside a character) survive as surrogates:
             # text.encode("utf-8", "surrogateescape") gives back what it printed
@@ -82,9 +82,9 @@ def run_speculative(
                 raise RuntimeError(
                     f"{TOOL} failed (exit {proc.returncode}) on a {len(prompt)}-character prompt:\n{tail}"
                 )
-            if _DECODED.search(stderr) or attempt + 1 == ATTEMPTS:
-                return parse_output(stdout, stderr, prompt)
-    raise AssertionError("unreachable")
+            if _DECODED.search(stderr):
+                break
+    return parse_output(stdout, stderr, prompt)
 
 
 # the tool logs through a background thread and exits without flushing it, so its last lines (the

@@ -213,20 +213,17 @@ def _task_of(manifests: list[Manifest]) -> str:
 
 
 def _load_pair(cfg: EvalConfig, manifest: Manifest):
-    from router.pair import check_pair_is, load_pair, same_files
+    from router.pair import adopt_records_identity, check_pair_is, load_pair
 
     drafter = cfg.drafter or manifest.spec("drafter")
     verifier = cfg.verifier or manifest.spec("verifier")
     if cfg.engine == "llamacpp":
         pair = load_pair(drafter, verifier, engine="llamacpp", threads=cfg.threads)
-        recorded_on = manifest.dtype.get("engine", "torch")
-        if recorded_on != "llamacpp" and same_files(drafter) and same_files(verifier):
+        if adopt_records_identity(pair, (drafter, verifier), manifest):  # routers trained on them decode too
             warnings.warn(
-                f"decoding on llama.cpp ({pair[1].threads} threads) the GGUF files the records' {recorded_on} models "
-                f"were made from: the same weights, run by another engine"
+                f"decoding on llama.cpp ({pair[1].threads} threads) the GGUF files the records' "
+                f"{manifest.dtype.get('engine', 'torch')} models were made from: the same weights, run by another engine"
             )
-            for role, model in zip(("drafter", "verifier"), pair[:2]):  # so routers trained on them decode too
-                model.adopt_fingerprint(manifest.pair[role])
             return pair
     else:
         pair = load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)

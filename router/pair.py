@@ -282,6 +282,20 @@ def same_files(spec: str) -> bool:
     return spec.startswith(("embedded:", "tiny:"))
 
 
+def adopt_records_identity(models, specs: tuple[str, str], manifest) -> bool:
+    """Where llama.cpp models were loaded from the GGUF files a torch recording's models were converted from
+    (same_files), give them the records' fingerprints, so routers trained on those records decode here: the
+    same weights, run by another engine. True when adopted (the caller says so in one note)."""
+    from router.engine.llamacpp import is_llamacpp
+
+    recorded_on = manifest.dtype.get("engine", "torch")
+    if recorded_on == "llamacpp" or not is_llamacpp(models[1]) or not all(same_files(s) for s in specs):
+        return False
+    for role, model in zip(("drafter", "verifier"), models[:2]):
+        model.adopt_fingerprint(manifest.pair[role])
+    return True
+
+
 def _llamacpp_pair(drafter: str, verifier: str, threads: int) -> Pair:
     """The pair as llama.cpp models (see load_pair), both with the threads chosen once."""
     from router.engine.llamacpp import choose_threads

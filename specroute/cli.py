@@ -191,13 +191,6 @@ def cmd_labels(args) -> int:
     return 0
 
 
-def _llamacpp_setting(verifier) -> str:
-    """What `generate --engine llamacpp` ran on, as its summary says it: the build's kernels and the threads."""
-    from router.engine.llamacpp_lib import kernels
-
-    return f"llama.cpp GGUF ({kernels()} kernels), {verifier.threads} threads"
-
-
 def _encode(tokenizer, prompt: str, chat: bool, limit: int, device: str):
     """(input_ids, attention_mask) (1, T) of the prompt, cut from the left to `limit` tokens as
     recording cuts long prompts (with a warning)."""
@@ -234,6 +227,7 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
 
 def cmd_generate(args) -> int:
     from router.decoding import generate
+    from router.engine.llamacpp import engine_setting
     from router.infra.console import summary_table
     from router.infra.files import write_json
     from router.pair import load_pair
@@ -270,7 +264,7 @@ def cmd_generate(args) -> int:
     marker = "highlighted" if color else "in [[double brackets]]"
     print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
     stats = dict(out.stats)
-    rows = _generate_rows(args, opts, stats, load_s, getattr(verifier, "dtype", None) or _llamacpp_setting(verifier))
+    rows = _generate_rows(args, opts, stats, load_s, getattr(verifier, "dtype", None) or engine_setting(verifier))
     result = {
         "args": vars(args),
         "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),

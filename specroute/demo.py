@@ -110,9 +110,9 @@ def _priced_in(cfg, pair) -> str:
     from router.machine.hardware import resolve_dtype
 
     if cfg.engine == "llamacpp":
-        from router.engine.llamacpp_lib import kernels
+        from router.engine.llamacpp import engine_setting
 
-        return f"llama.cpp GGUF ({kernels()} kernels), {pair.verifier.threads} threads ({pair.verifier.threads_reason})"
+        return f"{engine_setting(pair.verifier)} ({pair.verifier.threads_reason})"
     return f"torch {resolve_dtype(cfg.dtype, cfg.device).name}"
 
 

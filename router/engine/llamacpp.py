@@ -65,6 +65,11 @@ def engine_note(model: "LlamaCppLM") -> dict:
     }
 
 
+def engine_setting(model: "LlamaCppLM") -> str:
+    """What a llama.cpp model runs on, as summaries and headers print it: the build's kernels and the threads."""
+    return f"llama.cpp GGUF ({kernels()} kernels), {model.threads} threads"
+
+
 def is_llamacpp(obj) -> bool:
     """True for a model or cache of this engine (the places that build torch-only masks branch on it)."""
     return getattr(obj, "engine", "torch") == "llamacpp"
