@@ -96,11 +96,14 @@ class ConsequenceSearch:
         self.report: Callable[[str], None] | None = None  # progress lines (the recorder's bar shows them)
         self.branch_tokens = 0  # verifier tokens decoded in branches (the search's main cost)
         self.branch_verifier_passes = 0  # verifier forwards per branch those tokens took, summed over branches
+        # continuations drawn at this temperature instead of greedily (data_gen/noise.py re-draws labels so);
+        # the search itself is greedy: its labels are defined by the verifier's greedy answer
+        self.temperature, self.seed = 0.0, 0
 
     def run(self, prompts: list[list[int]], metas: list[dict]) -> list[Searched]:
         self._say(f"answering {len(prompts)}")
-        answers = self._continue(prompts, [self.max_new_tokens] * len(prompts))
-        found = [Searched(a, *self._judge(a, m)) for a, m in zip(answers, metas)]
+        answers = self.continue_answers(prompts, [self.max_new_tokens] * len(prompts))
+        found = [Searched(a, *self.judge(a, m)) for a, m in zip(answers, metas)]
         self._refresh_argmax(prompts, found, range(len(found)))
         for round_ in range(1, self.max_mismatches + 2):
             todo = [(i, t) for i, s in enumerate(found) if (t := self._next_mismatch(s)) is not None]
@@ -108,7 +111,7 @@ class ConsequenceSearch:
                 return found
             self._say(f"round {round_}: {len(todo)} branches, {sum(s.tested for s in found)} mismatches tested")
             starts = [found[i].tokens[:t] + [int(found[i].argmax[t])] for i, t in todo]
-            tails = self._continue(
+            tails = self.continue_answers(
                 [prompts[i] + start for (i, _), start in zip(todo, starts)],
                 [self.max_new_tokens - len(start) for start in starts],
                 ended=starts,
@@ -119,7 +122,7 @@ class ConsequenceSearch:
             for (i, t), start, tail in zip(todo, starts, tails):
                 s = found[i]
                 branch = start + tail
-                correct, answer = self._judge(branch, metas[i])
+                correct, answer = self.judge(branch, metas[i])
                 s.branches[t] = (answer, correct)
                 s.next_position = t + 1
                 s.originals[t] = (s.tokens[t], s.tokens[t + 1 : t + 1 + ORIGINAL_TOKENS])
@@ -146,14 +149,14 @@ class ConsequenceSearch:
         differs = np.nonzero(s.argmax[s.next_position :] != np.asarray(s.tokens[s.next_position :]))[0]
         return int(s.next_position + differs[0]) if len(differs) else None
 
-    def _judge(self, tokens: list[int], meta: dict) -> tuple[int, str]:
+    def judge(self, tokens: list[int], meta: dict) -> tuple[int, str]:
         """(1 if the answer is correct else 0, its answer) by the task metric, on the text up to the
         first stop string, as eval scores an output."""
         text = cut_at_stop(self.tok.decode(tokens, skip_special_tokens=True), self.stops)
         scores = self.metric(text, meta)
         return int(scores["quality"] >= 1.0), str(scores.get("answer", ""))
 
-    def _continue(
+    def continue_answers(
         self,
         starts: list[list[int]],
         budgets: list[int],
@@ -161,7 +164,7 @@ class ConsequenceSearch:
         references: list[list[int]] | None = None,
         departures: list[int] | None = None,
     ) -> list[list[int]]:
-        """The verifier's greedy continuation of each start (prompt + answer so far), up to its budget,
+        """The verifier's greedy continuation (or one drawn at `temperature`) of each start (prompt + answer so far), up to its budget,
         ending at EOS or a stop string, in batches. A start whose answer already ended (its last
         token is EOS, or a stop string closes it, or no budget is left) gets no continuation. With
         `references` (the answer each branch departs from) and `lookup` gamma, the branches are
@@ -192,7 +195,7 @@ class ConsequenceSearch:
                 if self.prefix is not None and self.prefix.covers([starts[i] for i in rows])
                 else None,
             )
-            if references is not None and self.lookup:
+            if references is not None and self.lookup and self.temperature == 0:
                 drafts = LookupDrafter([references[i] for i in rows], [len(starts[i]) - len(ended[i]) for i in rows])
                 gen = generate(
                     drafts,
@@ -205,7 +208,8 @@ class ConsequenceSearch:
                     **common,
                 )
             else:
-                gen = generate_autoregressive(self.verifier, ids.to(device), role="verifier", **common)
+                drawn = dict(temperature=self.temperature, seed=self.seed + lo)  # temperature 0: greedy
+                gen = generate_autoregressive(self.verifier, ids.to(device), role="verifier", **drawn, **common)
             width = ids.shape[1]
             for b, i in enumerate(rows):
                 new = gen.sequences[b, width:][gen.sources[b] >= 0].tolist()[: budgets[i]]

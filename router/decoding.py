@@ -102,7 +102,8 @@ def generate(
     layout = first_layout(input_ids, attention_mask, prefix, pad, drafter_cache, verifier_cache)
     caches = (drafter_cache, verifier_cache)
     active = list(range(input_ids.shape[0]))
-    carry = LagCarry(len(active), policy.needs.lag, input_ids.device) if "lag" in policy.needs else None
+    needs = policy.needs
+    carry = LagCarry(len(active), needs.lag, input_ids.device, needs.running) if "lag" in needs else None
     with torch.inference_mode(), trusted_inputs():  # q, p come from softmax here: skip re-checking them
         while active:
             remaining = max(opts.max_new_tokens - len(rows.tokens[b]) for b in active)

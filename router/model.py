@@ -45,6 +45,7 @@ from router.targets import cascade_mix, keep_drafts, token_mix, tv_distance
 from router.view import BlockView
 from router.window.follow import FOLLOW_FEATURE_NAMES, follow_features
 from router.window.lag import LAG_FEATURE_NAMES, LagBefore, LagHistory, block_lags, lag_features
+from router.window.running import RUNNING_COLUMNS, RUNNING_NAMES, block_running, running_features
 
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token", "judge")
@@ -75,6 +76,8 @@ class RouterArch:
     # at: a draft at block position j has g - 1 - j followers); 0: uncut
     lag: int = 0  # judge: a lag judge reading the features of the `lag` positions before the drafted one
     # (router/window/lag.py), at most 8
+    running: bool = False  # judge: also read the answer so far (means of the verifier's confidence, agreement,
+    # TV and entropy over every earlier position, and their count: router/window/running.py)
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -108,6 +111,11 @@ class RouterArch:
             )
         if self.lag and self.head != "judge" or not 0 <= self.lag <= 8:
             raise RouterError(f"lag (positions read before the drafted one) needs head: judge and 0..8, got {self.lag}")
+        if not isinstance(self.running, bool) or self.running and self.head != "judge":
+            raise RouterError(
+                f"running (inputs summed over the answer so far) is true or false and needs head: judge, got "
+                f"{self.running!r} with head {self.head}"
+            )
 
 
 @dataclass
@@ -148,7 +156,10 @@ class RouterConfig(RouterArch):
         """Width of the per-position input: features (the judge's own for that head), then hidden
         states in hidden_inputs order."""
         base = (
-            len(JUDGE_FEATURE_NAMES) + self.follow * len(FOLLOW_FEATURE_NAMES) + self.lag * len(LAG_FEATURE_NAMES)
+            len(JUDGE_FEATURE_NAMES)
+            + self.follow * len(FOLLOW_FEATURE_NAMES)
+            + self.lag * len(LAG_FEATURE_NAMES)
+            + self.running * len(RUNNING_NAMES)
             if self.head == "judge"
             else len(self.feature_names)
         )
@@ -222,7 +233,9 @@ def router_needs(cfg: RouterConfig) -> Needs:
     others q at the bonus position; a window judge its follow window, a lag judge the positions before."""
     head = {"drafts", "lookahead"} if cfg.head == "judge" else {"bonus_q"}
     hidden = {f"hidden_{role}" for role in cfg.hidden_inputs}
-    return Needs({"logits", *head, *hidden}, follow=cfg.follow, lag=cfg.lag, follow_block=cfg.follow_block)
+    return Needs(
+        {"logits", *head, *hidden}, follow=cfg.follow, lag=cfg.lag, follow_block=cfg.follow_block, running=cfg.running
+    )
 
 
 class LearnedRouter(RouterHubMixin):
@@ -349,6 +362,8 @@ class LearnedRouter(RouterHubMixin):
             x = torch.cat([x, follow_features(follow, self.cfg.follow).to(x.dtype)], -1)
         if self.cfg.lag:
             x = torch.cat([x, self._lag_inputs(view.get("lag"), position)], -1)
+        if self.cfg.running:
+            x = torch.cat([x, self._running_inputs(view.get("lag"), position)], -1)
         x = torch.cat([x, *self._hidden_parts(view, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
 
@@ -363,6 +378,19 @@ class LearnedRouter(RouterHubMixin):
             f"router {self.name} is a lag judge reading {self.cfg.lag} positions back: pass lag=LagBefore (feats "
             f"(B, {self.cfg.lag}, F), valid) for a block (B, g, V) or a LagHistory per position "
             f"(router.window.lag; router.decoding.generate does)"
+        )
+
+    def _running_inputs(self, lag, position: torch.Tensor) -> torch.Tensor:
+        """(..., len(RUNNING_NAMES)): from each position's sums in a LagHistory, or from a block's LagBefore sums
+        and the block's own position features (B, g, F)."""
+        if isinstance(lag, LagHistory) and lag.sums is not None:
+            return running_features(lag.sums, lag.count).to(position.dtype)
+        if isinstance(lag, LagBefore) and lag.sums is not None and position.dim() == 3:
+            return running_features(*block_running(lag.sums, lag.count, position)).to(position.dtype)
+        raise RouterError(
+            f"router {self.name} reads the answer so far: pass lag=LagBefore(..., sums (B, {len(RUNNING_COLUMNS)}), "
+            f"count (B,)) for a block (B, g, V), or a LagHistory with sums and count per position "
+            f"(router.window.running; router.decoding.generate does)"
         )
 
     def _hidden_parts(self, view: BlockView, lead: tuple) -> list[torch.Tensor]:

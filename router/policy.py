@@ -35,12 +35,14 @@ class Needs:
     scores of the next `follow` drafts of the block, a router.window.follow.FollowWindow; implies drafts)
     and `lag` > 0 (the features of the `lag` positions before the block, router/window/lag.py).
     `follow_block`: the block size its follow windows were cut at in training (0: uncut, as recorded).
-    `"follow" in needs` and `"lag" in needs` read the sizes."""
+    `running`: the sums over the whole answer before each draft (router/window/running.py), which the lag
+    carry keeps too. `"follow" in needs` and `"lag" in needs` read the sizes (lag: or running)."""
 
     inputs: frozenset = frozenset()
     follow: int = 0
     lag: int = 0
     follow_block: int = 0
+    running: bool = False
 
     def __post_init__(self):
         inputs = frozenset([self.inputs] if isinstance(self.inputs, str) else self.inputs)
@@ -54,10 +56,16 @@ class Needs:
             value = getattr(self, size)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"Needs.{size} is a count of positions (an integer >= 0), got {value!r}")
+        if not isinstance(self.running, bool):
+            raise ValueError(f"Needs.running is true or false, got {self.running!r}")
         object.__setattr__(self, "inputs", inputs | ({"drafts"} if self.follow else set()))
 
     def __contains__(self, name: str) -> bool:
-        return name in self.inputs or (name == "follow" and self.follow > 0) or (name == "lag" and self.lag > 0)
+        return (
+            name in self.inputs
+            or (name == "follow" and self.follow > 0)
+            or (name == "lag" and (self.lag > 0 or self.running))
+        )
 
     @property
     def hidden(self) -> tuple[str, ...]:

@@ -68,8 +68,8 @@ def test_rejoined_branches_are_the_full_branches_cut_where_they_repeat_the_answe
     refs, deps = [answers[i] for i, _ in todo], [t for _, t in todo]
     args = ([prompts[i] + s for (i, _), s in zip(todo, starts)], [40 - len(s) for s in starts])
     cut = _search(pair, 3)
-    whole = full._continue(*args, ended=starts, references=refs, departures=deps)
-    short = cut._continue(*args, ended=starts, references=refs, departures=deps)
+    whole = full.continue_answers(*args, ended=starts, references=refs, departures=deps)
+    short = cut.continue_answers(*args, ended=starts, references=refs, departures=deps)
     assert cut.rejoined_branches > 0 and cut.branch_tokens < sum(map(len, whole))
     for w, got, ref, start, t, budget in zip(whole, short, refs, starts, deps, args[1]):
         # expected: the full branch up to the first token after which RejoinStop fires, then the answer's rest

@@ -24,10 +24,11 @@ class TrainConfig:
     records: list = field(default_factory=lambda: ["runs/records/gsm8k"])  # record folders
     mode: str = "gold"  # which recorded trajectories to learn from
     router: RouterArch = field(default_factory=RouterArch)  # the architecture (arch, head, width, depth, window,
-    # hidden_inputs, follow, follow_block, lag: router/model.py), its keys also written flat
+    # hidden_inputs, follow, follow_block, lag, running: router/model.py), its keys also written flat
     ensemble: int = 1  # > 1: that many members (seeds seed, seed + 1, ...) averaged into one network
     # (train/ensemble.py)
-    target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label
+    target: str = "expected_01_gap"  # logloss_gap | expected_01_gap | greedy_01_gap | token_label | consequence |
+    # signed | horizon_score (train/labels.py)
     loss: str = "mse"  # mse | cost_sensitive
     lr: float = 1e-3
     weight_decay: float = 0.0

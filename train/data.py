@@ -17,7 +17,16 @@ import torch
 
 from router.offline.inputs import RecordView
 from router.records import load_records, read_manifest, require_hidden_states
-from train.labels import ANSWER_TARGETS, CONSEQUENCE_TARGET, JUDGE_TARGET, TOKEN_TARGET, labels, weights
+from train.labels import (
+    ANSWER_TARGETS,
+    CONSEQUENCE_TARGET,
+    HORIZON_TARGET,
+    JUDGE_TARGET,
+    SIGNED_TARGET,
+    TOKEN_TARGET,
+    labels,
+    weights,
+)
 
 
 class RecordSplit(RecordView):
@@ -37,6 +46,7 @@ class RecordSplit(RecordView):
         follow: int = 0,
         lag: int = 0,
         follow_block: int = 0,
+        running: bool = False,
     ):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(
@@ -47,7 +57,8 @@ class RecordSplit(RecordView):
             raise ValueError(
                 f"target {target!r} with head judge: a judge decides the drafter's argmax d and learns "
                 f"{JUDGE_TARGET} ([argmax p = y] - [d = y], the greedy gap of keeping d) or "
-                f"{CONSEQUENCE_TARGET} (whether keeping d changes the answer)"
+                f"{CONSEQUENCE_TARGET} (whether keeping d changes the answer), {SIGNED_TARGET} (the accuracy keeping d "
+                f"loses: +1 harm, -1 rescue) or {HORIZON_TARGET}"
             )
         if mode == "consequence" and target not in ANSWER_TARGETS or target in ANSWER_TARGETS and mode != "consequence":
             raise ValueError(
@@ -56,7 +67,7 @@ class RecordSplit(RecordView):
             )
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows, examples)
         self.head, self.window, self.hidden_inputs, self.follow = head, window, tuple(hidden_inputs), follow
-        self.lag, self.follow_block = lag, follow_block
+        self.lag, self.follow_block, self.running = lag, follow_block, running
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
 
@@ -70,12 +81,20 @@ class RecordSplit(RecordView):
             follow=self.follow,
             lag=self.lag,
             follow_block=self.follow_block,
+            running=self.running,
         )
 
     def flat_inputs(self, idx: np.ndarray) -> np.ndarray:
         """Inputs without GRU windows, one row per position or per token-head candidate: (n [* K], D)."""
         x = self.inputs(
-            idx, self.head, 1, self.hidden_inputs, follow=self.follow, lag=self.lag, follow_block=self.follow_block
+            idx,
+            self.head,
+            1,
+            self.hidden_inputs,
+            follow=self.follow,
+            lag=self.lag,
+            follow_block=self.follow_block,
+            running=self.running,
         )
         return x.reshape(-1, x.shape[-1])
 
@@ -164,6 +183,7 @@ class RecordDataModule(L.LightningDataModule):
         follow: int = 0,
         lag: int = 0,
         follow_block: int = 0,
+        running: bool = False,
     ):
         """examples: {"train": ids, "validation": ids} to fit on those examples of every split (a
         cross-fitting fold) instead of the records' train and validation splits."""
@@ -179,6 +199,7 @@ class RecordDataModule(L.LightningDataModule):
             follow=follow,
             lag=lag,
             follow_block=follow_block,
+            running=running,
         )
         self.batch_size, self.seed, self.max_train_rows = batch_size, seed, max_train_rows
         self.train: RecordSplit | None = None

@@ -120,6 +120,7 @@ def _data_module(cfg: TrainConfig, examples: dict | None) -> RecordDataModule:
         cfg.router.follow,
         cfg.router.lag,
         cfg.router.follow_block,
+        cfg.router.running,
     )
 
 
@@ -269,8 +270,10 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     hidden = f" + {cfg.router.hidden_inputs} hidden" if cfg.router.hidden_inputs else ""
     n_features = len(JUDGE_FEATURE_NAMES if cfg.router.head == "judge" else FEATURE_NAMES)
     cut = f" (cut as in blocks of {cfg.router.follow_block})" if cfg.router.follow_block else ""
-    extra = (f" + {cfg.router.follow} following drafts{cut}" if cfg.router.follow else "") + (
-        f" + {cfg.router.lag} lagged positions" if cfg.router.lag else ""
+    extra = (
+        (f" + {cfg.router.follow} following drafts{cut}" if cfg.router.follow else "")
+        + (f" + {cfg.router.lag} lagged positions" if cfg.router.lag else "")
+        + (" + the answer so far" if cfg.router.running else "")
     )
     rows = [
         ("router", f"{cfg.router.arch}, {cfg.router.head} head, on {n_features} features{extra}{hidden}"),

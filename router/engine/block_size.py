@@ -17,7 +17,8 @@ def check_block_size(policy: DeferralPolicy, gamma) -> None:
     needs = policy.needs
     if "lag" in needs and gamma == "auto":
         raise ValueError(
-            f"{policy.name} reads the features of the {needs.lag} positions before each draft, which gamma auto's "
+            f"{policy.name} reads the features of the positions before each draft (lag {needs.lag}"
+            f"{', running sums' if needs.running else ''}), which gamma auto's "
             f"verifier-only steps do not compute: give gamma as a number"
         )
     note = window_block_note(policy, gamma)

@@ -12,6 +12,8 @@ exports. Inputs, per scored position n (all float32 but the draft ids):
   lag_values (N, L, F), lag_valid (N, L)   lag judge only: the position features (FEATURE_NAMES) of the L
                               positions before it on the emitted trajectory, most recent first, and 1/0 whether
                               each exists (router/window/lag.py: the engine carries them across blocks)
+  running_sums (N, R), running_count (N,)   running judge only: the sums of RUNNING_SOURCES over every position
+                              before it in the answer, and how many there are (router/window/running.py)
   hidden_<role> (N, H)        the hidden states the router reads (`hidden_inputs` order)
 Outputs: cascade: score (N,), tv (N,), defer (N,) = score > alpha * tv; token: candidates (N, K) (the
 drafter's top K), score (N, K), keep (N, K) = score <= alpha; judge: score (N,), keep (N,) = score <= alpha.
@@ -37,6 +39,7 @@ def input_names(cfg) -> list[str]:
     judge = ["drafts", "next_p_logits"] if cfg.head == "judge" else []
     judge += ["follow_values", "follow_valid"] if getattr(cfg, "follow", 0) else []
     judge += ["lag_values", "lag_valid"] if getattr(cfg, "lag", 0) else []
+    judge += ["running_sums", "running_count"] if getattr(cfg, "running", False) else []
     return ["q_logits", "p_logits", "alpha", *judge, *(f"hidden_{role}" for role in cfg.hidden_inputs)]
 
 
@@ -85,5 +88,11 @@ class Decision(nn.Module):
             if self.cfg.lag:  # each position's predecessors: values (N, L, F), valid (N, L) as 1/0
                 values, valid, *rest = rest
                 inputs["lag"] = LagHistory(values.float(), valid > 0.5)
+            if self.cfg.running:  # the answer so far: sums (N, R), count (N,)
+                sums, count, *rest = rest
+                lag = inputs.get("lag") or LagHistory(
+                    sums.new_zeros(len(sums), 0, len(FEATURE_NAMES)), sums.new_zeros(len(sums), 0)
+                )
+                inputs["lag"] = LagHistory(lag.values, lag.valid, sums.float(), count.float())
         hidden = {f"hidden_{role}": h for role, h in zip(self.cfg.hidden_inputs, rest)}
         return BlockView.unchecked(q_raw, p_raw, q_raw, p_raw, **inputs, **hidden)

@@ -46,6 +46,8 @@ def golden_inputs(cfg, seed: int = 0, net=None) -> dict[str, torch.Tensor]:
         out.update(_follow_inputs(cfg.follow, g))
     if getattr(cfg, "lag", 0):
         out.update(_lag_inputs(cfg.lag, g))
+    if getattr(cfg, "running", False):
+        out.update(_running_inputs(g))
     start = cfg.position_dim - sum(cfg.hidden_sizes[r] for r in cfg.hidden_inputs)  # hidden states come last
     for role in cfg.hidden_inputs:
         width = cfg.hidden_sizes[role]
@@ -67,6 +69,23 @@ def _follow_inputs(width: int, g: torch.Generator) -> dict[str, torch.Tensor]:
     valid = (torch.arange(width)[None] < kept).float()  # (N, W)
     values = torch.stack([p_draft, agree, entropy, p_max], -1) * valid[..., None]  # (N, W, C)
     return {"follow_values": values, "follow_valid": valid}
+
+
+def _running_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
+    """Running judge inputs: sums of RUNNING_SOURCES over 0..200 earlier positions with plausible means (the
+    first position has none)."""
+    count = torch.randint(0, 201, (POSITIONS,), generator=g).float()
+    count[0] = 0
+    means = torch.stack(
+        [
+            0.3 + 0.7 * torch.rand(POSITIONS, generator=g),  # p_max
+            torch.rand(POSITIONS, generator=g),  # argmax agreement
+            0.5 * torch.rand(POSITIONS, generator=g),  # tv
+            2.0 * torch.rand(POSITIONS, generator=g),  # p_entropy
+        ],
+        -1,
+    )  # (N, R)
+    return {"running_sums": means * count[:, None], "running_count": count}
 
 
 def _lag_inputs(lag: int, g: torch.Generator) -> dict[str, torch.Tensor]:

@@ -33,6 +33,7 @@ from router.records import (
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
 from router.window.follow import FollowWindow, block_followers, cut_window, follow_features, window_of_rows
 from router.window.lag import lag_features, lag_history, predecessor_rows
+from router.window.running import running_features, running_history
 
 JUDGE_COLUMNS = (
     "draft_token",
@@ -222,11 +223,13 @@ class RecordView:
         follow: int = 0,
         lag: int = 0,
         follow_block: int = 0,
+        running: bool = False,
     ) -> np.ndarray:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
         then (follow > 0) the window of the drafts after it (router.window.follow.follow_features; cut as in
         blocks of `follow_block` drafts if > 0), then
-        (lag > 0) the features of the `lag` rows before it on its trajectory (router.window.lag)."""
+        (lag > 0) the features of the `lag` rows before it on its trajectory (router.window.lag), then (running)
+        the sums over every row before it on its trajectory (router.window.running)."""
         if follow and drafted != "argmax":
             raise RecordsError(
                 "windows are recorded for the drafter's argmax only (data_gen/window.py): a window judge is scored "
@@ -254,6 +257,9 @@ class RecordView:
         if lag:
             history, valid = lag_history(self.features, self.traj, idx, lag)
             x = np.concatenate([x, lag_features(t(history), t(valid)).numpy()], -1)
+        if running:
+            sums, count = running_history(self.features, self.traj, idx)
+            x = np.concatenate([x, running_features(t(sums), t(count)).numpy()], -1)
         h = self.hidden(idx, tuple(hidden), drafted)
         return x if h is None else np.concatenate([x, h], -1)
 
@@ -267,12 +273,14 @@ class RecordView:
         follow: int = 0,
         lag: int = 0,
         follow_block: int = 0,
+        running: bool = False,
     ) -> np.ndarray:
         """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
         (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it, cut as in
-        blocks of `follow_block` drafts if > 0, and the features of the `lag` positions before it)."""
+        blocks of `follow_block` drafts if > 0, the features of the `lag` positions before it and, with `running`,
+        the answer so far)."""
         if head == "judge":
-            return self.judge_inputs(idx, hidden, drafted, follow, lag, follow_block)
+            return self.judge_inputs(idx, hidden, drafted, follow, lag, follow_block, running)
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
@@ -308,6 +316,6 @@ def router_scores(
     parts, cfg = [], router.cfg
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        x = view.inputs(idx, cfg.head, window, hidden, drafted, cfg.follow, cfg.lag, cfg.follow_block)
+        x = view.inputs(idx, cfg.head, window, hidden, drafted, cfg.follow, cfg.lag, cfg.follow_block, cfg.running)
         parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from router.features import FEATURE_NAMES, position_stats
+from router.window.running import RUNNING_COLUMNS
 
 LAG_FEATURE_NAMES = (*FEATURE_NAMES, "valid")  # per lagged position, what a lag judge reads
 
@@ -30,19 +31,26 @@ LAG_FEATURE_NAMES = (*FEATURE_NAMES, "valid")  # per lagged position, what a lag
 @dataclass(frozen=True)
 class LagBefore:
     """The L positions before a block, per row: feats (B, L, F), valid (B, L), most recent first
-    (`LagCarry.snapshot`); a lag judge forms each draft's predecessors from it and the block (`block_lags`)."""
+    (`LagCarry.snapshot`); a lag judge forms each draft's predecessors from it and the block (`block_lags`).
+    A running judge's sums (B, R) and count (B,) of the whole answer before the block (router/window/running.py)
+    ride along where the carry keeps them."""
 
     feats: torch.Tensor
     valid: torch.Tensor
+    sums: torch.Tensor | None = None
+    count: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
 class LagHistory:
     """Each scored position's L predecessors already formed: values (..., L, F), valid (..., L), most recent
-    first (an engine port keeps them itself: router/export/decision.py)."""
+    first, and a running judge's sums (..., R) and count (...) of the answer before it (an engine port keeps
+    them itself: router/export/decision.py)."""
 
     values: torch.Tensor
     valid: torch.Tensor
+    sums: torch.Tensor | None = None
+    count: torch.Tensor | None = None
 
 
 def lag_features(history: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -89,10 +97,14 @@ class LagCarry:
     token at position n: a correction where n < g, the bonus at n = g). Their features are the block's
     (gathered at <= L positions per row, one small features pass); the bonus position's drafter
     distribution is not computed by the block, so that entry stays pending until `resolve` gets the
-    next block's first drafter logits there."""
+    next block's first drafter logits there. With `running`, it also keeps each row's sums of
+    router.window.running.RUNNING_SOURCES over every emitted position and their count (the bonus position's
+    added when it resolves)."""
 
-    def __init__(self, batch: int, lag: int, device: torch.device | str = "cpu"):
-        self.lag = lag
+    def __init__(self, batch: int, lag: int, device: torch.device | str = "cpu", running: bool = False):
+        self.lag, self.running = lag, running
+        self.sums = torch.zeros(batch, len(RUNNING_COLUMNS), dtype=torch.float64, device=device) if running else None
+        self.count = torch.zeros(batch, dtype=torch.long, device=device) if running else None
         self.feats = torch.zeros(batch, lag, len(FEATURE_NAMES), device=device)  # (B, L, F) most recent first
         self.valid = torch.zeros(batch, lag, dtype=torch.bool, device=device)  # (B, L)
         self.pending_p: torch.Tensor | None = None  # (B, V) the verifier at the bonus position of whole rows
@@ -109,18 +121,38 @@ class LagCarry:
             return
         q_raw = torch.softmax(q_logits.float(), -1)
         feats = position_stats(q_raw, self.pending_p, q_logits)[0]  # (B, F)
-        self.feats[:, 0] = torch.where(self.pending[:, None], feats, self.feats[:, 0])
-        self.valid[:, 0] |= self.pending
+        if self.lag:
+            self.feats[:, 0] = torch.where(self.pending[:, None], feats, self.feats[:, 0])
+            self.valid[:, 0] |= self.pending
+        if self.running:
+            self.sums = self.sums + torch.where(self.pending[:, None], feats[:, RUNNING_COLUMNS].double(), 0.0)
+            self.count = self.count + self.pending.long()
         self.pending_p, self.pending = None, torch.zeros_like(self.pending)
 
     def snapshot(self) -> LagBefore:
         """The positions before the next block, most recent first."""
         if self.pending_p is not None:
             raise RuntimeError("LagCarry: resolve the bonus position's drafter logits before the next block")
-        return LagBefore(self.feats, self.valid)
+        return LagBefore(self.feats, self.valid, self.sums, self.count)
 
     def advance(self, q_raw: torch.Tensor, p_raw: torch.Tensor, n_accepted: torch.Tensor) -> None:
         """Shift in a block's emitted positions: q_raw (B, g, V), p_raw (B, g + 1, V), n_accepted (B,)."""
+        batch, g = q_raw.shape[:2]
+        if self.running:  # positions 0..n with a drafter distribution: the kept drafts and the correction
+            emitted = torch.arange(g, device=q_raw.device)[None] <= n_accepted[:, None]  # (B, g)
+            block = position_stats(q_raw, p_raw[:, :g])[0][..., RUNNING_COLUMNS].double()  # (B, g, R)
+            self.sums = self.sums + (block * emitted[..., None]).sum(1)  # new tensors: snapshots stay as taken
+            self.count = self.count + emitted.sum(1)
+        if self.lag:
+            self._shift(q_raw, p_raw, n_accepted)
+        whole = n_accepted == g
+        if bool(whole.any()):
+            self.pending_p, self.pending = p_raw[:, g].float(), whole
+        if self.lag:
+            self.feats[:, 0] = torch.where(whole[:, None], 0.0, self.feats[:, 0])
+
+    def _shift(self, q_raw: torch.Tensor, p_raw: torch.Tensor, n_accepted: torch.Tensor) -> None:
+        """Move the L most recent positions on by the block's emitted ones (the bonus position stays invalid)."""
         batch, g = q_raw.shape[:2]
         rows = torch.arange(batch, device=q_raw.device)[:, None]
         at = n_accepted[:, None] - torch.arange(self.lag, device=q_raw.device)  # (B, L) positions, recent first
@@ -131,13 +163,11 @@ class LagCarry:
         from_block = at >= 0
         self.feats = torch.where(from_block[..., None], fresh, old_feats)
         self.valid = torch.where(from_block, at < g, old_valid)  # the bonus position (at = g) waits for q
-        whole = n_accepted == g
-        if bool(whole.any()):
-            self.pending_p, self.pending = p_raw[:, g].float(), whole
-        self.feats[:, 0] = torch.where(whole[:, None], 0.0, self.feats[:, 0])
 
     def keep_rows(self, idx: torch.Tensor) -> None:
         """Keep these rows (the loop dropped finished ones)."""
         self.feats, self.valid, self.pending = self.feats[idx], self.valid[idx], self.pending[idx]
+        if self.running:
+            self.sums, self.count = self.sums[idx], self.count[idx]
         if self.pending_p is not None:
             self.pending_p = self.pending_p[idx]
