@@ -178,7 +178,7 @@ def _defer_top(score: np.ndarray, cost: np.ndarray, target: float, seed: int = 0
 
 
 def _value(sums: dict, measure: str) -> float:
-    """The measure a best rule is chosen by, `answer_measures(...)[0]`, as higher is better."""
+    """The measure a best rule is chosen by (`answer_measures(...)[0]` unless told), as higher is better."""
     if measure == "quality":
         return sums["quality"].sum() / max(sums["positions"].sum(), 1)
     share = sums[f"{measure}_kept"].sum() / max(sums[measure].sum(), 1e-12)
@@ -229,12 +229,18 @@ def _folders(folder) -> list[Path]:
     return [Path(f) for f in folder] if isinstance(folder, (list, tuple)) else [Path(folder)]
 
 
-def _out_of_fold(folders: list[Path], records: list[str], targets, populations) -> dict[tuple, dict]:
+def _out_of_fold(
+    folders: list[Path], records: list[str], targets, populations, choose_by: str | None = None
+) -> dict[tuple, dict]:
     """out_of_fold for each population, (tested_only, matched) pairs, from one pass over the folds: each
     fold's routers are loaded, its views read and every method scored once. With several cross-fitted
-    folders (one fold plan), also "best_router": per fold the router best on its validation examples."""
+    folders (one fold plan), also "best_router": per fold the router best on its validation examples.
+    choose_by: the measure the per-fold best rule (and router) is chosen by (default the records' first)."""
     plan, mode = shared_plan(folders)
     measures = answer_measures(records, mode)
+    if choose_by is not None and choose_by not in measures:
+        raise ValueError(f"choose_by {choose_by!r} is not a measure of these records ({', '.join(measures)})")
+    choose_by = choose_by or measures[0]
     names = [folder.name for folder in folders]
     if len(set(names)) < len(names):
         names = [f"{folder.parent.name}/{folder.name}" for folder in folders]
@@ -255,7 +261,7 @@ def _out_of_fold(folders: list[Path], records: list[str], targets, populations) 
                 sums[p],
                 chosen[p],
                 names,
-                measures[0],
+                choose_by,
                 {m: _select(s, r_val) for m, s in s_val.items()},
                 {m: _select(s, r_scored) for m, s in s_scored.items()},
                 (_example_sums(val, r_val), _example_sums(scored, r_scored)),
@@ -270,6 +276,7 @@ def _out_of_fold(folders: list[Path], records: list[str], targets, populations) 
             "routers": names,
             "mode": mode,
             "measures": measures,
+            "chosen_by": choose_by,
             "k": plan["k"],
             "tested_only": p[0],
             "matched": p[1],
@@ -335,15 +342,16 @@ def population_name(tested_only: bool, matched: bool) -> str:
     return ("tested" if tested_only else "all") + ("-matched" if matched else "")
 
 
-def populations(folder, records: list[str], reps: int = BOOTSTRAP) -> dict[str, dict]:
+def populations(folder, records: list[str], reps: int = BOOTSTRAP, choose_by: str | None = None) -> dict[str, dict]:
     """{"all": summary, "all-matched": summary} of a cross-fitted folder out of fold, plus "tested" and
     "tested-matched" (the tested mismatches alone) for consequence rows with tested mismatches, from one
     pass over its folds.
-    A list of folders (one fold plan): all of them, and the best router per fold ("best_router")."""
+    A list of folders (one fold plan): all of them, and the best router per fold ("best_router").
+    choose_by: the measure the per-fold best rule is chosen by (e.g. "signed"; default the records' first)."""
     folders = _folders(folder)
     tested = (False, True) if "important" in answer_measures(records, _mode(folders[0])) else (False,)
     pops = tuple((t, m) for t in tested for m in (False, True))
-    results = _out_of_fold(folders, records, TARGETS, pops)
+    results = _out_of_fold(folders, records, TARGETS, pops, choose_by)
     return {population_name(*p): summarise(results[p], reps=reps) for p in pops}
 
 

@@ -59,6 +59,7 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
     (`<m>_vs_hindsight_rule`, named per target as `hindsight_rule`), over examples (the same resampled
     examples for every method)."""
     measures = result_measures(result)
+    chooser = result.get("chosen_by", measures[0])  # what the best rules (per fold, in hindsight) are chosen by
     routers = result.get("routers", [result["router"]])
     rng = np.random.default_rng(seed)
     out = {
@@ -66,6 +67,7 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
         "routers": routers,
         "mode": result["mode"],
         "measures": list(measures),
+        "chosen_by": chooser,
         "k": result["k"],
         "tested_only": result.get("tested_only", False),
         "matched": result.get("matched", False),
@@ -75,7 +77,7 @@ def summarise(result: dict, seed: int = 0, reps: int = BOOTSTRAP) -> dict:
         n = len(table["best_rule"]["positions"])
         weights = rng.multinomial(n, np.full(n, 1.0 / n), size=reps).astype(np.float64)  # (R, E)
         ones = np.ones((1, n))
-        hindsight = hindsight_rule(table, routers, measures[0])
+        hindsight = hindsight_rule(table, routers, chooser)
         rows = {}
         for method, sums in table.items():
             row = {"rejection": float(sums["rejections"].sum() / max(sums["positions"].sum(), 1)), "examples": n}

@@ -254,6 +254,24 @@ def test_the_signed_measure_is_the_first_order_accuracy_change_and_the_oracle_bo
     assert top[ORACLE]["signed"] >= 0
 
 
+def test_the_best_rule_can_be_chosen_by_the_signed_measure(consequence_records, tmp_path):
+    """choose_by="signed": per fold the rule best by the signed measure on validation (hindsight too), named
+    in the summary; an unknown measure is refused with the ones there are."""
+    from eval.crossfit import _out_of_fold, populations
+    from eval.crossfit_summary import hindsight_rule
+
+    folder = _hand_cross_fit(tmp_path / "opt-copy", consequence_records, mode="consequence")
+    records = [str(consequence_records)]
+    by_signed = populations(folder, records, reps=50, choose_by="signed")["tested-matched"]
+    assert by_signed["chosen_by"] == "signed"
+    raw = _out_of_fold([folder], records, (0.5,), ((True, True),), "signed")[(True, True)]
+    table = raw["sums"][0.5]
+    assert by_signed["targets"]["0.5"]["hindsight_rule"] == hindsight_rule(table, raw["routers"], "signed")
+    assert populations(folder, records, reps=50)["tested-matched"]["chosen_by"] == "important"
+    with pytest.raises(ValueError, match="not a measure of these records"):
+        populations(folder, records, reps=50, choose_by="quality")
+
+
 def test_matched_operating_points_give_every_method_the_target_rejection_rate(consequence_records, tmp_path):
     """Thresholds from validation examples miss the target on the scored ones by different amounts per
     method; matched, every method defers the same share of the scored rows (up to ties), reading no label."""

@@ -200,3 +200,61 @@ def test_the_study_samples_resumes_and_reports(recorded, tmp_path, capsys):
     capsys.readouterr()
     study.main(args, recorder=None)  # everything is re-drawn already: no model is loaded, nothing sampled
     assert "re-drawing" not in capsys.readouterr().out
+
+
+def test_first_order_check_decodes_and_compares_per_problem(recorded, tmp_path):
+    """studies/first_order_check.py: the lossless decode gives back the recorded verdicts (the same prompts, stop
+    strings and metric as the labels), and kl_gate at half the verifier's rejection rate is compared per problem
+    with its first-order prediction."""
+    from helpers import study_module
+
+    from data_gen.recorder import Recorder
+
+    cfg, pair = recorded
+    study = study_module("first_order_check")
+    out = tmp_path / "fo"
+    args = [
+        "--records",
+        cfg.output,
+        "--problems",
+        "6",
+        "--reps",
+        "50",
+        "--batch",
+        "4",
+        "--gamma",
+        "3",
+        "--out",
+        str(out),
+    ]
+    result = study.main(args, recorder=Recorder(cfg, *pair))
+    assert result["lossless_matches_recorded_verdict"] == 1.0 and result["problems"] == 6
+    saved = json.loads((out / "first_order.json").read_text())
+    assert len(saved["rows"]) == 6 and all(
+        r["measured"] == r["rule_correct"] - r["lossless_correct"] for r in saved["rows"]
+    )
+    assert result["interval"][0] <= result["measured_minus_predicted"] <= result["interval"][1]
+    lines = (out / "first_order.csv").read_text().splitlines()
+    assert len(lines) == 7
+    assert study.rule_alpha(np.array([0.0, 1.0, 2.0, 3.0]), np.array([1, 1, 1, 1]), 0.5) == 1.5
+
+
+def test_first_order_prediction_counts_kept_harms_and_rescues():
+    from helpers import study_module
+
+    study = study_module("first_order_check")
+
+    class View:
+        cols = {
+            "consequence": np.array([1, 0, -2, 1, 0], np.int8),
+            "answer_correct": np.array([1, 1, 1, 0, 0], np.int8),
+            "q_argmax": np.array([5, 5, 5, 5, 5]),
+            "token": np.array([6, 6, 6, 6, 5]),
+        }
+
+    ids = np.array(["a", "a", "a", "b", "b"])
+    keep_all = study.predicted_changes(View, ids, np.zeros(5), 1.0, ["a", "b"])
+    assert keep_all["a"] == {"predicted": -1, "kept_untested": 1, "answer_correct": 1}
+    assert keep_all["b"]["predicted"] == 1
+    defer_flips = study.predicted_changes(View, ids, np.array([2.0, 0, 0, 2.0, 0]), 1.0, ["a", "b"])
+    assert defer_flips["a"]["predicted"] == 0 and defer_flips["b"]["predicted"] == 0
