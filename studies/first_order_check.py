@@ -77,13 +77,14 @@ def decode(recorder, prompts: list[list[int]], rule, alpha: float, gamma: int, b
     """Greedy answers of the prompts under the rule (the recording's stop strings and answer budget), and the
     seconds it took."""
     import torch
+    from tqdm import tqdm
 
     from router.decoding import generate
     from router.engine.layout import left_pad
 
     search, budget, answers = recorder.search, recorder.cfg.consequence_max_new_tokens, []
     started = time.perf_counter()
-    for lo in range(0, len(prompts), batch):
+    for lo in tqdm(range(0, len(prompts), batch), desc=f"{getattr(rule, 'name', rule)}", unit="batch"):
         rows = prompts[lo : lo + batch]
         ids, mask = left_pad(rows, recorder.pad_id)
         prefix = recorder.prefix if recorder.prefix is not None and recorder.prefix.covers(rows) else None
