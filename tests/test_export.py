@@ -22,6 +22,8 @@ CONFIGS = {
     "judge-window-lag": dict(
         head="judge", vocab=259, follow=3, lag=2, hidden_inputs=["after"], hidden_sizes={"after": 8}
     ),
+    "judge-running": dict(head="judge", vocab=259, running=True, hidden_inputs=["after"], hidden_sizes={"after": 8}),
+    "judge-lag-running": dict(head="judge", vocab=259, lag=2, running=True),
 }
 
 
@@ -85,8 +87,12 @@ def _window_and_lag(cfg, inputs: dict) -> dict:
         out["follow"] = FollowWindow(
             values.new_zeros(len(values), values.shape[-1]), values, inputs["follow_valid"] > 0
         )
-    if cfg.lag:
-        out["lag"] = LagHistory(inputs["lag_values"], inputs["lag_valid"] > 0)
+    if cfg.lag or cfg.running:
+        n = len(inputs["q_logits"])
+        values = inputs["lag_values"] if cfg.lag else torch.zeros(n, 0, 14)
+        valid = inputs["lag_valid"] > 0 if cfg.lag else torch.zeros(n, 0, dtype=torch.bool)
+        sums = inputs.get("running_sums") if cfg.running else None
+        out["lag"] = LagHistory(values, valid, sums, inputs.get("running_count") if cfg.running else None)
     return out
 
 
