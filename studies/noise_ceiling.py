@@ -113,7 +113,11 @@ def analyse(view, sample, sizes: dict, done: dict, answers: dict, reps: int) -> 
     sign = np.array([m.sign for m in have])
     problem = np.array([m.example_id for m in have])
     stratum = _strata(have)
-    w = np.array([sizes[s]["problems"] / sizes[s]["sampled"] for s in stratum])  # sample -> recording's problems
+    # sample -> recording's problems: each stratum's problems over those of it re-drawn so far (a run cut short
+    # has re-drawn fewer than it sampled)
+    redrawn = {name: len({p for p, s in zip(problem, stratum) if s == name}) for name in sizes}
+    sizes = {name: {**sizes[name], "redrawn": redrawn[name]} for name in sizes}
+    w = np.array([sizes[s]["problems"] / sizes[s]["redrawn"] for s in stratum])
     rows = np.array([m.row for m in have])
     f, delta = nc.flip_and_delta(d, v)
     noise = nc.sampling_noise(d, v)
@@ -186,8 +190,10 @@ def summary(result: dict) -> list[str]:
         f"problem share of the true variance: accuracy change {result['problem_share_delta']:.3f} "
         f"[{i['problem_share_delta'][0]:.3f}, {i['problem_share_delta'][1]:.3f}], flip {result['problem_share_flip']:.3f} "
         f"[{i['problem_share_flip'][0]:.3f}, {i['problem_share_flip'][1]:.3f}]",
-        "out-of-fold share of the accuracy change's true variance: "
-        + ", ".join(f"{k} {result['explained_delta'][k]['share_of_true_variance']:.3f}" for k in ("token", "problem_others", "token_and_problem")),
+        f"out-of-fold R^2 of the accuracy change (reliability {result['explained_delta']['reliability']:.3f}; "
+        "share of its true variance): "
+        + ", ".join(f"{k} {result['explained_delta'][k]['r2']:.3f} ({result['explained_delta'][k]['share_of_true_variance']:.3f})"
+                    for k in ("token", "problem_others", "token_and_problem")),
         "rules' AUC on the greedy labels: " + ", ".join(f"{k} {v:.3f}" for k, v in result["rule_auc_on_greedy"].items()),
     ]  # fmt: skip
     return lines
