@@ -238,3 +238,20 @@ def verifier_qa(pair, path, n: int = 40):
         rows.append({"id": f"q{i}", "question": prompt, "answer": pair.tokenizer.decode(out[0, ids.shape[1] :])})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def assert_generate_routes_agree(drafter, verifier, ids, folder, router, gammas=(1, 3), max_new_tokens: int = 10):
+    """A router decodes the same tokens through specroute's generate and transformers' generate (its exported
+    folder as `rule`), greedily at each gamma."""
+    import torch
+
+    from router.decoding import generate
+    from router.hf import cascade_generate
+
+    for gamma in gammas:
+        out = generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=gamma, max_new_tokens=max_new_tokens)
+        hf = verifier.generate(
+            ids, attention_mask=torch.ones_like(ids), custom_generate=cascade_generate, assistant_model=drafter,
+            rule=str(folder), alpha=0.0, gamma=gamma, max_new_tokens=max_new_tokens, do_sample=False,
+        )  # fmt: skip
+        assert torch.equal(hf, out.sequences), gamma

@@ -11,7 +11,7 @@ from router.features import FEATURE_NAMES, position_stats
 from router.policy import Needs
 from router.window.lag import LagCarry
 from router.window.running import RUNNING_COLUMNS, RUNNING_NAMES, block_running, running_features, running_history
-from test_lag_judge import teacher_forced_features
+from test_lag_judge import LagProbe, teacher_forced_features
 from train.labels import SIGNED_TARGET, labels, weights
 
 F = len(FEATURE_NAMES)
@@ -60,20 +60,10 @@ def test_the_carry_sums_every_emitted_position_and_the_bonus_once_resolved():
     assert carry.snapshot().sums.shape == (1, R)
 
 
-class RunningProbe:
+class RunningProbe(LagProbe):
     """A lossless running policy that keeps what the loop gives it."""
 
-    name, form, needs = "running-probe", "judge", Needs({"drafts", "lookahead"}, running=True)
-
-    def __init__(self):
-        self.seen = []
-
-    def check_alpha(self, alpha):
-        return float(alpha)
-
-    def decide(self, view, alpha):
-        self.seen.append((view.drafts.clone(), view.read("lag"), position_stats(view.q_raw, view.p_raw)[0]))
-        return view.p
+    name, needs = "running-probe", Needs({"drafts", "lookahead"}, running=True)
 
 
 def test_the_loops_running_sums_are_the_trajectorys(tiny):
@@ -158,20 +148,14 @@ def test_offline_running_inputs_are_the_records_answer_so_far(signed_judge):
 
 def test_the_signed_running_judge_exports_and_decodes_everywhere(signed_judge):
     from router.export.golden import reproduce, torch_runner
-    from router.hf import cascade_generate
+    from helpers import assert_generate_routes_agree
     from router.model import RouterArch, RouterError
     from router.view import BlockView
 
     router, tmp, _, (drafter, verifier, tok), _ = signed_judge
     assert reproduce(tmp / "judge", router.cfg, torch_runner(router))["ok"]  # golden vectors hold the sums
     ids = torch.tensor([tok.encode("Question 3: what is 3 plus 3?\nAnswer:")])
-    for gamma in (1, 3):
-        out = generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=gamma, max_new_tokens=10)
-        hf = verifier.generate(
-            ids, attention_mask=torch.ones_like(ids), custom_generate=cascade_generate, assistant_model=drafter,
-            rule=str(tmp / "judge"), alpha=0.0, gamma=gamma, max_new_tokens=10, do_sample=False,
-        )  # fmt: skip
-        assert torch.equal(hf, out.sequences)
+    assert_generate_routes_agree(drafter, verifier, ids, tmp / "judge", router)
     with pytest.raises(ValueError, match="gamma auto's verifier-only steps"):
         generate(drafter, verifier, ids, rule=router, gamma="auto", max_new_tokens=4)
     q = torch.full((1, 2, router.cfg.vocab), 1 / router.cfg.vocab)

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import verifier_qa
+from helpers import assert_generate_routes_agree, verifier_qa
 from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from router.decoding import generate
 from router.export.golden import reproduce, torch_runner
-from router.hf import cascade_generate
 from router.model import RouterError, load_router
 from router.offline.inputs import RecordView
 from router.policy import Needs
@@ -91,13 +90,8 @@ def test_window_judge_trains_exports_and_decodes_everywhere(window_judge):
     assert np.isfinite(metrics["router"]["area"])
     assert reproduce(tmp / "judge", router.cfg, torch_runner(router))["ok"]  # its golden vectors hold windows
     ids = torch.tensor([tok.encode("Add 3 and 6.\nA:")])
-    for gamma in (1, 3):  # gamma 1: every window is cut by the block's end, marked invalid
-        out = generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=gamma, max_new_tokens=10)
-        hf = verifier.generate(
-            ids, attention_mask=torch.ones_like(ids), custom_generate=cascade_generate, assistant_model=drafter,
-            rule=str(tmp / "judge"), alpha=0.0, gamma=gamma, max_new_tokens=10, do_sample=False,
-        )  # fmt: skip
-        assert torch.equal(hf, out.sequences)
+    # gamma 1: every window is cut by the block's end, marked invalid
+    assert_generate_routes_agree(drafter, verifier, ids, tmp / "judge", router)
     generate(drafter, verifier, ids, rule=router, alpha=0.0, gamma=3, max_new_tokens=6, temperature=1.0)
     with pytest.raises(RouterError, match=r"window judge\) reads 'follow'"):
         q = torch.full((1, 2, 259), 1 / 259)

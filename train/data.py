@@ -71,12 +71,12 @@ class RecordSplit(RecordView):
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
 
-    def batch_inputs(self, idx: np.ndarray) -> np.ndarray:
-        """What the router being trained reads for these rows."""
+    def batch_inputs(self, idx: np.ndarray, window: int | None = None) -> np.ndarray:
+        """What the router being trained reads for these rows (a GRU's `window` positions each, or `window`)."""
         return self.inputs(
             idx,
             self.head,
-            self.window,
+            self.window if window is None else window,
             self.hidden_inputs,
             follow=self.follow,
             lag=self.lag,
@@ -86,16 +86,7 @@ class RecordSplit(RecordView):
 
     def flat_inputs(self, idx: np.ndarray) -> np.ndarray:
         """Inputs without GRU windows, one row per position or per token-head candidate: (n [* K], D)."""
-        x = self.inputs(
-            idx,
-            self.head,
-            1,
-            self.hidden_inputs,
-            follow=self.follow,
-            lag=self.lag,
-            follow_block=self.follow_block,
-            running=self.running,
-        )
+        x = self.batch_inputs(idx, window=1)
         return x.reshape(-1, x.shape[-1])
 
 
