@@ -208,3 +208,23 @@ def test_the_embedded_pair_on_llama_cpp_ends_where_llama_cpp_ends_a_generation()
     assert {151643, 151645} <= ends  # <|endoftext|>, <|im_end|>
     lib, vocab = verifier._lib, verifier._lib.llama_model_get_vocab(verifier.model)
     assert ends == {i for i in range(verifier.vocab_size) if lib.llama_vocab_is_eog(vocab, i)}
+
+
+def test_the_answer_so_far_is_carried_on_llama_cpp(pair):
+    """A running policy on llama.cpp (the lag carry, bonus positions resolved from the next block's first drafter
+    forward) sees, before each block, as many summed positions as the answer has emitted so far."""
+    from test_running_judge import RunningProbe
+
+    drafter, verifier = pair
+    probe = RunningProbe()
+    ids = _prompts()[:1]
+    out = generate(drafter, verifier, ids, rule=probe, gamma=3, max_new_tokens=16)
+    emitted = out.sequences[0, ids.shape[1] :].tolist()
+    start, bonus = 0, 0
+    for drafts, before, _ in probe.seen:
+        assert int(before.count[0]) == start and torch.isfinite(before.sums).all()
+        g = drafts.shape[1]
+        n = next((j for j in range(g) if start + j >= len(emitted) or drafts[0, j] != emitted[start + j]), g)
+        bonus += int(n == g)
+        start += n + 1
+    assert len(probe.seen) >= 3 and bonus >= 1  # some block followed a bonus position
