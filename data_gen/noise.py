@@ -25,9 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from router.infra.files import write_bytes
-from router.records import HARM, NEUTRAL, RESCUE, RecordsError, signed_consequence
-
-SIGN_NAMES = {HARM: "harm", NEUTRAL: "neutral", RESCUE: "rescue"}
+from router.records import HARM, RESCUE, SIGNED_LABELS, RecordsError, signed_consequence
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ def labelled_mismatches(ds) -> tuple[list[Mismatch], dict[str, list[int]]]:
     found = [
         Mismatch(str(cols["example_id"][i]), int(cols["position"][i]), int(i), int(cols["q_argmax"][i]),
                  int(cols["p_argmax"][i]), int(signs[i]), int(correct[i]))
-        for i in np.nonzero(np.isin(signs, list(SIGN_NAMES)))[0]
+        for i in np.nonzero(np.isin(signs, list(SIGNED_LABELS.values())))[0]
     ]  # fmt: skip
     return found, answers
 
@@ -80,17 +78,24 @@ def problem_stratum(signs: list[int], answer_correct: int) -> str:
     return "wrong_rescued" if RESCUE in signs else "wrong_unrescued"
 
 
+def problem_strata(mismatches: list[Mismatch]) -> tuple[dict[str, list[Mismatch]], dict[str, str]]:
+    """The mismatches of each problem, and each problem's stratum."""
+    by_problem: dict[str, list[Mismatch]] = {}
+    for m in mismatches:
+        by_problem.setdefault(m.example_id, []).append(m)
+    return by_problem, {
+        ex: problem_stratum([m.sign for m in group], group[0].answer_correct) for ex, group in by_problem.items()
+    }
+
+
 def sample_problems(mismatches: list[Mismatch], per_stratum: int, seed: int = 0) -> tuple[list[Mismatch], dict]:
     """Every tested mismatch of up to `per_stratum` problems of each stratum (STRATA), drawn with `seed`, and
     per stratum its problems in the recording and in the sample (the weights that carry sample figures to the
     recording's population). A larger `per_stratum` with the same seed keeps the smaller one's problems."""
-    by_problem: dict[str, list[Mismatch]] = {}
-    for m in mismatches:
-        by_problem.setdefault(m.example_id, []).append(m)
+    by_problem, stratum_of = problem_strata(mismatches)
     strata: dict[str, list[str]] = {name: [] for name in STRATA}
     for ex in sorted(by_problem):
-        group = by_problem[ex]
-        strata[problem_stratum([m.sign for m in group], group[0].answer_correct)].append(ex)
+        strata[stratum_of[ex]].append(ex)
     rng = np.random.default_rng(seed)
     chosen, sizes = [], {}
     for name in STRATA:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from router.records import SIGNED_LABELS
+
 BOOTSTRAP = 1000
 
 
@@ -59,7 +61,7 @@ def redraw_agreement(d: np.ndarray, v: np.ndarray, sign: np.ndarray, w: np.ndarr
     same_sign = (redrawn == sign[:, None]).mean(1)
     agree = np.where(sign != 0, important, 1 - important)
     out = {"agreement": float(np.sum(w * agree) / np.sum(w))}
-    for value, name in ((-1, "harm"), (0, "neutral"), (1, "rescue")):
+    for name, value in SIGNED_LABELS.items():
         at = sign == value
         out[name] = {
             "mismatches": int(at.sum()),
@@ -70,14 +72,13 @@ def redraw_agreement(d: np.ndarray, v: np.ndarray, sign: np.ndarray, w: np.ndarr
 
 
 def weighted_auc(score: np.ndarray, label: np.ndarray, w: np.ndarray) -> float:
-    """AUC of `score` for binary `label` with example weights w (ties count half)."""
-    score, label, w = np.asarray(score, np.float64), np.asarray(label).astype(bool), np.asarray(w, np.float64)
-    pos, neg = score[label], score[~label]
-    wp, wn = w[label], w[~label]
-    if not len(pos) or not len(neg):
+    """AUC of `score` for binary `label` with example weights w (ties count half); NaN with one class only."""
+    from sklearn.metrics import roc_auc_score
+
+    label = np.asarray(label).astype(bool)
+    if label.all() or not label.any():
         return float("nan")
-    above = (pos[:, None] > neg[None]) + 0.5 * (pos[:, None] == neg[None])  # (P, N)
-    return float(wp @ above @ wn / (wp.sum() * wn.sum()))
+    return float(roc_auc_score(label, np.asarray(score, np.float64), sample_weight=np.asarray(w, np.float64)))
 
 
 def expected_auc(f: np.ndarray, w: np.ndarray) -> float:

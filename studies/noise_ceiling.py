@@ -28,7 +28,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_gen.noise import STRATA, problem_stratum, read_redrawn, sample_problems, labelled_mismatches, write_redrawn  # noqa: E402
+from data_gen.noise import (  # noqa: E402
+    STRATA,
+    labelled_mismatches,
+    problem_strata,
+    read_redrawn,
+    sample_problems,
+    write_redrawn,
+)
+from router.records import SIGNED_LABELS  # noqa: E402
 
 RULE_SCORES = ("kl_gate", "token_v3", "token_v2", "diff", "chow")  # defer scores whose AUC is set beside the ceiling
 
@@ -67,8 +75,9 @@ def _redraw_all(args, answers, sample, out: Path, settings: dict, recorder=None)
     cfg = recorder.cfg
     recorder.cfg.consequence_batch_size = 2 * args.k * args.batch_mismatches
     wanted = {m.example_id for m in sample}
-    examples = [ex for ex in load_examples(cfg) if ex.example_id in wanted]
-    recorder.share_prefix(load_examples(cfg))  # the recording's shared few-shot prefix, prefilled once
+    every = load_examples(cfg)
+    examples = [ex for ex in every if ex.example_id in wanted]
+    recorder.share_prefix(every)  # the recording's shared few-shot prefix, prefilled once
     redraw = LabelRedraw(recorder.search, args.k, args.temperature, args.seed)
     prompts = {ex.example_id: recorder.prompt_ids(ex) for ex in examples}
     metas = {ex.example_id: ex.meta for ex in examples}
@@ -112,7 +121,8 @@ def analyse(view, sample, sizes: dict, done: dict, answers: dict, reps: int) -> 
     v = np.array([done[m.key].verifier_correct for m in have])
     sign = np.array([m.sign for m in have])
     problem = np.array([m.example_id for m in have])
-    stratum = _strata(have)
+    stratum_of = problem_strata(sample)[1]  # from every sampled mismatch of a problem, re-drawn or not
+    stratum = [stratum_of[m.example_id] for m in have]
     # sample -> recording's problems: each stratum's problems over those of it re-drawn so far (a run cut short
     # has re-drawn fewer than it sampled)
     redrawn = {name: len({p for p, s in zip(problem, stratum) if s == name}) for name in sizes}
@@ -127,13 +137,13 @@ def analyse(view, sample, sizes: dict, done: dict, answers: dict, reps: int) -> 
         "mismatches": len(have),
         "problems": len(set(problem)),
         "strata": sizes,
-        "signs": {n: int((sign == s).sum()) for s, n in ((-1, "harm"), (0, "neutral"), (1, "rescue"))},
+        "signs": {n: int((sign == s).sum()) for n, s in SIGNED_LABELS.items()},
         "redraw": nc.redraw_agreement(d, v, sign, w),
         **nc.ceiling_numbers(d, v, sign, w, problem),
         "intervals": nc.bootstrap_problems(d, v, sign, w, problem, reps),
-        "mean_flip": {n: float(f[sign == s].mean()) for s, n in ((-1, "harm"), (0, "neutral"), (1, "rescue"))
+        "mean_flip": {n: float(f[sign == s].mean()) for n, s in SIGNED_LABELS.items()
                       if (sign == s).any()},
-        "mean_delta": {n: float(delta[sign == s].mean()) for s, n in ((-1, "harm"), (0, "neutral"), (1, "rescue"))
+        "mean_delta": {n: float(delta[sign == s].mean()) for n, s in SIGNED_LABELS.items()
                        if (sign == s).any()},
         "problem_random_effect": {"delta": nc.problem_share(delta, noise, problem), "flip": nc.problem_share(f, noise, problem)},
         "explained_delta": nc.explained_shares(delta, noise, problem, x),
@@ -149,13 +159,6 @@ def analyse(view, sample, sizes: dict, done: dict, answers: dict, reps: int) -> 
     return result, table
 
 
-def _strata(have) -> list[str]:
-    by_problem: dict[str, list] = {}
-    for m in have:
-        by_problem.setdefault(m.example_id, []).append(m)
-    return [problem_stratum([x.sign for x in by_problem[m.example_id]], m.answer_correct) for m in have]
-
-
 def _plot(table: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -163,7 +166,7 @@ def _plot(table: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for sign, name in ((-1, "harm"), (0, "neutral"), (1, "rescue")):
+    for name, sign in SIGNED_LABELS.items():
         values = [r["flip"] for r in table if r["sign"] == sign]
         if values:
             ax.hist(values, bins=np.linspace(0, 1, 11), alpha=0.5, label=f"greedy {name} ({len(values)})")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from router.records import IMPORTANT, UNTESTED, signed_consequence
+from router.records import IMPORTANT, SIGNED_LABELS, UNTESTED, signed_consequence
 
 TOKEN_TARGET = "token_label"  # per drafted token v: 1[v != y] - (1 - p(y)); token head only (train/data.py)
 JUDGE_TARGET = "greedy_01_gap"  # the judge head's label: the greedy gap of keeping the drafter's argmax
@@ -83,7 +83,8 @@ def _answer_labels(cols: dict, target: str) -> np.ndarray:
                 "[consequence] and train with mode: consequence"
             )
         signs = signed_consequence(cols["consequence"], cols["answer_correct"])
-        return np.where(np.isin(signs, (-1, 0, 1)), -signs, 0).astype(np.float32)  # untested rows weigh 0
+        tested = np.isin(signs, list(SIGNED_LABELS.values()))
+        return np.where(tested, -signs, 0).astype(np.float32)  # untested rows weigh 0
     if target == HORIZON_TARGET:
         if "horizon_score" not in cols:
             raise ValueError(
