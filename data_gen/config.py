@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
 from router.pair import check_engine
+from router.records import RECORD_MODES
 from router.tasks.metrics import check_metric_settings
 
-MODES = ("gold", "rollout", "consequence")
+MODES = RECORD_MODES
 
 
 @dataclass

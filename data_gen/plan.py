@@ -165,6 +165,13 @@ def unrecorded_test_examples(config: dict, recorded: set) -> list[dict]:
     """The examples of a recording's task beyond the ones it recorded that its split rule (seeded
     hash of the id) puts in the test split: held out exactly as its test examples are. In task
     order, examples-file form."""
+    return unrecorded_examples(config, recorded, splits=("test",))
+
+
+def unrecorded_examples(config: dict, recorded: set, splits=SPLITS) -> list[dict]:
+    """The examples of a recording's task it did not record whose split (the seeded hash of the id)
+    is one of `splits`, in task order, examples-file form with that split: no router trained on the
+    recording and no alpha matched on it has seen them (`specroute prompts`)."""
     user = (
         dict(
             path=config["data_path"],
@@ -175,9 +182,9 @@ def unrecorded_test_examples(config: dict, recorded: set) -> list[dict]:
         if config["task"] == "custom"
         else {}
     )
-    return [
-        json.loads(json.dumps(example_row(ex, "test"), default=str))
-        for ex in load_task(config["task"], **user)
-        if ex.example_id not in recorded
-        and assign_split(ex.example_id, config["seed"], config["split_fractions"]) == "test"
-    ]
+    rows = []
+    for ex in load_task(config["task"], **user):
+        split = assign_split(ex.example_id, config["seed"], config["split_fractions"])
+        if ex.example_id not in recorded and split in splits:
+            rows.append(json.loads(json.dumps(example_row(ex, split), default=str)))
+    return rows

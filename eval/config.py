@@ -9,6 +9,7 @@ from router.engine.options import DecodeOptions
 from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
 from router.pair import check_engine
+from router.records import RECORD_MODES
 from router.tasks.metrics import check_metric_settings
 
 
@@ -33,12 +34,16 @@ class EvalConfig(DecodeOptions):
     # own (lossless) rejection, in the view the decoding uses: greedy (temperature 0: drafts are argmaxes,
     # rejected where they differ from the verifier's) or temperature 1 (rejection TV(q, pi))
     online_rejection_targets: list = field(default_factory=lambda: [0.25, 0.5, 0.75])
+    records_mode: str = "gold"  # the record rows offline views and alpha matching read: gold, rollout, or consequence
+    #   (answer-level records: the verifier's own greedy answers, what greedy online decoding meets)
     match_split: str = "validation"  # the records' split those offline rejections are read on: validation, so
     #   alphas are not chosen on the test examples results are reported on (`test`: runs before 2026-12-03)
     paired_with: list = field(default_factory=list)  # online methods every point is also paired with, prompt by
     #   prompt (e.g. [judge, token_v2]); the verifier always is
     max_prompts: int = 10  # held-out prompts: the records' test examples, then (when more are asked)
     unrecorded_prompts: bool = True  #   the task's further examples its split rule puts in test
+    prompts: str | None = None  # or a prompts file (JSON lines; `specroute prompts` writes the task's examples the
+    #   records did not record, any split): decoded instead, refused where one is in a train/validation split
     batch_size: int = 1  # prompts per decoding call (1: per-prompt latency, as served)
     drafter: str | None = None  # default: the records' drafter
     verifier: str | None = None  # default: the records' verifier
@@ -60,6 +65,10 @@ class EvalConfig(DecodeOptions):
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
         super().__post_init__()  # the decoding knobs' one check
         check_minimum(self, 1, "max_prompts", "batch_size", "bootstrap")
+        if self.records_mode not in RECORD_MODES:
+            raise ConfigError(
+                f"records_mode is which rows of the records eval reads: {', '.join(RECORD_MODES)}; got {self.records_mode!r}"
+            )
         if self.match_split not in ("validation", "test", "train"):
             raise ConfigError(
                 f"match_split is the records' split online alphas are matched on: validation (default), test or "

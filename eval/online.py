@@ -26,6 +26,7 @@ from router.decoding import generate
 from router.engine.loop import PADDING
 from router.engine.layout import left_pad, tokenizer_pad_id
 from router.engine.prefix import SharedPrefix
+from router.engine.llamacpp import is_llamacpp
 from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
 from router.infra.files import Journal
 from eval.points import (
@@ -61,8 +62,12 @@ def prepare_ends(pair, prompts: list[Prompt], stops: list[str]) -> Ends:
     """Stop strings and the shared prompt prefix, its caches made now so no point pays for them."""
     prefix = SharedPrefix.common([p.ids for p in prompts])
     if prefix is not None:
-        for model in (pair.drafter, pair.verifier):
-            prefix.cache_for(model, 1)
+        for role, model in (("drafter", pair.drafter), ("verifier", pair.verifier)):
+            if is_llamacpp(model):  # its contexts keep the prefix in a sequence of their own: made by a first use
+                ids = torch.tensor([prompts[0].ids])
+                generate_autoregressive(model, ids, max_new_tokens=1, role=role, prefix=prefix)
+            else:
+                prefix.cache_for(model, 1)
     return Ends(list(stops), StopStrings.build(pair.tokenizer, stops), prefix)
 
 
@@ -265,7 +270,7 @@ def run_grid(
     ]
     todo = gather(todo)[0]  # rank 0's list: another rank may already have written a point when rank 0 looks
     mine = [
-        PointToDo(m, a, path, fp, Journal(path.with_suffix(".partial.jsonl"), fp))
+        PointToDo(m, a, path, fp, Journal(batches_path(path), batch_fingerprint(fp)))
         for m, a, path, fp in ranks.mine(todo)
     ]
     for t in mine:
@@ -281,13 +286,24 @@ def run_grid(
         if point.name == REFERENCE:  # timed again now that every other point is done
             recheck_reference(pair, point, prompts, cfg, metric, rules, ends)
         point.write(t.path)
-        for partial in (t.journal.path, t.journal.stale):  # the point file holds it all now
-            if partial is not None:
-                partial.unlink(missing_ok=True)
+        if t.journal.stale is not None:  # batches of other settings: never mixed in
+            t.journal.stale.unlink(missing_ok=True)
     _retime_reused_reference(pair, grid, paths, done, mine, prompts, cfg, metric, rules, ends, ranks)
     bar.close()
     barrier()  # every rank's points are on disk
     return read_points(paths) if ranks.main else None
+
+
+def batches_path(point_path: Path) -> Path:
+    """A point's batch journal (`<point>.batches.jsonl`): kept after the point is written, so a rerun
+    with more prompts (max_prompts raised, the same prompts first) decodes only the new batches."""
+    return point_path.with_suffix(".batches.jsonl")
+
+
+def batch_fingerprint(point_fp: dict) -> dict:
+    """What one journaled batch depends on: the point's fingerprint but the prompt list (each batch
+    names its own prompt ids and is reused only where they match), so the prompt list can grow."""
+    return {k: v for k, v in point_fp.items() if k != "prompts"}
 
 
 def _output_key(example: dict) -> tuple:

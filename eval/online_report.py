@@ -111,14 +111,23 @@ def paired_rows(paired: list[dict]) -> list[list]:
     ]
 
 
+def prompt_source(online: dict) -> str:
+    """Where the online prompts came from, in words."""
+    if online.get("prompts_file"):
+        return f"from {online['prompts_file']}: task examples the records and the routers' records did not learn from"
+    return (
+        f"{online['recorded_test_prompts']} from the records' test split, the rest unrecorded task examples the "
+        f"split rule holds out"
+    )
+
+
 def paired_sections(paired: list[dict], online: dict) -> list[str]:
     """report.md: the paired comparison with the verifier, offline vs online, and the time split."""
     n = paired[0]["prompts"]
     parts = [
         "### Paired with the verifier (same prompts)",
         "",
-        f"{n} prompts ({online['recorded_test_prompts']} from the records' test split, the rest unrecorded "
-        f"task examples the split rule holds out). Difference to verifier-only decoding: mean over prompts with a "
+        f"{n} prompts ({prompt_source(online)}). Difference to verifier-only decoding: mean over prompts with a "
         f"95% percentile bootstrap interval over prompts; McNemar: exact two-sided test on the prompts where "
         f"exactly one of the two is correct. Identical output: the same tokens as the verifier's greedy output; "
         f"same answer: the same outcome under the metric (final number / test result). Log-prob: the "

@@ -36,6 +36,7 @@ from eval.offline import (
 from eval.online import add_verifier_logprobs, prepare_ends, prepare_prompts, run_grid
 from eval.paired import paired_table, pairwise_table
 from eval.plots import offline_plots, online_plots
+from eval.prompts import online_examples
 from eval.points import OnlinePoint, add_relative_latency, table_forms, timed_on, timing_warnings
 from eval.report import print_eval_summary, write_report
 from eval.tables import write_curves_csv, write_per_prompt_csv
@@ -49,7 +50,7 @@ from router.machine.hardware import machine_kind, resolve_dtype
 from router.offline.folds import is_cross_fitted
 from router.offline.inputs import RecordView
 from router.pair import one_pair
-from router.records import Manifest, RecordsError, read_examples, read_heldout, read_manifest
+from router.records import Manifest, RecordsError, read_examples, read_manifest
 from router.rules import rule_names
 from router.tasks.metrics import check_metric_fields, get_metric
 from router.tasks.prompts import context_length, default_stops, prompt_limit
@@ -81,7 +82,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
     crossed = [r for r in cfg.routers if is_cross_fitted(r)]  # scored out of fold, offline (eval/crossfit.py)
     plain = [r for r in cfg.routers if r not in crossed]
     routers = load_routers(plain, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
-    held_out = load_held_out(cfg.records)
+    held_out = load_held_out(cfg.records, mode=cfg.records_mode)
     curves, greedy = method_curves(held_out, routers), greedy_curves(held_out, routers)
     pair, gamma = None, None
     if cfg.gamma == "auto":  # resolved once, before anything uses it: every point decodes with one gamma
@@ -120,7 +121,7 @@ def _matching_view(
     greedy_view, view = cfg.temperature <= 0, held_out
     if cfg.match_split != "test":
         try:
-            view = load_held_out(cfg.records, split=cfg.match_split)
+            view = load_held_out(cfg.records, split=cfg.match_split, mode=cfg.records_mode)
         except RecordsError:  # no rows in that split (the folders themselves were read already)
             view = None
         if view is None or len(view) == 0:  # nothing to match on: eval.grid refuses a method that needs it
@@ -309,7 +310,7 @@ def _run_online(
     """The online grid on held-out prompts; returns what it measured (None on ranks other than 0)
     and the (loaded) pair."""
     metric = get_metric(task, cfg.metric, cfg.sandbox)
-    examples = online_examples(cfg)
+    examples = online_examples(cfg, routers)
     for e in examples[: cfg.max_prompts]:  # every prompt judgeable before any model loads
         check_metric_fields(cfg.metric or task, e["meta"], e["example_id"])
     grid = online_grid(cfg, match, verifier_rejection, routers)  # checked before loading any model
@@ -332,6 +333,7 @@ def _run_online(
         "prompts": len(prompts),
         "batch_size": cfg.batch_size,
         "recorded_test_prompts": sum(e["recorded"] for e in examples[: len(prompts)]),
+        "prompts_file": cfg.prompts,
         "dtype": dtype_note(cfg, [manifest], pair),
         "timed_on": timed_on(points),
         "timing_warnings": timing_warnings(points),
@@ -343,18 +345,6 @@ def _run_online(
         },
     }
     return Online(points, info), pair
-
-
-def online_examples(cfg: EvalConfig) -> list[dict]:
-    """Held-out examples for online decoding: the records' test split, then (unrecorded_prompts) the
-    task's further examples the recording's split rule puts in test, up to max_prompts."""
-    examples = [{**e, "recorded": True} for e in read_examples(cfg.records[0], split="test")]
-    if len(examples) < cfg.max_prompts and cfg.unrecorded_prompts:
-        more = read_heldout(cfg.records[0])[: cfg.max_prompts - len(examples)]
-        examples += [{**e, "recorded": False} for e in more]
-    if not examples:
-        raise RecordsError(f"{cfg.records[0]} has no test examples: record more examples")
-    return examples
 
 
 def _cost_ratio(cfg: EvalConfig, online: Online | None, pair, manifest: Manifest) -> tuple[float, str]:

@@ -24,6 +24,7 @@ TOKEN_CLASSES = "token_classes.npy"  # class bits per token id (router.features.
 EXAMPLES = "examples.jsonl"  # the recorded examples (id, split, prompt, reference, metric fields), for eval
 HELDOUT = "heldout.jsonl"  # the task's further test-split examples (same form): online prompts beyond the recording
 SPLITS = ("train", "validation", "test")
+RECORD_MODES = ("gold", "rollout", "consequence")  # how a row's continuation was made (docs/design.md)
 
 # scalar columns and their Arrow types; list columns are built from (N, k) arrays
 # column types are Arrow type names: pyarrow is imported where tables are built (routers need none to import)

@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("file", help="the label file to write (gzip JSON lines, e.g. labels/gsm8k.jsonl.gz)")
     show = labels_sub.add_parser("show", help="what a label file holds")
     show.add_argument("file")
+    prompts = sub.add_parser("prompts", help="held-out online prompts: the task's examples no record folder recorded")
+    prompts.add_argument("folders", nargs="+", help="record folders of one task (the routers' and alphas' records)")
+    prompts.add_argument("--output", required=True, help="the JSON-lines file to write (eval: prompts=FILE)")
+    prompts.add_argument("--max", type=int, default=None, help="at most this many, in task order (default: all)")
     ev = sub.add_parser("eval", help="routers vs every plug-in rule, offline on records and online (eval)")
     ev.add_argument("--config", help="YAML config, e.g. configs/eval/gsm8k.yaml")
     ev.add_argument("overrides", nargs="*", help="key=value overrides, e.g. max_prompts=5 online=false")
@@ -188,6 +192,18 @@ def cmd_labels(args) -> int:
         store = LabelStore(args.file)
         print(f"{args.file}: {describe(store.header)}")
         print("\n".join(summary_lines(signed_summary(store.entries.values()))))
+    return 0
+
+
+def cmd_prompts(args) -> int:
+    from data_gen.prompts import write_prompts
+
+    if args.max is not None and args.max < 1:
+        raise ValueError(f"--max is how many prompts to write, at least 1; got {args.max}")
+    rows = write_prompts(args.folders, args.output, args.max)
+    splits = {s: sum(r["split"] == s for r in rows) for s in sorted({r["split"] for r in rows})}
+    print(f"{args.output}: {len(rows)} unrecorded examples in task order (split rule: {splits})")
+    print(f"  decode them online with `specroute eval ... prompts={args.output} max_prompts=N`")
     return 0
 
 
@@ -408,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         "demo": cmd_demo,
         "export-onnx": cmd_export_onnx,
         "labels": cmd_labels,
+        "prompts": cmd_prompts,
     }
     clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:

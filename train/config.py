@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from router.infra.config import ConfigError, check_minimum
 from router.model import RouterArch
+from router.records import RECORD_MODES
 from train.labels import TARGETS
 
 LOSSES = ("mse", "cost_sensitive")  # train/module.py implements each
@@ -80,7 +81,7 @@ class TrainConfig:
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         choices = {
-            "mode": ("gold", "rollout", "consequence"),
+            "mode": RECORD_MODES,
             "loss": LOSSES,
             "target": TARGETS,
             "logger": ("csv", "wandb"),
