@@ -175,6 +175,25 @@ def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys, m
     assert {p["method"] for p in points} >= {"verifier", "drafter", "opt", "router", "token_cascade"}
     assert all(p["seconds_per_token"] > 0 and p["tokens"] > 0 for p in points)
     assert "kernels) with 1 threads (as set" in (tmp_path / "e" / "report.md").read_text()
+    # prompts sharing a few-shot-like context: llama.cpp keeps it in its contexts (no torch cache is made), and
+    # the verifier's outputs equal plain llama.cpp decoding of each whole prompt
+    from router.engine.baselines import generate_autoregressive
+    from router.pair import load_pair
+    from router.records import read_heldout
+
+    context = "Question: Tom has 3 apples and buys 4 more. Answer: 3 + 4 = 7. So the answer is 7.\n\n"
+    rows = [{**e, "prompt": context + e["question"][:100]} for e in read_heldout(rec)[:2]]  # < 256 tiny tokens
+    prompts = tmp_path / "shared.jsonl"
+    prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert cli.main([*args, f"output={tmp_path / 'shared'}", f"prompts={prompts}", "online_methods=[opt]"]) == 0
+    online = json.loads((tmp_path / "shared" / "metrics.json").read_text())["online"]
+    assert online["shared_prefix"]["tokens"] >= 32
+    pair = load_pair("tiny:drafter", "tiny:verifier", engine="llamacpp", threads=1)
+    point = json.loads(next((tmp_path / "shared" / "online").glob("verifier@*.json")).read_text())
+    for row, decoded in zip(rows, point["examples"]):
+        ids = torch.tensor([pair.tokenizer.encode(row["prompt"], add_special_tokens=False)])
+        plain = generate_autoregressive(pair.verifier, ids, max_new_tokens=6, role="verifier")
+        assert decoded["new_ids"] == plain.sequences[0, ids.shape[1] :].tolist()[: len(decoded["new_ids"])]
 
 
 def test_the_generate_command_decodes_on_llama_cpp(tmp_path, capsys, monkeypatch):
