@@ -44,7 +44,17 @@ from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
 from router.offline.views import example_index, greedy_columns, greedy_rule_scores, greedy_score
-from router.records import HARM, HARMLESS, IMPORTANT, NEUTRAL, RESCUE, UNTESTED, load_records, signed_consequence
+from router.records import (
+    HARM,
+    HARMLESS,
+    IMPORTANT,
+    NEUTRAL,
+    RESCUE,
+    UNTESTED,
+    first_order_change,
+    load_records,
+    signed_consequence,
+)
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
 
@@ -141,9 +151,7 @@ def _example_sums(view: RecordView, rows: np.ndarray | None = None):
             out[f"{kind}_kept"] = total(mask & ~defer)
         if signs is not None:  # first order: an answer flips once, whichever of its flipping drafts is kept
             out["signed"] = np.ones(n)  # per problem: the measure is the mean accuracy change over problems
-            out["signed_kept"] = np.minimum(total((signs == RESCUE) & ~defer), 1) - np.minimum(
-                total((signs == HARM) & ~defer), 1
-            )
+            out["signed_kept"] = first_order_change(signs, ~defer, index, n)
         if damage is not None:
             out["horizon"] = total(damage)
             out["horizon_kept"] = total(damage * ~defer)

@@ -83,6 +83,18 @@ def signed_consequence(consequence, answer_correct) -> np.ndarray:
     return out.astype(np.int8)
 
 
+def first_order_change(signs: np.ndarray, kept: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
+    """Per problem (n,) the first-order accuracy change of keeping the `kept` (N,) rows' drafts instead of the
+    verifier's tokens: +1 where a kept draft rescues a wrong answer, -1 where one harms a right one (an
+    answer flips once, whichever of its flipping drafts is kept; a problem's answer is right or wrong, so
+    it has rescues or harms, never both). `signs` (N,) from signed_consequence, `index` (N,) problem 0..n-1."""
+
+    def kept_count(sign: int) -> np.ndarray:
+        return np.bincount(index, weights=((signs == sign) & kept).astype(np.float64), minlength=n)
+
+    return np.minimum(kept_count(RESCUE), 1) - np.minimum(kept_count(HARM), 1)
+
+
 # q and p of the recorded sample `draft_token`; consequence mode: its label, the branch's correctness (1/0, -1
 # where no branch was decoded), the answer's (per example) and the branch's answer ("" where no branch)
 OPTIONAL_SCALAR_COLUMNS: dict[str, str] = {

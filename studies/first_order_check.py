@@ -46,18 +46,21 @@ def parse(argv=None):
 def predicted_changes(view, ids: np.ndarray, score: np.ndarray, alpha: float, problems: list[str]) -> dict[str, dict]:
     """Per problem the first-order change of deferring where score > alpha: +1 for a kept rescue on a wrong
     answer, -1 for a kept harm on a right one, and the kept mismatches whose consequence is unknown."""
-    from router.records import HARM, RESCUE, UNTESTED, signed_consequence
+    from router.records import UNTESTED, first_order_change, signed_consequence
 
     signs = signed_consequence(view.cols["consequence"], view.cols["answer_correct"])
     kept = ~(score > alpha)
     mismatch = view.cols["q_argmax"] != view.cols["token"]
+    place = {ex: i for i, ex in enumerate(problems)}
+    rows = np.isin(ids, problems)  # the sampled problems' rows
+    index = np.array([place[i] for i in ids[rows]], dtype=np.int64)
+    change = first_order_change(signs[rows], kept[rows], index, len(problems))  # the measure eval.crossfit uses
     out = {}
-    for ex in problems:
+    for p, ex in enumerate(problems):
         at = ids == ex
-        k = kept & at
         out[ex] = {
-            "predicted": int((signs[k] == RESCUE).any()) - int((signs[k] == HARM).any()),
-            "kept_untested": int((k & mismatch & (signs == UNTESTED)).sum()),
+            "predicted": int(change[p]),
+            "kept_untested": int((kept & at & mismatch & (signs == UNTESTED)).sum()),
             "answer_correct": int(view.cols["answer_correct"][at][0]),
         }
     return out

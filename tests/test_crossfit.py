@@ -224,6 +224,18 @@ def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_reco
     assert abs(half["opt"]["rejection"] - 0.5) < 0.1  # half of the tested mismatches deferred (the verifier: all)
 
 
+def test_first_order_change_by_hand():
+    """Per problem: an answer flips once however many of its flipping drafts are kept; untested and neutral
+    rows never count; a problem with nothing kept is 0."""
+    from router.records import HARM, NEUTRAL, RESCUE, UNTESTED, first_order_change
+
+    signs = np.array([RESCUE, RESCUE, NEUTRAL, HARM, HARM, UNTESTED, RESCUE], dtype=np.int8)
+    index = np.array([0, 0, 0, 1, 1, 1, 2])
+    kept = np.array([True, True, True, False, True, True, False])
+    assert first_order_change(signs, kept, index, 4).tolist() == [1, -1, 0, 0]
+    assert first_order_change(signs, np.zeros(7, bool), index, 3).tolist() == [0, 0, 0]
+
+
 def test_the_signed_measure_is_the_first_order_accuracy_change_and_the_oracle_bounds_it(consequence_records, tmp_path):
     """signed: per problem +1 where a kept draft rescues a wrong answer, -1 where one harms a right one,
     averaged over problems; deferring everywhere is the verifier (0); the signed labels' oracle is reported
