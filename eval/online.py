@@ -64,8 +64,9 @@ def prepare_ends(pair, prompts: list[Prompt], stops: list[str]) -> Ends:
     if prefix is not None:
         for role, model in (("drafter", pair.drafter), ("verifier", pair.verifier)):
             if is_llamacpp(model):  # its contexts keep the prefix in a sequence of their own: made by a first use
-                ids = torch.tensor([prompts[0].ids])
+                started, ids = clock.now(), torch.tensor([prompts[0].ids])
                 generate_autoregressive(model, ids, max_new_tokens=1, role=role, prefix=prefix)
+                prefix.seconds += clock.now() - started  # the prefill, and one prompt's remainder and token
             else:
                 prefix.cache_for(model, 1)
     return Ends(list(stops), StopStrings.build(pair.tokenizer, stops), prefix)

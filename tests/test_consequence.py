@@ -312,7 +312,7 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
     ]
     assert cli.main([*base, f"records=[{gold.output}]", "routers=[]", "online_methods=[opt]"]) == 0
     online = tmp_path / "eval" / "online"
-    stamps = {f.name: f.stat().st_mtime for f in online.iterdir()}
+    stamps = {f.name: f.stat().st_mtime for f in online.glob("*.json")}
     before = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert (
         cli.main(
@@ -332,7 +332,7 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
     kept = {name: stamp for name, stamp in stamps.items() if name != "verifier@0.json"}  # its first batch retimed
     assert {f.name: f.stat().st_mtime for f in online.iterdir() if f.name in kept} == kept  # kept
     assert any(f.name.startswith("cons-judge@") for f in online.iterdir())
-    points = [json.loads(f.read_text()) for f in online.iterdir()]
+    points = [json.loads(f.read_text()) for f in online.glob("*.json")]  # the points (not their batch journals)
     prompts = [[e["example_id"] for e in p["examples"]] for p in points]
     assert len(points) > len(stamps) and all(p == prompts[0] for p in prompts)  # the gold folder's prompts, every point
     assert after["offline"]["summary"]["methods"]["opt"] == before["offline"]["summary"]["methods"]["opt"]

@@ -187,7 +187,7 @@ def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys, m
     prompts.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert cli.main([*args, f"output={tmp_path / 'shared'}", f"prompts={prompts}", "online_methods=[opt]"]) == 0
     online = json.loads((tmp_path / "shared" / "metrics.json").read_text())["online"]
-    assert online["shared_prefix"]["tokens"] >= 32
+    assert online["shared_prefix"]["tokens"] >= 32 and online["shared_prefix"]["seconds"] > 0
     pair = load_pair("tiny:drafter", "tiny:verifier", engine="llamacpp", threads=1)
     point = json.loads(next((tmp_path / "shared" / "online").glob("verifier@*.json")).read_text())
     for row, decoded in zip(rows, point["examples"]):
