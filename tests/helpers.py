@@ -255,3 +255,20 @@ def assert_generate_routes_agree(drafter, verifier, ids, folder, router, gammas=
             rule=str(folder), alpha=0.0, gamma=gamma, max_new_tokens=max_new_tokens, do_sample=False,
         )  # fmt: skip
         assert torch.equal(hf, out.sequences), gamma
+
+
+def one_rule_online_eval(rec, *extra: str) -> list[str]:
+    """`specroute eval` arguments for a quick online-only run on tiny records: no router, `opt` at half the
+    verifier's rejection, batch 1 (add max_prompts, max_new_tokens, output, ...)."""
+    return [
+        "eval",
+        "--config",
+        "configs/eval/tiny.yaml",
+        f"records=[{rec}]",
+        "routers=[]",
+        "offline=false",
+        "batch_size=1",
+        "online_methods=[opt]",
+        "online_rejection_targets=[0.5]",
+        *extra,
+    ]

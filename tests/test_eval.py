@@ -17,6 +17,7 @@ from router.records import read_examples
 from router.tasks.metrics import extract_code, get_metric, gsm8k_metric, humaneval_metric, mbpp_metric, qa_metric
 from eval.offline import load_held_out, method_curves, relative_latency, summarise
 from specroute import cli
+from helpers import one_rule_online_eval
 from eval.config import EvalConfig
 from router.infra.config import load_config
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
@@ -222,19 +223,7 @@ def test_an_online_point_cut_short_resumes_from_its_finished_batches(tiny_pipeli
     from eval import online
 
     root, rec, rtr = tiny_pipeline
-    args = [
-        "eval",
-        "--config",
-        "configs/eval/tiny.yaml",
-        f"records=[{rec}]",
-        "routers=[]",
-        "offline=false",
-        "max_prompts=3",
-        "max_new_tokens=6",
-        "batch_size=1",
-        "online_methods=[opt]",
-        "online_rejection_targets=[0.5]",
-    ]
+    args = one_rule_online_eval(rec, "max_prompts=3", "max_new_tokens=6")
     assert cli.main([*args, f"output={root / 'eval-whole'}"]) == 0
     real, calls, killed = online._decode_batch, [], []
 
@@ -605,19 +594,7 @@ def test_methods_are_timed_interleaved_so_a_load_change_lands_on_all(tiny_pipeli
     monkeypatch.setattr(clock, "now", now)
     monkeypatch.setattr(online, "_decode_batch", decode)
     out = root / "eval-slow"
-    args = [
-        "eval",
-        "--config",
-        "configs/eval/tiny.yaml",
-        f"records=[{rec}]",
-        "routers=[]",
-        "offline=false",
-        "max_prompts=4",
-        "max_new_tokens=6",
-        "online_methods=[opt]",
-        "online_rejection_targets=[0.5]",
-        f"output={out}",
-    ]
+    args = one_rule_online_eval(rec, "max_prompts=4", "max_new_tokens=6", f"output={out}")
     assert cli.main(args) == 0
     slow_per_method = {m: sum(1 for x, _ in state["slow"] if x == m) for m in ("verifier", "drafter", "opt")}
     assert slow_per_method == {"verifier": 2, "drafter": 2, "opt": 2}  # one after another: 4, 2, 0

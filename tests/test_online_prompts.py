@@ -12,6 +12,7 @@ import pytest
 from data_gen.plan import assign_split
 from data_gen.prompts import unrecorded_prompts
 from data_gen.tasks import load_task
+from helpers import one_rule_online_eval
 from eval.prompts import prompts_file_examples, seen_examples
 from router.records import RecordsError, read_examples
 from specroute import cli
@@ -86,21 +87,9 @@ def test_a_prompts_file_is_checked_against_what_routers_and_alphas_learned_from(
 
 
 def _eval(root, rec, prompts, n, out="eval"):
-    return [
-        "eval",
-        "--config",
-        "configs/eval/tiny.yaml",
-        f"records=[{rec}]",
-        "routers=[]",
-        "offline=false",
-        f"prompts={prompts}",
-        f"max_prompts={n}",
-        "max_new_tokens=4",
-        "batch_size=1",
-        "online_methods=[opt]",
-        "online_rejection_targets=[0.5]",
-        f"output={root / out}",
-    ]
+    return one_rule_online_eval(
+        rec, f"prompts={prompts}", f"max_prompts={n}", "max_new_tokens=4", f"output={root / out}"
+    )
 
 
 def test_an_online_run_decodes_a_prompts_file_and_grows_by_its_new_prompts(tiny_records, monkeypatch):
