@@ -141,11 +141,12 @@ def write_examples(out: Path, plan, cfg: GenConfig) -> None:
     held-out prompts and score them without importing data_gen (stages meet on disk)."""
     rows = [example_row(ex, split) for _, split, shard_examples in plan for ex in shard_examples]
     recorded = {r["example_id"] for r in rows}
-    write_bytes(out / EXAMPLES, _jsonl_bytes(rows))
-    write_bytes(out / HELDOUT, _jsonl_bytes(unrecorded_test_examples(vars(cfg), recorded)))
+    write_bytes(out / EXAMPLES, jsonl_bytes(rows))
+    write_bytes(out / HELDOUT, jsonl_bytes(unrecorded_test_examples(vars(cfg), recorded)))
 
 
-def _jsonl_bytes(rows: list[dict]) -> bytes:
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    """Rows as JSON lines (what the examples files and `specroute prompts` files hold)."""
     return "".join(json.dumps(r, default=str) + "\n" for r in rows).encode()
 
 

@@ -5,10 +5,9 @@ task has beyond the recording (a test split alone holds only its share of them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from data_gen.plan import unrecorded_examples
+from data_gen.plan import jsonl_bytes, unrecorded_examples
 from router.infra.files import write_bytes
 from router.records import RecordsError, read_examples, read_manifest
 
@@ -34,5 +33,5 @@ def write_prompts(folders: list[str], output: str | Path, max_prompts: int | Non
     rows = unrecorded_prompts(folders, max_prompts)
     if not rows:
         raise RecordsError(f"{', '.join(folders)} recorded every example of the task: no prompt is left unrecorded")
-    write_bytes(output, "".join(json.dumps(r) + "\n" for r in rows).encode())
+    write_bytes(output, jsonl_bytes(rows))
     return rows
