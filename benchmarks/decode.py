@@ -607,9 +607,9 @@ def main() -> None:
     pad = verifier.generation_config.pad_token_id or 0
     by_batch = {}
     with torch.inference_mode():
-        if ends["prefix"] is not None and args.engine == "torch":  # made once before any timing, as served
+        if ends["prefix"] is not None:  # made once per model before any timing, as served
             for model in (drafter, verifier):
-                ends["prefix"].cache_for(model, 1)
+                ends["prefix"].ready(model)
         args.block = 4 if args.gamma == "auto" else args.gamma
         _ours(drafter, verifier, args, {}, rule="lossless")(*left_pad([prompts[0][:8]], pad))  # warm-up
         args.gammas = {}

@@ -26,7 +26,6 @@ from router.decoding import generate
 from router.engine.loop import PADDING
 from router.engine.layout import left_pad, tokenizer_pad_id
 from router.engine.prefix import SharedPrefix
-from router.engine.llamacpp import is_llamacpp
 from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
 from router.infra.files import Journal
 from eval.points import (
@@ -62,13 +61,8 @@ def prepare_ends(pair, prompts: list[Prompt], stops: list[str]) -> Ends:
     """Stop strings and the shared prompt prefix, its caches made now so no point pays for them."""
     prefix = SharedPrefix.common([p.ids for p in prompts])
     if prefix is not None:
-        for role, model in (("drafter", pair.drafter), ("verifier", pair.verifier)):
-            if is_llamacpp(model):  # its contexts keep the prefix in a sequence of their own: made by a first use
-                started, ids = clock.now(), torch.tensor([prompts[0].ids])
-                generate_autoregressive(model, ids, max_new_tokens=1, role=role, prefix=prefix)
-                prefix.seconds += clock.now() - started  # the prefill, and one prompt's remainder and token
-            else:
-                prefix.cache_for(model, 1)
+        for model in (pair.drafter, pair.verifier):
+            prefix.ready(model)
     return Ends(list(stops), StopStrings.build(pair.tokenizer, stops), prefix)
 
 

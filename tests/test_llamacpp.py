@@ -247,3 +247,29 @@ def test_the_answer_so_far_is_carried_on_llama_cpp(pair):
         bonus += int(n == g)
         start += n + 1
     assert len(probe.seen) >= 3 and bonus >= 1  # some block followed a bonus position
+
+
+def test_a_shared_prefix_is_readied_in_a_kept_context_before_any_batch(pair):
+    """SharedPrefix.ready on llama.cpp decodes the prefix into a context the model keeps (timed in the prefix's
+    seconds); the first batch starting from it leases that context and decodes only its rows' remainders, and its
+    tokens equal plain decoding of the whole prompts."""
+    from router.engine.prefix import SharedPrefix
+
+    _, verifier = pair
+    head = list(range(3, 43))  # 40 shared tokens
+    prompts = torch.tensor([head + [60, 61], head + [70, 71]])
+    prefix = SharedPrefix.common(prompts.tolist())
+    verifier.release(verifier.lease(64))  # a kept context without the prefix: ready must put it there
+    prefix.ready(verifier)
+    assert prefix.seconds > 0 and verifier._free[0].prefix == tuple(head)
+    readied = verifier._free[0]
+    decoded = []
+    original = readied.decode
+    readied.decode = lambda entries, *a: decoded.append(len(entries)) or original(entries, *a)
+    try:
+        cached = generate_autoregressive(verifier, prompts, max_new_tokens=4, role="verifier", prefix=prefix)
+    finally:
+        readied.decode = original
+    assert decoded and decoded[0] == 2 * 2  # the first decode: two remainder tokens per row, no prefix
+    plain = generate_autoregressive(verifier, prompts, max_new_tokens=4, role="verifier")
+    assert cached.sequences.tolist() == plain.sequences.tolist()

@@ -139,6 +139,15 @@ class LlamaCppLM:
                 f"llama.cpp could not make a context of {size} tokens for {self.path.name}: use smaller batches"
             ) from None
 
+    def warm_prefix(self, ids: list[int]) -> None:
+        """Decode a shared prompt prefix into a kept context's prefix sequence now (router.engine.prefix.
+        SharedPrefix.ready), so the first batch that starts from it does not pay for it."""
+        context = self.lease(len(ids) + ROW_ROOM)
+        try:
+            hold_prefix(context, tuple(ids), self.vocab_size)
+        finally:
+            self.release(context)
+
     def release(self, context: Context) -> None:
         """Keep a context for the next batch (every sequence but the prefix's dropped); the oldest beyond
         FREE_CONTEXTS is freed."""
@@ -155,6 +164,14 @@ class LlamaCppLM:
                     c.free()
                 self._lib.llama_model_free(self.model)
             self.model = None
+
+
+def hold_prefix(context: Context, ids: tuple[int, ...], vocab: int) -> None:
+    """Make the context's prefix sequence hold `ids` (decoded unless it holds them already)."""
+    if context.prefix != ids:
+        context.remove(PREFIX_SEQ)
+        context.decode([(PREFIX_SEQ, i, t, False) for i, t in enumerate(ids)], vocab, False)
+        context.prefix = ids
 
 
 class LlamaCppCache:
@@ -217,10 +234,7 @@ class LlamaCppCache:
         self.rows, self.kv_len = list(range(batch)), [0] * batch
         if self.prefix is not None:
             ids = tuple(self.prefix.ids)
-            if self.context.prefix != ids:
-                self.context.remove(PREFIX_SEQ)
-                self.context.decode([(PREFIX_SEQ, i, t, False) for i, t in enumerate(ids)], self.vocab, False)
-                self.context.prefix = ids
+            hold_prefix(self.context, ids, self.vocab)
             for seq in self.rows:
                 self.context.copy(PREFIX_SEQ, seq, len(ids))
             self.kv_len = [len(ids)] * batch

@@ -60,6 +60,17 @@ class SharedPrefix:
         head = torch.tensor(self.ids, dtype=torch.long)[None].expand(len(rows), -1)
         return Layout(torch.cat([head, rest_ids], 1), torch.cat([torch.ones_like(head), rest_mask], 1))
 
+    def ready(self, model) -> None:
+        """Make the model's state over the prefix now, timed in `seconds`, so no batch pays for it: a torch
+        model's KV cache (`cache_for`), a llama.cpp model's prefix sequence in a context it keeps between
+        batches (`LlamaCppLM.warm_prefix`)."""
+        if hasattr(model, "warm_prefix"):
+            started = clock.now()
+            model.warm_prefix(self.ids)
+            self.seconds += clock.now() - started
+        else:
+            self.cache_for(model, 1)
+
     def cache_for(self, model, batch: int):
         """A fresh copy of the model's cache over the prefix, repeated for `batch` rows."""
         key = id(model)
