@@ -11,6 +11,7 @@ as soon as it finishes (atomically), so an interrupted run resumes where it stop
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,8 +306,18 @@ def _output_key(example: dict) -> tuple:
     return example["example_id"], tuple(example["new_ids"])
 
 
+# what the verifier's log-probability of an output depends on, beside the prompt and the output themselves
+SCORED_KEYS = ("models", "dtype", "engine", "device", "verifier_device_map", "machine")
+
+
 def add_verifier_logprobs(
-    pair, points: list[OnlinePoint], prompts: list[Prompt], ends: Ends, folder: Path, batch_size: int = 4
+    pair,
+    points: list[OnlinePoint],
+    prompts: list[Prompt],
+    ends: Ends,
+    folder: Path,
+    batch_size: int = 4,
+    fingerprint: dict | None = None,
 ) -> float:
     """The verifier's log-probability of every produced token, summed per prompt
     (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file), where the
@@ -314,8 +325,15 @@ def add_verifier_logprobs(
     teacher-forced verifier pass per distinct output (identical outputs of two methods are scored
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
+    With the run's `fingerprint`, every score is also kept in `online/verifier_logprobs.jsonl`, so a run
+    grown to more prompts, or reported at fewer, scores only outputs it has not scored before.
     Returns the seconds spent."""
     started = clock.now()
+    prompt_ids = {p.example_id: p.ids for p in prompts}
+    kept = None if fingerprint is None else Journal(
+        folder / "verifier_logprobs.jsonl", {k: fingerprint.get(k) for k in SCORED_KEYS}
+    )  # fmt: skip
+    saved = {e["key"]: (e["logprob"], e["tokens"]) for e in (kept.entries if kept else [])}
     known = {
         _output_key(e): (e["verifier_logprob"], e["verifier_logprob_tokens"])
         for p in points
@@ -325,11 +343,22 @@ def add_verifier_logprobs(
     todo = [p for p in points if any("verifier_logprob" not in e for e in p.examples)]
     for point in tqdm(todo, desc="verifier log-probs", unit="point", disable=not todo):
         wanted = list(dict.fromkeys(_output_key(e) for e in point.examples if _output_key(e) not in known))
-        known.update(_score_outputs(pair, wanted, {p.example_id: p.ids for p in prompts}, ends, batch_size))
+        known.update({k: saved[_digest(prompt_ids, k)] for k in wanted if _digest(prompt_ids, k) in saved})
+        fresh = _score_outputs(pair, [k for k in wanted if k not in known], prompt_ids, ends, batch_size)
+        if kept is not None:
+            for key, (total, n) in fresh.items():
+                kept.append({"key": _digest(prompt_ids, key), "logprob": total, "tokens": n})
+        known.update(fresh)
         for e in point.examples:
             e["verifier_logprob"], e["verifier_logprob_tokens"] = known[_output_key(e)]
         point.write(folder / f"{point.name}.json")
     return clock.now() - started
+
+
+def _digest(prompt_ids: dict, key: tuple) -> str:
+    """A scored output's name in verifier_logprobs.jsonl: its prompt's tokens and its own."""
+    example_id, output = key
+    return hashlib.sha256(json.dumps([prompt_ids[example_id], list(output)]).encode()).hexdigest()[:24]
 
 
 def _score_outputs(pair, wanted: list[tuple], prompt_ids: dict, ends: Ends, batch_size: int) -> dict:

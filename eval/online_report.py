@@ -37,7 +37,7 @@ DIVERGENCE_NOTES = [
 def online_sections(online: dict, cfg) -> list[str]:
     """report.md: the online points, the paper's two table forms, and the paired comparisons."""
     parts = ["## Online (real decoding loop, task metric)", "", _setting(online, cfg), ""]
-    parts += _notes(online, cfg)
+    parts += _notes(online)
     keys = ["method", "alpha", "quality", "relative_latency", "verifier_calls_per_token", "rejection_rate", "tokens"]
     header = ["method", "alpha", "quality", "relative latency", "verifier calls / token", "rejection rate", "tokens"]
     parts += [markdown_table(header, [[p[k] for k in keys] for p in online["points"]])]
@@ -72,18 +72,18 @@ def _setting(online: dict, cfg) -> str:
     )
 
 
-def _notes(online: dict, cfg) -> list[str]:
+def _notes(online: dict) -> list[str]:
     """Where the numbers come from, when not simply from this run on this machine, and timings that
     fail their plausibility checks."""
     parts = [f"Note: {online['dtype']['mixed']}.", ""] if "mixed" in online["dtype"] else []
     for warning in online["timing_warnings"]:
         parts += [f"**Timing warning**: {warning}.", ""]
-    timed, dtype = online["timed_on"], online["dtype"]
-    here = (dtype["cpu"] if cfg.device == "cpu" else timed["machine"], dtype["dtype"])
-    if timed.get("machine") and (timed["machine"], timed["dtype"]) != here:
+    timed = online["timed_on"]
+    if timed.get("elsewhere"):  # compared with this run's own fingerprint (eval.points.timed_on)
+        how = "llama.cpp" if online["dtype"].get("engine") == "llamacpp" else timed["dtype"]  # gguf: its own types
         parts += [
-            f"Note: every online point was timed by an earlier run on {timed['machine']} in {timed['dtype']} "
-            f"and reused as a complete set; the numbers below are that machine's.",
+            f"Note: every online point was timed by an earlier run on {timed['machine']} ({how}) and reused as a "
+            f"complete set; the numbers below are that machine's.",
             "",
         ]
     return parts

@@ -206,10 +206,12 @@ def timing_warnings(points: list[OnlinePoint]) -> list[str]:
     return out
 
 
-def timed_on(points: list[OnlinePoint]) -> dict:
-    """The machine and dtype the points were timed on (one, by run_grid's rule)."""
+def timed_on(points: list[OnlinePoint], here: dict) -> dict:
+    """The machine and dtype the points were timed on (one, by run_grid's rule), and whether that is another
+    machine than `here` (this run's fingerprint): a complete set reused whole (complete_elsewhere)."""
     fp = points[0].fingerprint if points else {}
-    return {k: fp.get(k) for k in MACHINE_KEYS}
+    timed = {k: fp.get(k) for k in MACHINE_KEYS}
+    return {**timed, "elsewhere": bool(points) and timed != {k: here.get(k) for k in MACHINE_KEYS}}
 
 
 def complete_elsewhere(done: list[OnlinePoint | None], fingerprints: list[dict]) -> dict | None:

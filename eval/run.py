@@ -327,7 +327,7 @@ def _run_online(
     points = run_grid(pair, grid, prompts, cfg, metric, routers, folder, fingerprint, ends, ranks)
     if points is None:
         return None, pair
-    scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size)
+    scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size, fingerprint)
     add_relative_latency(points)
     info = {
         "prompts": len(prompts),
@@ -335,7 +335,7 @@ def _run_online(
         "recorded_test_prompts": sum(e["recorded"] for e in examples[: len(prompts)]),
         "prompts_file": cfg.prompts,
         "dtype": dtype_note(cfg, [manifest], pair),
-        "timed_on": timed_on(points),
+        "timed_on": timed_on(points, fingerprint),
         "timing_warnings": timing_warnings(points),
         "stop": stops,
         "logprob_seconds": scoring_seconds,

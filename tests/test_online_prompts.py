@@ -106,7 +106,16 @@ def test_an_online_run_decodes_a_prompts_file_and_grows_by_its_new_prompts(tiny_
         return real(pair, method, alpha, ids_, *rest)
 
     monkeypatch.setattr(online, "_decode_batch", counted)
+    real_score, scored = online._score_outputs, []
+
+    def scores_counted(pair, wanted, *rest):
+        scored.extend(example_id for example_id, _ in wanted)
+        return real_score(pair, wanted, *rest)
+
+    monkeypatch.setattr(online, "_score_outputs", scores_counted)
     assert cli.main(_eval(root, rec, prompts, 2)) == 0
+    first = set(scored)  # the drafter's outputs no other method gave (the loops score their own)
+    assert first and first <= set(ids[:2])
     metrics = json.loads((root / "eval" / "metrics.json").read_text())
     assert metrics["online"]["prompts"] == 2 and metrics["online"]["prompts_file"] == str(prompts)
     assert "task examples the records and the routers' records did not learn from" in (
@@ -115,9 +124,10 @@ def test_an_online_run_decodes_a_prompts_file_and_grows_by_its_new_prompts(tiny_
     point = next((root / "eval" / "online").glob("opt@*.json"))
     assert [e["example_id"] for e in json.loads(point.read_text())["examples"]] == ids[:2]
     # grown to 4 prompts: each point decodes only prompts 3 and 4 (the verifier's first batch is timed again)
-    calls.clear()
+    calls.clear(), scored.clear()
     assert cli.main(_eval(root, rec, prompts, 4)) == 0
     assert {m: calls.count(m) for m in set(calls)} == {"opt": 2, "drafter": 2, "verifier": 2 + 1}
+    assert not set(scored) & first  # outputs scored before are read back from online/verifier_logprobs.jsonl
     grown = json.loads(point.read_text())
     assert [e["example_id"] for e in grown["examples"]] == ids
     # the same as one run over the 4 prompts from the start
@@ -125,6 +135,9 @@ def test_an_online_run_decodes_a_prompts_file_and_grows_by_its_new_prompts(tiny_
     once = json.loads(next((root / "eval-once" / "online").glob("opt@*.json")).read_text())
     keep = ("example_id", "new_ids", "quality")
     assert [{k: e[k] for k in keep} for e in grown["examples"]] == [{k: e[k] for k in keep} for e in once["examples"]]
+    drafter = [json.loads((root / out / "online" / "drafter@0.json").read_text()) for out in ("eval", "eval-once")]
+    logprobs = [[e["verifier_logprob"] for e in p["examples"]] for p in drafter]  # scored after decoding
+    assert logprobs[0] == pytest.approx(logprobs[1], abs=1e-3)  # in other batches; the first two read back
     assert grown["tokens"] == once["tokens"] and len(grown["batches"]) == 4
 
 

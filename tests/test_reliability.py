@@ -84,6 +84,15 @@ def test_a_complete_set_of_points_from_another_machine_is_reused_whole():
     assert complete_elsewhere([points[0], _point({**there, "gamma": 4})], both) is None
     assert complete_elsewhere([_point(now)] * 2, both) is None  # same machine: the usual resume
     assert complete_elsewhere([], []) is None
+    # the report says so when, and only when, the points were timed elsewhere than this run's fingerprint
+    from eval.online_report import _notes
+    from eval.points import timed_on
+
+    for timed, here, said in ((there, now, True), (now, now, False)):
+        online = {"dtype": {"dtype": "gguf", "engine": "llamacpp"}, "timing_warnings": [], "timed_on": {}}
+        online["timed_on"] = timed_on([_point(timed)], here)
+        note = "Note: every online point was timed by an earlier run on Intel Xeon (AMX) x2 (llama.cpp)"
+        assert online["timed_on"]["elsewhere"] is said and any(note in n for n in _notes(online)) is said
 
 
 def test_a_point_depends_on_its_own_router_only():
