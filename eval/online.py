@@ -316,8 +316,8 @@ def add_verifier_logprobs(
     prompts: list[Prompt],
     ends: Ends,
     folder: Path,
-    batch_size: int = 4,
-    fingerprint: dict | None = None,
+    batch_size: int,
+    fingerprint: dict,
 ) -> float:
     """The verifier's log-probability of every produced token, summed per prompt
     (`verifier_logprob`, `verifier_logprob_tokens` in each example of each point file), where the
@@ -325,15 +325,13 @@ def add_verifier_logprobs(
     teacher-forced verifier pass per distinct output (identical outputs of two methods are scored
     once), after decoding so no latency includes it. Points already scored are skipped, and each
     point file is rewritten (atomically) when its examples are scored: an interrupted run resumes.
-    With the run's `fingerprint`, every score is also kept in `online/verifier_logprobs.jsonl`, so a run
-    grown to more prompts, or reported at fewer, scores only outputs it has not scored before.
+    Every score is also kept in `online/verifier_logprobs.jsonl` (under the parts of the run's `fingerprint` it
+    depends on), so a run grown to more prompts, or reported at fewer, scores only outputs it has not scored before.
     Returns the seconds spent."""
     started = clock.now()
     prompt_ids = {p.example_id: p.ids for p in prompts}
-    kept = None if fingerprint is None else Journal(
-        folder / "verifier_logprobs.jsonl", {k: fingerprint.get(k) for k in SCORED_KEYS}
-    )  # fmt: skip
-    saved = {e["key"]: (e["logprob"], e["tokens"]) for e in (kept.entries if kept else [])}
+    kept = Journal(folder / "verifier_logprobs.jsonl", {k: fingerprint.get(k) for k in SCORED_KEYS})
+    saved = {e["key"]: (e["logprob"], e["tokens"]) for e in kept.entries}
     known = {
         _output_key(e): (e["verifier_logprob"], e["verifier_logprob_tokens"])
         for p in points
@@ -343,11 +341,11 @@ def add_verifier_logprobs(
     todo = [p for p in points if any("verifier_logprob" not in e for e in p.examples)]
     for point in tqdm(todo, desc="verifier log-probs", unit="point", disable=not todo):
         wanted = list(dict.fromkeys(_output_key(e) for e in point.examples if _output_key(e) not in known))
-        known.update({k: saved[_digest(prompt_ids, k)] for k in wanted if _digest(prompt_ids, k) in saved})
+        digests = {k: _digest(prompt_ids, k) for k in wanted}
+        known.update({k: saved[d] for k, d in digests.items() if d in saved})
         fresh = _score_outputs(pair, [k for k in wanted if k not in known], prompt_ids, ends, batch_size)
-        if kept is not None:
-            for key, (total, n) in fresh.items():
-                kept.append({"key": _digest(prompt_ids, key), "logprob": total, "tokens": n})
+        for key, (total, n) in fresh.items():
+            kept.append({"key": digests[key], "logprob": total, "tokens": n})
         known.update(fresh)
         for e in point.examples:
             e["verifier_logprob"], e["verifier_logprob_tokens"] = known[_output_key(e)]

@@ -19,6 +19,7 @@ import torch
 
 from router.infra import clock
 from router.engine.layout import Layout, left_pad, returned_cache
+from router.engine.llamacpp import is_llamacpp
 
 MIN_SHARED_TOKENS = 32  # below this a shared prefix saves less than the cache copies cost
 
@@ -64,7 +65,7 @@ class SharedPrefix:
         """Make the model's state over the prefix now, timed in `seconds`, so no batch pays for it: a torch
         model's KV cache (`cache_for`), a llama.cpp model's prefix sequence in a context it keeps between
         batches (`LlamaCppLM.warm_prefix`)."""
-        if hasattr(model, "warm_prefix"):
+        if is_llamacpp(model):
             started = clock.now()
             model.warm_prefix(self.ids)
             self.seconds += clock.now() - started
