@@ -219,10 +219,6 @@ def batch_fill(outputs: list[list[int]], batch: int) -> float:
     return sum(len(o) for o in outputs) / slots if slots else 1.0
 
 
-def _rows(out, width: int) -> list[list[int]]:
-    return [out.sequences[b, width:][out.sources[b] >= 0].tolist() for b in range(out.sequences.shape[0])]
-
-
 def matched_methods(args) -> list[tuple]:
     """(rule name or router, alpha) of each --methods entry at the alpha whose offline rejection on
     the records' validation split is closest to --rejection-target x the verifier's own rate."""
@@ -291,7 +287,7 @@ def _ours(drafter, verifier, args, ends: dict, gamma=None, **kw):
             **kw,
         )
         chosen = {str(g): n for g, n in out.stats.get("gamma_chosen", {}).items()}  # blocks (or verifier steps: 0)
-        return _rows(out, ids.shape[1]), out.stats["verifier_row_forwards"], chosen
+        return out.new_tokens(), out.stats["verifier_row_forwards"], chosen
 
     return fn
 
@@ -301,7 +297,7 @@ def _alone(model, args, role, ends: dict):
         out = generate_autoregressive(
             model, ids, max_new_tokens=args.max_new_tokens, role=role, attention_mask=mask, **ends
         )
-        return _rows(out, ids.shape[1]), out.stats.get("verifier_row_forwards", 0), {}
+        return out.new_tokens(), out.stats.get("verifier_row_forwards", 0), {}
 
     return fn
 

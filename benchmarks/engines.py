@@ -40,7 +40,8 @@ from router.engine.llamacpp import engine_note  # noqa: E402
 from router.infra.embedded import embedded_installed  # noqa: E402
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype  # noqa: E402
 from router.pair import load_pair  # noqa: E402
-from router.records import HARMLESS, IMPORTANT, load_records  # noqa: E402
+from router.labels import HARMLESS, IMPORTANT  # noqa: E402
+from router.records import load_records  # noqa: E402
 from router.tasks import metrics  # noqa: E402
 
 ORDER = ("torch", "llamacpp", "llamacpp", "torch")  # ABBA

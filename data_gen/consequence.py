@@ -31,7 +31,7 @@ from router.engine.lookup import LookupDrafter
 from router.engine.loop import eos_ids
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop
-from router.records import AGREE, CONSEQUENCE_LABELS, HARMLESS, IMPORTANT, UNTESTED
+from router.labels import AGREE, CONSEQUENCE_LABELS, HARMLESS, IMPORTANT, UNTESTED
 from router.engine.teacher import forward_tail, tail_layout
 from data_gen.rejoin import RejoinStop
 
@@ -191,9 +191,7 @@ class ConsequenceSearch:
                 max_new_tokens=max(budgets[i] for i in rows),
                 attention_mask=mask.to(device),
                 stop=stop,
-                prefix=self.prefix
-                if self.prefix is not None and self.prefix.covers([starts[i] for i in rows])
-                else None,
+                prefix=self.prefix,  # generate reads it where every row starts with it, else prefills
             )
             if references is not None and self.lookup and self.temperature == 0:
                 drafts = LookupDrafter([references[i] for i in rows], [len(starts[i]) - len(ended[i]) for i in rows])
@@ -210,9 +208,8 @@ class ConsequenceSearch:
             else:
                 drawn = dict(temperature=self.temperature, seed=self.seed + lo)  # temperature 0: greedy
                 gen = generate_autoregressive(self.verifier, ids.to(device), role="verifier", **drawn, **common)
-            width = ids.shape[1]
-            for b, i in enumerate(rows):
-                new = gen.sequences[b, width:][gen.sources[b] >= 0].tolist()[: budgets[i]]
+            for b, (i, new) in enumerate(zip(rows, gen.new_tokens())):
+                new = new[: budgets[i]]
                 self.branch_tokens += len(new) if ended else 0  # decoded ones: spliced tokens cost nothing
                 if isinstance(stop, RejoinStop) and b in stop.rejoined:
                     self.rejoined_branches += 1

@@ -29,7 +29,8 @@ import numpy as np
 from data_gen.consequence import Searched, consequence_columns
 from router.infra.config import ConfigError
 from router.infra.files import write_bytes
-from router.records import HARMLESS, IMPORTANT, RecordsError, load_records, read_manifest
+from router.labels import HARMLESS, IMPORTANT
+from router.records import RecordsError, load_records, read_manifest
 
 FORMAT = "specroute-labels/1"
 # the settings a search's result depends on: replaying labels under other ones would mix definitions

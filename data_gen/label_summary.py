@@ -10,7 +10,7 @@ tests it; two kept drafts in one answer are not tested together).
 
 from __future__ import annotations
 
-from router.records import HARMLESS, IMPORTANT
+from router.labels import HARMLESS, IMPORTANT
 
 
 def signed_summary(entries) -> dict:

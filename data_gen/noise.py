@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from router.infra.files import write_bytes
-from router.records import HARM, RESCUE, SIGNED_LABELS, RecordsError, signed_consequence
+from router.labels import HARM, RESCUE, SIGNED_LABELS, signed_consequence
+from router.records import RecordsError
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Mismatch:
     row: int  # its row among the recording's consequence rows (features are read from there)
     draft: int  # the drafter's argmax d
     verifier_token: int  # the verifier's argmax v
-    sign: int  # HARM / NEUTRAL / RESCUE: the greedy label, signed (router.records.signed_consequence)
+    sign: int  # HARM / NEUTRAL / RESCUE: the greedy label, signed (router.labels.signed_consequence)
     answer_correct: int  # the verifier's greedy answer's verdict (1/0)
 
     @property

@@ -23,7 +23,7 @@ from router.engine.prefix import SharedPrefix
 from router.machine.hardware import DtypeChoice, resolve_dtype
 from router.pair import load_pair, same_files
 from router.infra import clock
-from router.records import HARMLESS, IMPORTANT, UNTESTED
+from router.labels import HARMLESS, IMPORTANT, UNTESTED
 from router.tasks.metrics import get_metric
 from router.tasks.prompts import context_length, default_stops, fit_prompt, prompt_limit, prompt_text
 
@@ -156,7 +156,7 @@ class Recorder:
             role="drafter",
             prefix=self.prefix,
         )
-        return [out.sequences[b, ids.shape[1] :][out.sources[b] >= 0].tolist() for b in range(len(prompts))]
+        return out.new_tokens()
 
     def consequence(self, batch: list[Example], prompts: list[list[int]]) -> list[Searched]:
         """The consequence search over a batch (data_gen/consequence.py), counted in the manifest."""

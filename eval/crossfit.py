@@ -12,7 +12,7 @@ chosen per fold on the same validation examples, by the same measure. Measures p
   keeps (lower is better) and of HARMLESS ones (higher is better); and `signed`, the expected accuracy
   change against the verifier, first order: per problem +1 where the method keeps a rescue (the verifier's
   answer is wrong and that draft makes it right), -1 where it keeps a harm (right, and the draft makes it
-  wrong), averaged over problems (higher is better; router.records.signed_consequence). An untested mismatch counts
+  wrong), averaged over problems (higher is better; router.labels.signed_consequence). An untested mismatch counts
   toward the rejection rate like any other (deferring there costs a verifier step) and in neither
   share (its consequence is unknown). Where the records hold short-horizon scores (data_gen/horizon.py),
   also `horizon`: the share of the mismatches' summed score (clipped at 0) a method keeps, lower is
@@ -44,17 +44,8 @@ from router.model import RouterError, load_router
 from router.offline.folds import fold_folder, read_plan
 from router.offline.inputs import RecordView, router_scores
 from router.offline.views import example_index, greedy_columns, greedy_rule_scores, greedy_score
-from router.records import (
-    HARM,
-    HARMLESS,
-    IMPORTANT,
-    NEUTRAL,
-    RESCUE,
-    UNTESTED,
-    first_order_change,
-    load_records,
-    signed_consequence,
-)
+from router.labels import HARM, HARMLESS, IMPORTANT, NEUTRAL, RESCUE, UNTESTED, first_order_change, signed_consequence
+from router.records import load_records
 
 TARGETS = (0.25, 0.5, 0.75)  # rejection rates, as fractions of the verifier's
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from router.records import SIGNED_LABELS
+from router.labels import SIGNED_LABELS
 
 BOOTSTRAP = 1000
 

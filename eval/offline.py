@@ -24,7 +24,8 @@ import numpy as np
 
 from router.machine.costs import block_seconds, tokens_per_block
 from router.model import LearnedRouter, RouterError
-from router.records import IMPORTANT, RecordsError
+from router.labels import IMPORTANT
+from router.records import RecordsError
 from router.offline.inputs import RecordView, router_scores
 from router.rules import offline_rules, window_offline_rules
 from router.offline.views import (

@@ -24,7 +24,6 @@ from router.infra import clock
 from router.infra.distributed import Ranks, barrier, gather
 from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
-from router.engine.loop import PADDING
 from router.engine.layout import left_pad, tokenizer_pad_id
 from router.engine.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
@@ -181,9 +180,8 @@ def _decode_and_score(
     ids, mask = left_pad([p.ids for p in batch], tokenizer_pad_id(tokenizer))
     out = _decode_batch(pair, method, alpha, ids, mask, cfg, rules, ends)
     rows = []
-    for b, prompt in enumerate(batch):
-        n_new = int((out.sources[b] != PADDING).sum())  # this row's tokens, padding after its end excluded
-        new = out.sequences[b, ids.shape[1] : ids.shape[1] + n_new].tolist()
+    for b, (prompt, new) in enumerate(zip(batch, out.new_tokens())):  # padding after each row's end excluded
+        n_new = len(new)
         text = cut_at_stop(tokenizer.decode(new, skip_special_tokens=True), ends.strings)
         row = {
             "example_id": prompt.example_id,

@@ -6,13 +6,16 @@ q, p (scaled, what pi mixes) and q_raw, p_raw (temperature 1, what decisions rea
 (a block: (B, g)); everything else is an input a policy declares in its `needs` (`router.policy.Needs`)
 and the loop fills only then. An input may be given as a zero-argument function: it is computed on its
 first read and kept (a follow window costs a pass over the block; a policy that never reads it never
-pays). Reading an input the view does not hold is a clear error naming the need to declare.
+pays). Reading an input the view does not hold is a clear error naming the need to declare. The position
+features of the raw distributions (router/features.py) are computed once per view (`position_stats`): a router
+and the loop's lag carry (router/window/lag.py) read the same pass.
 """
 
 from __future__ import annotations
 
 import torch
 
+from router.features import position_stats
 from router.targets import validate_inputs
 
 # each input a view may hold -> the need (router.policy.NEED_NAMES) that makes the loop fill it
@@ -33,7 +36,7 @@ INPUT_NEEDS = {
 class BlockView:
     """What a policy may read at the scored positions (see the module docstring)."""
 
-    __slots__ = ("q", "p", "q_raw", "p_raw", "_inputs")
+    __slots__ = ("q", "p", "q_raw", "p_raw", "_inputs", "_stats")
 
     def __init__(
         self,
@@ -51,6 +54,7 @@ class BlockView:
         self.q, self.p = q, p  # (..., V) scaled
         self.q_raw, self.p_raw = validate_inputs(q, p, q_raw, p_raw)  # (..., V) temperature 1
         self._inputs = {k: v for k, v in inputs.items() if v is not None}
+        self._stats = None
 
     @classmethod
     def unchecked(
@@ -61,6 +65,7 @@ class BlockView:
         view = cls.__new__(cls)
         view.q, view.p, view.q_raw, view.p_raw = q, p, q_raw, p_raw
         view._inputs = {k: v for k, v in inputs.items() if v is not None}
+        view._stats = None
         return view
 
     def get(self, name: str):
@@ -80,6 +85,18 @@ class BlockView:
                 f"(router.policy.Needs) so the loop fills it, or pass BlockView(..., {name}=...) yourself"
             )
         return value
+
+    def position_stats(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(position features (..., F), q's argmax (...), p's argmax (...)) of q_raw and p_raw (from their logits
+        where the view holds them: cheaper, same values), computed on the first call and kept."""
+        if self._stats is None:
+            self._stats = position_stats(self.q_raw, self.p_raw, self.get("q_logits"), self.get("p_logits"))
+        return self._stats
+
+    @property
+    def computed_features(self) -> torch.Tensor | None:
+        """The position features (..., F) if a policy has asked for them (position_stats), else None."""
+        return None if self._stats is None else self._stats[0]
 
     def raw(self) -> "BlockView":
         """The same view with q, p replaced by the raw distributions (greedy decoding of a mixing policy)."""

@@ -92,7 +92,7 @@ def reference_markdown() -> str:
         "",
         *config_table(TrainConfig, skip=("router",)),
         "",
-        "### The router's architecture (`TrainConfig.router`, a `RouterArch`, router/model.py)",
+        "### The router's architecture (`TrainConfig.router`, a `RouterArch`, router/arch.py)",
         "",
         "Written flat (`head: judge`, `width=32`), dotted (`router.head=judge`) or as a mapping",
         '(`router: {head: judge, width: 32}`); in Python `TrainConfig(router=RouterArch(head="judge"))`.',

@@ -46,7 +46,7 @@ def parse(argv=None):
 def predicted_changes(view, ids: np.ndarray, score: np.ndarray, alpha: float, problems: list[str]) -> dict[str, dict]:
     """Per problem the first-order change of deferring where score > alpha: +1 for a kept rescue on a wrong
     answer, -1 for a kept harm on a right one, and the kept mismatches whose consequence is unknown."""
-    from router.records import UNTESTED, first_order_change, signed_consequence
+    from router.labels import UNTESTED, first_order_change, signed_consequence
 
     signs = signed_consequence(view.cols["consequence"], view.cols["answer_correct"])
     kept = ~(score > alpha)
@@ -90,14 +90,12 @@ def decode(recorder, prompts: list[list[int]], rule, alpha: float, gamma: int, b
     for lo in tqdm(range(0, len(prompts), batch), desc=f"{getattr(rule, 'name', rule)}", unit="batch"):
         rows = prompts[lo : lo + batch]
         ids, mask = left_pad(rows, recorder.pad_id)
-        prefix = recorder.prefix if recorder.prefix is not None and recorder.prefix.covers(rows) else None
         with torch.inference_mode():
             gen = generate(
                 recorder.drafter, recorder.verifier, ids, rule=rule, alpha=alpha, gamma=gamma, temperature=0.0,
-                max_new_tokens=budget, attention_mask=mask, stop=search.stop, prefix=prefix,
+                max_new_tokens=budget, attention_mask=mask, stop=search.stop, prefix=recorder.prefix,
             )  # fmt: skip
-        width = ids.shape[1]
-        answers += [gen.sequences[b, width:][gen.sources[b] >= 0].tolist()[:budget] for b in range(len(rows))]
+        answers += [new[:budget] for new in gen.new_tokens()]
     return answers, time.perf_counter() - started
 
 

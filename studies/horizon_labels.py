@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None, recorder=None) -> int:
     from data_gen.recorder import Recorder
     from router.infra.files import write_csv, write_json
     from router.offline.inputs import RecordView
-    from router.records import HARMLESS, IMPORTANT
+    from router.labels import HARMLESS, IMPORTANT
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", help="a consequence record folder (with manifest; see studies/snapshot_records.py)")

@@ -48,7 +48,7 @@ def _mismatches(folder: str, column: str, value) -> dict:
 def tested_mismatches(folder: str) -> dict:
     """{(example_id, position): (drafter token, answer prefix, label)} of a folder's tested mismatches
     (IMPORTANT or HARMLESS)."""
-    from router.records import HARMLESS, IMPORTANT
+    from router.labels import HARMLESS, IMPORTANT
 
     return _mismatches(folder, "consequence", lambda x: int(x) if x in (IMPORTANT, HARMLESS) else None)
 
@@ -64,7 +64,7 @@ def score_agreement(reference: dict, scored: dict) -> tuple[dict, list[dict]]:
     ones (ROC-AUC), over the mismatches both hold on the same answer."""
     from sklearn.metrics import roc_auc_score
 
-    from router.records import IMPORTANT
+    from router.labels import IMPORTANT
 
     rows = []
     for key, (d, prefix, lab) in sorted(reference.items()):
@@ -104,7 +104,7 @@ def costs(folder: str) -> dict:
 
 def compare(reference: dict, candidate: dict) -> tuple[dict, list[dict]]:
     """Agreement and confusion over the mismatches both tested on the same answer."""
-    from router.records import IMPORTANT
+    from router.labels import IMPORTANT
 
     rows = []
     for key, (d, prefix, lab) in sorted(reference.items()):

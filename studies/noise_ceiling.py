@@ -36,7 +36,7 @@ from data_gen.noise import (  # noqa: E402
     sample_problems,
     write_redrawn,
 )
-from router.records import SIGNED_LABELS  # noqa: E402
+from router.labels import SIGNED_LABELS  # noqa: E402
 
 RULE_SCORES = ("kl_gate", "token_v3", "token_v2", "diff", "chow")  # defer scores whose AUC is set beside the ceiling
 

@@ -142,7 +142,7 @@ def synthetic_token_records(
 
 
 def _answer_labels(cols: dict, p: torch.Tensor, kind: str) -> None:
-    from router.records import AGREE, UNTESTED
+    from router.labels import AGREE, UNTESTED
 
     if kind not in ("full", "full+horizon", "horizon", "untested"):
         raise ValueError(f"answer_labels {kind!r}: use full, full+horizon, horizon or untested")
@@ -159,7 +159,7 @@ def _answer_labels(cols: dict, p: torch.Tensor, kind: str) -> None:
 
 
 def _consequence_labels(q_arg, p_arg, y, g) -> np.ndarray:
-    from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED
+    from router.labels import AGREE, HARMLESS, IMPORTANT, UNTESTED
 
     label = torch.where((p_arg == y) & (q_arg != y), IMPORTANT, HARMLESS)
     label = torch.where(torch.rand(len(y), generator=g) < 0.1, UNTESTED, label)

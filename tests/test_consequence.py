@@ -18,7 +18,8 @@ from router.decoding import generate
 from router.engine.loop import eos_ids
 from router.model import load_router
 from router.engine.prefix import SharedPrefix
-from router.records import AGREE, HARMLESS, IMPORTANT, UNTESTED, load_records, read_manifest
+from router.labels import AGREE, HARMLESS, IMPORTANT, UNTESTED
+from router.records import load_records, read_manifest
 from router.pair import tiny_pair
 from router.model import RouterArch
 from train.config import TrainConfig

@@ -189,7 +189,7 @@ def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_reco
     out-of-fold run reports them at every target with the best rule paired against itself at 0."""
     from eval.crossfit import _example_sums
     from router.offline.inputs import RecordView
-    from router.records import HARMLESS, IMPORTANT, UNTESTED
+    from router.labels import HARMLESS, IMPORTANT, UNTESTED
 
     view = RecordView([str(consequence_records)], "all", "consequence")
     label = view.cols["consequence"]
@@ -227,7 +227,7 @@ def test_the_answer_level_measure_counts_tested_mismatches_only(consequence_reco
 def test_first_order_change_by_hand():
     """Per problem: an answer flips once however many of its flipping drafts are kept; untested and neutral
     rows never count; a problem with nothing kept is 0."""
-    from router.records import HARM, NEUTRAL, RESCUE, UNTESTED, first_order_change
+    from router.labels import HARM, NEUTRAL, RESCUE, UNTESTED, first_order_change
 
     signs = np.array([RESCUE, RESCUE, NEUTRAL, HARM, HARM, UNTESTED, RESCUE], dtype=np.int8)
     index = np.array([0, 0, 0, 1, 1, 1, 2])
@@ -243,7 +243,7 @@ def test_the_signed_measure_is_the_first_order_accuracy_change_and_the_oracle_bo
     from eval.crossfit import ORACLE, _example_sums
     from router.offline.inputs import RecordView
     from router.offline.views import example_index
-    from router.records import HARM, RESCUE, signed_consequence
+    from router.labels import HARM, RESCUE, signed_consequence
 
     view = RecordView([str(consequence_records)], "all", "consequence")
     signs = signed_consequence(view.cols["consequence"], view.cols["answer_correct"])

@@ -29,9 +29,15 @@ def hf_greedy(model, prompt, new=NEW):
     return out[0, len(prompt) :].tolist()
 
 
-def new_tokens(out, row, width):
-    keep = out.sources[row] != PADDING
-    return out.sequences[row, width:][keep].tolist()
+def test_new_tokens_are_each_rows_generated_tokens_without_end_padding():
+    """GenerateOutput.new_tokens: the tokens after the (padded) prompt width, up to each row's end."""
+    from router.engine.loop import GenerateOutput
+
+    prompts = torch.tensor([[0, 7, 8], [9, 10, 11]])  # left-padded to width 3
+    new = torch.tensor([[1, 2, 3, 0], [4, 0, 0, 0]])  # row 1 ended after one token (0: the pad id)
+    sources = torch.tensor([[0, 1, 0, 1], [1, PADDING, PADDING, PADDING]])
+    out = GenerateOutput(torch.cat([prompts, new], 1), {}, sources)
+    assert out.new_tokens() == [[1, 2, 3, 0], [4]]  # a generated pad-valued token stays; end padding goes
 
 
 @pytest.mark.parametrize("rule,reference", [("lossless", "verifier"), ("drafter", "drafter")])
@@ -54,7 +60,7 @@ def test_greedy_matches_hf_generate(near_pair, rule, reference, prompts):
     )
     model = verifier if reference == "verifier" else drafter
     for b, prompt in enumerate(prompts):
-        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(model, prompt)
+        assert out.new_tokens()[b] == hf_greedy(model, prompt)
     assert torch.equal(out.sequences[:, : ids.shape[1]], ids)
 
 
@@ -95,7 +101,7 @@ def test_eos_stops_each_row_and_pads(near_pair):
     ids, mask = left_padded(PROMPTS)
     out = generate(drafter, verifier, ids, rule="lossless", gamma=4, max_new_tokens=NEW, attention_mask=mask)
     for b in range(len(PROMPTS)):
-        toks = new_tokens(out, b, ids.shape[1])
+        toks = out.new_tokens()[b]
         assert 2 not in toks[:-1]  # nothing generated after an EOS
         assert len(toks) <= NEW
 
@@ -105,7 +111,7 @@ def test_autoregressive_baseline_matches_hf(near_pair):
     ids, mask = left_padded(PROMPTS)
     out = generate_autoregressive(verifier, ids, max_new_tokens=NEW, attention_mask=mask)
     for b, prompt in enumerate(PROMPTS):
-        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+        assert out.new_tokens()[b] == hf_greedy(verifier, prompt)
     assert out.stats["verifier_forwards"] >= NEW // 2
 
 
@@ -116,8 +122,8 @@ def test_token_cascade_endpoints_and_sparse_verifier_calls(near_pair):
     always = generate_token_cascade(drafter, verifier, ids, alpha=0.0, max_new_tokens=NEW, attention_mask=mask)
     mid = generate_token_cascade(drafter, verifier, ids, alpha=0.75, max_new_tokens=NEW, attention_mask=mask)
     for b, prompt in enumerate(PROMPTS):
-        assert new_tokens(never, b, ids.shape[1]) == hf_greedy(drafter, prompt)
-        assert new_tokens(always, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+        assert never.new_tokens()[b] == hf_greedy(drafter, prompt)
+        assert always.new_tokens()[b] == hf_greedy(verifier, prompt)
     assert never.stats["verifier_forwards"] == 0
     assert 0 < mid.stats["verifier_forwards"] < always.stats["verifier_forwards"]
 
@@ -128,8 +134,8 @@ def test_sequence_cascade_endpoints(near_pair):
     keep = generate_sequence_cascade(drafter, verifier, ids, alpha=1.0, max_new_tokens=NEW, attention_mask=mask)
     redo = generate_sequence_cascade(drafter, verifier, ids, alpha=0.0, max_new_tokens=NEW, attention_mask=mask)
     for b, prompt in enumerate(PROMPTS):
-        assert new_tokens(keep, b, ids.shape[1]) == hf_greedy(drafter, prompt)
-        assert new_tokens(redo, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+        assert keep.new_tokens()[b] == hf_greedy(drafter, prompt)
+        assert redo.new_tokens()[b] == hf_greedy(verifier, prompt)
     assert keep.stats["verifier_forwards"] == 0 and redo.stats["deferrals"] == len(PROMPTS)
 
 
@@ -146,7 +152,7 @@ def test_vocab_padding_difference_is_handled():
         max_new_tokens=20,
         suppress_tokens=list(range(96, 128)),
     )
-    assert new_tokens(out, 0, ids.shape[1]) == ref[0, ids.shape[1] :].tolist()
+    assert out.new_tokens()[0] == ref[0, ids.shape[1] :].tolist()
 
 
 # ---- stub models with fixed logits: exact acceptance counts ------------------------------------
@@ -190,7 +196,7 @@ def test_stub_exact_accept_counts(case, v_choice, expected_acc):
     if expected_acc is not None:
         assert sum(hist[:-1] if expected_acc == 4 else hist[1:]) <= 1  # only the shortened last block differs
     assert out.stats["verifier_forwards"] == verifier.calls == sum(hist)
-    toks = new_tokens(out, 0, 4)
+    toks = out.new_tokens()[0]
     assert toks == [v_choice(t) for t in range(4, 4 + 21)]  # lossless greedy = the verifier's choices
     assert out.sources[0].tolist().count(FROM_DRAFTER) == sum(n * c for n, c in enumerate(hist))
 
@@ -210,7 +216,7 @@ def test_stub_sampling_always_or_never_accepts(same, expected):
         assert hist[0] == hist[1] == 0 and out.stats["rejections"] == 0
     else:
         assert hist[1:] == [0, 0, 0] and out.stats["rejection_rate"] == 1.0
-        assert set(new_tokens(out, 0, 2)) <= {5, 6}
+        assert set(out.new_tokens()[0]) <= {5, 6}
 
 
 class HalfwayRule:
@@ -278,7 +284,7 @@ def test_bonus_token_source_is_exact(bonus_from, bonus_token):
         max_new_tokens=10,
         bonus_from=bonus_from,
     )
-    assert new_tokens(out, 0, 2) == [5, 5, 5, 5, bonus_token, 5, 5, 5, 5, bonus_token]
+    assert out.new_tokens()[0] == [5, 5, 5, 5, bonus_token, 5, 5, 5, 5, bonus_token]
     expected_drafter_calls = 2 * (4 if bonus_from == "verifier" else 5)
     assert drafter.calls == expected_drafter_calls
 
@@ -295,14 +301,14 @@ def test_loop_logprobs_are_the_verifiers_teacher_forced_ones(near_pair, method):
         out = generate(drafter, verifier, ids, rule=method, alpha=0.3, gamma=4, max_new_tokens=20, attention_mask=mask)
     assert out.verifier_logprobs is not None
     for b, prompt in enumerate(PROMPTS):
-        new = new_tokens(out, b, ids.shape[1])
+        new = out.new_tokens()[b]
         assert len(out.verifier_logprobs[b]) == len(new)
         with torch.no_grad():
             logits = verifier(torch.tensor([prompt + new])).logits[0, len(prompt) - 1 : -1]
         want = torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(new)[:, None]).squeeze(-1)
         torch.testing.assert_close(torch.tensor(out.verifier_logprobs[b]), want, atol=1e-4, rtol=1e-4)
     # eval's pass for outputs the loop did not score: the same sums, batched and ragged
-    outputs = [new_tokens(out, b, ids.shape[1]) for b in range(len(PROMPTS))]
+    outputs = [out.new_tokens()[b] for b in range(len(PROMPTS))]
     sums = continuation_logprobs(verifier, PROMPTS, outputs, verifier.config.vocab_size, 0)
     torch.testing.assert_close(
         torch.tensor(sums), torch.tensor([sum(x) for x in out.verifier_logprobs]), atol=1e-3, rtol=1e-4
@@ -384,7 +390,7 @@ def test_auto_gamma_adapts_the_block_size_and_stays_exact(near_pair, monkeypatch
     ids, mask = left_padded(PROMPTS)
     out = generate(drafter, verifier, ids, rule="lossless", gamma="auto", max_new_tokens=NEW, attention_mask=mask)
     for b, prompt in enumerate(PROMPTS):
-        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+        assert out.new_tokens()[b] == hf_greedy(verifier, prompt)
     chosen, acceptance = out.stats["gamma_chosen"], out.stats["acceptance_estimate"]
     assert sum(chosen.values()) == out.stats["blocks"] and 0 < acceptance < 1
     assert len(out.stats["accepted_hist"]) == calibrate.MAX_GAMMA + 1
@@ -433,7 +439,7 @@ def test_verifier_steps_between_blocks_keep_the_loop_exact(near_pair, monkeypatc
     ids, mask = left_padded(PROMPTS)
     out = generate(drafter, verifier, ids, rule="lossless", gamma="auto", max_new_tokens=NEW, attention_mask=mask)
     for b, prompt in enumerate(PROMPTS):
-        assert new_tokens(out, b, ids.shape[1]) == hf_greedy(verifier, prompt)
+        assert out.new_tokens()[b] == hf_greedy(verifier, prompt)
     assert out.stats["verifier_steps"] > 0 and out.stats["blocks"] > 0 and out.stats["drafter_forwards"] > 0
 
 
@@ -481,8 +487,8 @@ def test_a_ragged_batch_decodes_each_row_as_that_prompt_alone(near_pair, rule, a
     for b, prompt in enumerate(PROMPTS):
         alone = generate(*near_pair, torch.tensor([prompt]), max_new_tokens=NEW, **kw)
         longer = generate(*near_pair, torch.tensor([prompt]), max_new_tokens=NEW + 20, **kw)
-        assert new_tokens(batch, b, ids.shape[1]) == new_tokens(alone, 0, len(prompt))
-        assert new_tokens(longer, 0, len(prompt))[:NEW] == new_tokens(alone, 0, len(prompt))
+        assert batch.new_tokens()[b] == alone.new_tokens()[0]
+        assert longer.new_tokens()[0][:NEW] == alone.new_tokens()[0]
         kept_drafts += alone.stats["drafts_evaluated"] - alone.stats["deferrals"]
     assert batch.stats["deferrals"] > 0 and kept_drafts > 0  # the rule both keeps and defers here
 

@@ -121,7 +121,7 @@ def test_consequence_search_on_real_gsm8k(pair):
     from router.tasks.metrics import gsm8k_metric
     from router.engine.prefix import SharedPrefix
     from router.tasks.prompts import default_stops
-    from router.records import HARMLESS, IMPORTANT
+    from router.labels import HARMLESS, IMPORTANT
 
     drafter, verifier, tok = pair
     examples = [ex for _, ex in zip(range(2), load_gsm8k())]
@@ -155,7 +155,8 @@ def test_a_router_decodes_alike_from_the_shell_and_from_hf_generate(pair, tmp_pa
 
     from router.model import LearnedRouter, RouterConfig, RouterNet, save_router
     from router.pair import pair_identity
-    from specroute.cli import _encode, main
+    from specroute.cli import main
+    from specroute.generate_cmd import _encode
 
     drafter, verifier, tok = pair
     torch.manual_seed(0)

@@ -16,7 +16,8 @@ from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from router.pair import tiny_pair
 from router.infra.config import ConfigError
-from router.records import AGREE, IMPORTANT, UNTESTED, RecordsError, load_records, read_manifest
+from router.labels import AGREE, IMPORTANT, UNTESTED
+from router.records import RecordsError, load_records, read_manifest
 from router.tasks import metrics
 from specroute.cli import main as cli
 from test_consequence import _gen_config, _qa_data, length_metric

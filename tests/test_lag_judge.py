@@ -94,6 +94,30 @@ class LagProbe:
         return view.p
 
 
+class ViewStats:
+    """A probe that reads the block's position features from the view (BlockView.position_stats), as a learned
+    router does: the loop's carry then takes them from there instead of computing them again."""
+
+    def decide(self, view, alpha):
+        self.seen.append((view.drafts.clone(), view.read("lag"), view.position_stats()[0]))
+        return view.p
+
+
+def count_block_feature_passes(monkeypatch) -> list:
+    """The position-feature passes router/window/lag.py makes over a block (B, g, V) or its lag gather (B, L, V)."""
+    import router.window.lag as lag_module
+
+    passes, real = [], lag_module.position_stats
+
+    def counted(q_raw, p_raw, *rest):
+        if q_raw.dim() == 3:
+            passes.append(tuple(q_raw.shape))
+        return real(q_raw, p_raw, *rest)
+
+    monkeypatch.setattr(lag_module, "position_stats", counted)
+    return passes
+
+
 def teacher_forced_features(drafter, verifier, ids: list[int], start: int) -> torch.Tensor:
     """(T, F) the position features of every answer token of ids (answer from `start`), no cache."""
     x = torch.tensor([ids])
@@ -103,12 +127,15 @@ def teacher_forced_features(drafter, verifier, ids: list[int], start: int) -> to
     return position_stats(q[:, :vocab], p[:, :vocab])[0]
 
 
-def test_the_loops_carried_lags_are_the_trajectorys_features(tiny):
+@pytest.mark.parametrize("via_view", [False, True], ids=["carry-computes", "from-the-view"])
+def test_the_loops_carried_lags_are_the_trajectorys_features(tiny, monkeypatch, via_view):
     """Decoding losslessly, each draft on the emitted trajectory reads the features the trajectory's previous
-    positions have when teacher-forced (what a record holds), across blocks and bonus positions."""
+    positions have when teacher-forced (what a record holds), across blocks and bonus positions; the same where
+    the policy computed the block's features already and the carry reuses them (no pass of its own)."""
     drafter, verifier, tok = tiny
     prompt = tok.encode("Add 3 and 6.\nA:")
-    probe = LagProbe()
+    probe = type("Probe", (ViewStats, LagProbe), {})() if via_view else LagProbe()
+    passes = count_block_feature_passes(monkeypatch)
     out = generate(drafter, verifier, torch.tensor([prompt]), rule=probe, gamma=3, max_new_tokens=24)
     emitted = out.sequences[0, len(prompt) :].tolist()
     offline = teacher_forced_features(drafter, verifier, prompt + emitted, len(prompt)).numpy()
@@ -126,6 +153,7 @@ def test_the_loops_carried_lags_are_the_trajectorys_features(tiny):
         bonus_lags += int(n == g and start + g < len(emitted))
         start += n + 1
     assert checked >= 12 and bonus_lags >= 1  # some block started after a bonus position
+    assert (len(passes) == 0) == via_view and (via_view or len(passes) >= len(probe.seen) - 1)
 
 
 @pytest.fixture(scope="module")

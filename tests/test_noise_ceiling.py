@@ -17,7 +17,8 @@ from data_gen.noise import (
     write_redrawn,
 )
 from eval import noise_ceiling as nc
-from router.records import HARM, NEUTRAL, RESCUE, RecordsError
+from router.labels import HARM, NEUTRAL, RESCUE
+from router.records import RecordsError
 
 
 def test_flip_probability_and_accuracy_change_by_hand():

@@ -11,7 +11,7 @@ from router.features import FEATURE_NAMES, position_stats
 from router.policy import Needs
 from router.window.lag import LagCarry
 from router.window.running import RUNNING_COLUMNS, RUNNING_NAMES, block_running, running_features, running_history
-from test_lag_judge import LagProbe, teacher_forced_features
+from test_lag_judge import LagProbe, ViewStats, count_block_feature_passes, teacher_forced_features
 from train.labels import SIGNED_TARGET, labels, weights
 
 F = len(FEATURE_NAMES)
@@ -66,12 +66,15 @@ class RunningProbe(LagProbe):
     name, needs = "running-probe", Needs({"drafts", "lookahead"}, running=True)
 
 
-def test_the_loops_running_sums_are_the_trajectorys(tiny):
+@pytest.mark.parametrize("via_view", [False, True], ids=["carry-computes", "from-the-view"])
+def test_the_loops_running_sums_are_the_trajectorys(tiny, monkeypatch, via_view):
     """Decoding losslessly, each draft on the emitted trajectory reads the sums its previous positions have
-    when teacher-forced (what a record holds), across blocks and bonus positions."""
+    when teacher-forced (what a record holds), across blocks and bonus positions; the same where the policy
+    computed the block's features already and the carry sums those (no pass of its own)."""
     drafter, verifier, tok = tiny
     prompt = tok.encode("Add 3 and 6.\nA:")
-    probe = RunningProbe()
+    probe = type("Probe", (ViewStats, RunningProbe), {})() if via_view else RunningProbe()
+    passes = count_block_feature_passes(monkeypatch)
     out = generate(drafter, verifier, torch.tensor([prompt]), rule=probe, gamma=3, max_new_tokens=24)
     emitted = out.sequences[0, len(prompt) :].tolist()
     offline = teacher_forced_features(drafter, verifier, prompt + emitted, len(prompt)).numpy()
@@ -88,6 +91,7 @@ def test_the_loops_running_sums_are_the_trajectorys(tiny):
             checked += 1
         start += n + 1
     assert checked >= 12
+    assert (len(passes) == 0) == via_view and (via_view or len(passes) >= len(probe.seen) - 1)
 
 
 def test_the_signed_target_is_the_accuracy_lost_by_keeping_the_draft():

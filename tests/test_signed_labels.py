@@ -1,5 +1,5 @@
 """Signed answer-level labels: which way keeping a draft moves the answer (harm, rescue, neutral), in
-records (router.records.signed_consequence) and label files (`specroute labels show`), and labels that
+records (router.labels.signed_consequence) and label files (`specroute labels show`), and labels that
 belong to the token their branch substituted (a near-tie the recording's drafter pass rounds otherwise
 than the search's is not a label of the row's drafter token)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 from data_gen.consequence import Searched, consequence_columns
 from data_gen.label_store import LabelStore, substitutions
 from data_gen.label_summary import signed_summary, summary_lines
-from router.records import AGREE, HARM, HARMLESS, IMPORTANT, NEUTRAL, RESCUE, UNTESTED, signed_consequence
+from router.labels import AGREE, HARM, HARMLESS, IMPORTANT, NEUTRAL, RESCUE, UNTESTED, signed_consequence
 
 REPO_LABELS = Path(__file__).resolve().parents[1] / "data" / "labels" / "gsm8k-consequence.jsonl.gz"
 

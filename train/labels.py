@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from router.records import IMPORTANT, SIGNED_LABELS, UNTESTED, signed_consequence
+from router.labels import IMPORTANT, SIGNED_LABELS, UNTESTED, signed_consequence
 
 TOKEN_TARGET = "token_label"  # per drafted token v: 1[v != y] - (1 - p(y)); token head only (train/data.py)
 JUDGE_TARGET = "greedy_01_gap"  # the judge head's label: the greedy gap of keeping the drafter's argmax
@@ -19,7 +19,7 @@ CONSEQUENCE_TARGET = "consequence"
 # of keeping the drafter's argmax where it is not the token (regression: larger = the swap derails more), 0
 # where it is the token; every mismatch is scored, tested by the full search or not
 HORIZON_TARGET = "horizon_score"
-# consequence-mode records, signed (router.records.signed_consequence): the answer accuracy lost by keeping the
+# consequence-mode records, signed (router.labels.signed_consequence): the answer accuracy lost by keeping the
 # drafter's argmax, +1 at a harm (the verifier's answer is right, the draft makes it wrong), -1 at a rescue (the
 # draft makes a wrong answer right), 0 at a neutral mismatch or where d is the token; untested rows weigh 0.
 # A router trained on it defers where it predicts a loss above alpha, and keeps drafts it predicts to rescue.

@@ -18,7 +18,6 @@ from router.engine.options import DecodeOptions
 from router.engine.loop import (
     FROM_DRAFTER,
     FROM_VERIFIER,
-    PADDING,
     GenerateOutput,
     Rows,
     check_inputs,
@@ -178,9 +177,7 @@ def generate_sequence_cascade(
         verifier_seconds=0.0,
     )
     rows = Rows.start(input_ids.shape[0], eos_ids(verifier), max_new_tokens, stop)
-    width = input_ids.shape[1]
-    for b in range(input_ids.shape[0]):
-        toks = [t for t, s in zip(draft.sequences[b, width:].tolist(), draft.sources[b].tolist()) if s != PADDING]
+    for b, toks in enumerate(draft.new_tokens()):
         rows.tokens[b], rows.sources[b] = toks, [FROM_DRAFTER] * len(toks)
     rows.logps = None  # drafter answers: the verifier never scored them
     if redo:
@@ -198,8 +195,6 @@ def generate_sequence_cascade(
         )
         for k in ("verifier_forwards", "verifier_row_forwards", "verifier_seconds"):
             stats[k] = redone.stats[k]
-        for i, b in enumerate(redo):
-            keep = redone.sources[i] != PADDING
-            rows.tokens[b] = redone.sequences[i, width:][keep].tolist()
-            rows.sources[b] = [FROM_VERIFIER] * len(rows.tokens[b])
+        for b, toks in zip(redo, redone.new_tokens()):
+            rows.tokens[b], rows.sources[b] = toks, [FROM_VERIFIER] * len(toks)
     return finish(input_ids, rows, output_pad_id(verifier, eos_ids(verifier)), stats, started)

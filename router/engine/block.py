@@ -75,11 +75,12 @@ def speculative_block(
     verify(verifier_cache, layout, block, opts)
     stats.block_drafts += block.g
     with stats.policy_time(drafter_cache):
-        block.pi = decide(policy, alpha, block_view(block, policy.needs.follow, carry), greedy)  # (B, g, V)
+        view = block_view(block, policy.needs.follow, carry)
+        block.pi = decide(policy, alpha, view, greedy)  # (B, g, V)
     block.n_accepted = accept_drafts(block.drafts, block.q, block.pi, gen)  # (B,)
     with stats.policy_time(drafter_cache):
-        if carry is not None:
-            carry.advance(block.q_raw, block.p_raw, block.n_accepted)
+        if carry is not None:  # the block's position features, where the policy computed them already
+            carry.advance(block.q_raw, block.p_raw, block.n_accepted, view.computed_features)
         q_n, pi_n = block_end(policy, alpha, drafter_cache, layout, block, opts)  # (B, V) each
     return block, next_after(q_n, pi_n, ~block.whole, gen)
 

@@ -34,6 +34,12 @@ class GenerateOutput:
     # computed the verifier's distribution there anyway (verifier-only and speculative loops); else None
     verifier_logprobs: list | None = None
 
+    def new_tokens(self) -> list[list[int]]:
+        """Each row's generated tokens, its end padding dropped (sequences hold the prompt, then `sources`'
+        width of new tokens)."""
+        width = self.sequences.shape[1] - self.sources.shape[1]
+        return [self.sequences[b, width:][self.sources[b] >= 0].tolist() for b in range(self.sequences.shape[0])]
+
 
 @dataclass
 class Rows:

@@ -135,29 +135,39 @@ class LagCarry:
             raise RuntimeError("LagCarry: resolve the bonus position's drafter logits before the next block")
         return LagBefore(self.feats, self.valid, self.sums, self.count)
 
-    def advance(self, q_raw: torch.Tensor, p_raw: torch.Tensor, n_accepted: torch.Tensor) -> None:
-        """Shift in a block's emitted positions: q_raw (B, g, V), p_raw (B, g + 1, V), n_accepted (B,)."""
+    def advance(
+        self, q_raw: torch.Tensor, p_raw: torch.Tensor, n_accepted: torch.Tensor, feats: torch.Tensor | None = None
+    ) -> None:
+        """Shift in a block's emitted positions: q_raw (B, g, V), p_raw (B, g + 1, V), n_accepted (B,); `feats`
+        (B, g, F): the block's position features where the policy computed them already (BlockView.position_stats),
+        else they are computed here (for every position with `running`, for at most L per row without)."""
         batch, g = q_raw.shape[:2]
         if self.running:  # positions 0..n with a drafter distribution: the kept drafts and the correction
+            feats = position_stats(q_raw, p_raw[:, :g])[0] if feats is None else feats  # (B, g, F)
             emitted = torch.arange(g, device=q_raw.device)[None] <= n_accepted[:, None]  # (B, g)
-            block = position_stats(q_raw, p_raw[:, :g])[0][..., RUNNING_COLUMNS].double()  # (B, g, R)
+            block = feats[..., RUNNING_COLUMNS].double()  # (B, g, R)
             self.sums = self.sums + (block * emitted[..., None]).sum(1)  # new tensors: snapshots stay as taken
             self.count = self.count + emitted.sum(1)
         if self.lag:
-            self._shift(q_raw, p_raw, n_accepted)
+            self._shift(q_raw, p_raw, n_accepted, feats)
         whole = n_accepted == g
         if bool(whole.any()):
             self.pending_p, self.pending = p_raw[:, g].float(), whole
         if self.lag:
             self.feats[:, 0] = torch.where(whole[:, None], 0.0, self.feats[:, 0])
 
-    def _shift(self, q_raw: torch.Tensor, p_raw: torch.Tensor, n_accepted: torch.Tensor) -> None:
+    def _shift(
+        self, q_raw: torch.Tensor, p_raw: torch.Tensor, n_accepted: torch.Tensor, feats: torch.Tensor | None
+    ) -> None:
         """Move the L most recent positions on by the block's emitted ones (the bonus position stays invalid)."""
         batch, g = q_raw.shape[:2]
         rows = torch.arange(batch, device=q_raw.device)[:, None]
         at = n_accepted[:, None] - torch.arange(self.lag, device=q_raw.device)  # (B, L) positions, recent first
         inside = at.clamp(0, g - 1)
-        fresh = position_stats(q_raw[rows, inside], p_raw[rows, inside])[0]  # (B, L, F)
+        if feats is None:
+            fresh = position_stats(q_raw[rows, inside], p_raw[rows, inside])[0]  # (B, L, F)
+        else:
+            fresh = feats[rows, inside]  # (B, L, F)
         older = -at.clamp(max=-1) - 1  # where at < 0 (before the block): the carry's (-at - 1)-th entry
         old_feats, old_valid = self.feats[rows, older], self.valid[rows, older]
         from_block = at >= 0
