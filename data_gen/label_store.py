@@ -63,10 +63,12 @@ _EXPORTED = (  # the record columns a label file is made of
 )
 
 
-def export_labels(folder: str | Path, path: str | Path) -> dict:
+def export_labels(folder: str | Path, path: str | Path, add_only: bool = False) -> dict:
     """Write the consequence labels of a finished record folder to `path` (gzip JSON lines: a header,
     then one line per searched example), merged with what a label file already at `path` holds beyond
-    the folder; returns the header."""
+    the folder; returns the header. `add_only`: the file's entries stay exactly as they are (its order
+    too) and only the folder's examples it does not hold are appended, counted in the header's `added`
+    (grow a committed file with new problems without re-deriving the old ones from a replay)."""
     manifest = read_manifest(folder)
     if "consequence" not in manifest.modes:
         raise RecordsError(f"{folder} has no consequence rows (modes {manifest.modes}): nothing to export")
@@ -74,7 +76,7 @@ def export_labels(folder: str | Path, path: str | Path) -> dict:
     cols = {name: np.asarray(ds[name]) for name in _EXPORTED if name in ds.column_names}
     entries = [_entry(cols, rows) for rows in _rows_by_example(cols["example_id"])]
     config = {k: manifest.config.get(k) for k in LABEL_FIELDS}
-    entries, carried = _merge_with_file(Path(path), entries, config, manifest.pair)
+    entries, carried = _merge_with_file(Path(path), entries, config, manifest.pair, add_only)
     header = {
         "format": FORMAT,
         "source": str(folder),
@@ -83,6 +85,7 @@ def export_labels(folder: str | Path, path: str | Path) -> dict:
         "dtype": manifest.dtype.get("dtype"),
         "config": config,
         "carried": carried,
+        **({"added": len(entries) - carried["examples"]} if add_only else {}),
         **label_counts(entries),
     }
     lines = [json.dumps(header)] + [json.dumps(e) for e in entries]
@@ -101,12 +104,15 @@ def label_counts(entries) -> dict:
     }
 
 
-def _merge_with_file(path: Path, entries: list[dict], config: dict, pair) -> tuple[list[dict], dict]:
+def _merge_with_file(
+    path: Path, entries: list[dict], config: dict, pair, add_only: bool = False
+) -> tuple[list[dict], dict]:
     """The folder's entries plus what an existing label file at `path` knows beyond them, so an export
     never loses labels: its examples the folder does not hold (a folder recorded again with fewer
     examples), and, for an example whose answer is unchanged, its labels the folder dropped (a replay on
     another CPU or dtype whose drafter argmax differs there keeps no label at that position; the label
-    still belongs to its substitution, and a replay where the argmax matches again uses it)."""
+    still belongs to its substitution, and a replay where the argmax matches again uses it). `add_only`: every
+    entry of the file as it is, then the folder's examples the file does not hold."""
     carried = {"examples": 0, "tested": 0, "horizon": 0}
     if not path.exists():
         return entries, carried
@@ -117,6 +123,9 @@ def _merge_with_file(path: Path, entries: list[dict], config: dict, pair) -> tup
             f"{path} holds labels searched with other settings or another pair: export to another file, or "
             f"remove it to replace its labels"
         )
+    if add_only:
+        new = [e for e in entries if e["example_id"] not in old.entries]
+        return list(old.entries.values()) + new, {**carried, "examples": len(old.entries)}
     mine = {e["example_id"] for e in entries}
     for e in entries:
         before = old.entries.get(e["example_id"])

@@ -22,6 +22,22 @@ from router.rules import get_rule, rule_names
 from specroute.generate_cmd import add_generate_parser, cmd_generate
 
 
+def _labels_parser(sub) -> None:
+    """`specroute labels export | show`."""
+    labels = sub.add_parser("labels", help="answer-level labels as a file: export, or show one (data_gen)")
+    labels_sub = labels.add_subparsers(dest="labels_command", required=True)
+    export = labels_sub.add_parser("export", help="a record folder's consequence labels -> a label file")
+    export.add_argument("folder", help="a finished record folder with consequence rows")
+    export.add_argument("file", help="the label file to write (gzip JSON lines, e.g. labels/gsm8k.jsonl.gz)")
+    export.add_argument(
+        "--add-only",
+        action="store_true",
+        help="keep FILE's entries exactly as they are and append only the folder's examples it does not hold",
+    )
+    show = labels_sub.add_parser("show", help="what a label file holds")
+    show.add_argument("file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specroute", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -63,13 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write the folder's golden vectors again from its current weights first (after you changed them)",
     )
-    labels = sub.add_parser("labels", help="answer-level labels as a file: export, or show one (data_gen)")
-    labels_sub = labels.add_subparsers(dest="labels_command", required=True)
-    export = labels_sub.add_parser("export", help="a record folder's consequence labels -> a label file")
-    export.add_argument("folder", help="a finished record folder with consequence rows")
-    export.add_argument("file", help="the label file to write (gzip JSON lines, e.g. labels/gsm8k.jsonl.gz)")
-    show = labels_sub.add_parser("show", help="what a label file holds")
-    show.add_argument("file")
+    _labels_parser(sub)
     prompts = sub.add_parser("prompts", help="held-out online prompts: the task's examples no record folder recorded")
     prompts.add_argument("folders", nargs="+", help="record folders of one task (the routers' and alphas' records)")
     prompts.add_argument("--output", required=True, help="the JSON-lines file to write (eval: prompts=FILE)")
@@ -134,8 +144,9 @@ def cmd_labels(args) -> int:
                 f"{args.folder} has no manifest.json (a recording still in progress?): copy its finished shards "
                 f"with `python studies/snapshot_records.py {args.folder} SNAPSHOT` and export the snapshot"
             )
-        header = export_labels(args.folder, args.file)
-        print(f"{args.file}: {describe(header)}")
+        header = export_labels(args.folder, args.file, add_only=args.add_only)
+        added = f" ({header['added']} examples added, the others kept as they were)" if args.add_only else ""
+        print(f"{args.file}: {describe(header)}{added}")
         print(f"  replay them into a recording with labels_from={args.file} (`specroute gen`)")
     else:
         from data_gen.label_summary import signed_summary, summary_lines

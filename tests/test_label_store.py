@@ -271,3 +271,33 @@ def test_short_horizon_only_labels_replay_too(setup, tmp_path):
     _, replay = setup("h2", consequence_max_mismatches=0, labels_from=str(tmp_path / "h.jsonl.gz"))
     assert _rows(tmp_path / "h2").equals(_rows(tmp_path / "h"))
     assert replay.counts["replayed_examples"] == 10 and replay.counts.get("horizon_mismatches", 0) == 0
+
+
+def test_add_only_keeps_the_files_entries_and_appends_the_new_examples(setup, tmp_path, capsys):
+    """`specroute labels export --add-only`: a committed label file grows by the folder's new examples while
+    its own entries stay byte for byte (a plain export re-derives them from the folder: here one label the file
+    holds differently from the folder's search is taken over by the folder's)."""
+    setup("first6", max_examples=6)
+    path = tmp_path / "labels.jsonl.gz"
+    export_labels(tmp_path / "first6", path)
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    k, i = _first_important(lines)
+    entry = json.loads(lines[k])
+    entry["tested"][i][4] = "as the file has it"  # the branch's answer as another search stored it
+    lines[k] = json.dumps(entry)
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    cfg, _ = setup("all")  # all 10 examples searched afresh
+    plain = tmp_path / "plain.jsonl.gz"
+    shutil.copy(path, plain)
+    export_labels(cfg.output, plain)
+    assert LabelStore(plain).entries[entry["example_id"]] != entry  # a plain export re-derives it
+    assert cli(["labels", "export", cfg.output, str(path), "--add-only"]) == 0
+    assert "(4 examples added, the others kept as they were)" in capsys.readouterr().out
+    grown = gzip.decompress(path.read_bytes()).decode().splitlines()
+    assert grown[1:7] == lines[1:7]  # the file's own entries, unchanged and in their order
+    store, fresh = LabelStore(path), LabelStore(plain)
+    new = [json.loads(line) for line in grown[7:]]
+    assert len(new) == 4 and all(e == fresh.entries[e["example_id"]] for e in new)
+    header = store.header
+    assert (header["examples"], header["added"], header["carried"]["examples"]) == (10, 4, 6)
+    assert header["tested"] == sum(len(e["tested"]) for e in store.entries.values())
