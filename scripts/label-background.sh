@@ -8,7 +8,8 @@
 # a finished stage is skipped. Where data/labels/<config>.jsonl.gz exists (labels exported by
 # `scripts/label-background.sh export` and committed), its problems are replayed, not searched again:
 # the answers and verdicts come from the file and only the record rows are computed; each finished stage
-# rewrites its label file, and `export` writes those of unfinished folders too (commit data/labels/).
+# adds its new problems to its label file, and `export` those of unfinished folders too (commit data/labels/);
+# both export with --add-only: a committed file's own entries are never re-derived from a replay.
 #   nohup scripts/label-background.sh > runs/label.log 2>&1 &
 #   LABEL_STAGES="gsm8k-horizon" scripts/label-background.sh       # one stage, the config's own size
 #   scripts/label-background.sh export                             # labels so far -> data/labels/
@@ -32,7 +33,7 @@ if [ "${1:-}" = export ]; then  # each folder's finished shards -> data/labels/<
       rm -rf "$source"
       "$bin/python" studies/snapshot_records.py "$folder" "$source" || { echo "== $config: nothing finished yet"; continue; }
     fi
-    "$bin/specroute" labels export "$source" "$files/$config.jsonl.gz" || exit 1
+    "$bin/specroute" labels export "$source" "$files/$config.jsonl.gz" --add-only || exit 1
     [ "$source" = "$folder" ] || rm -rf "$source"
   done
   exit 0
@@ -46,6 +47,6 @@ for stage in $stages; do
   echo "== $(date -u +%FT%TZ) $stage"
   nice -n 19 "$bin/specroute" gen --config "$configs_dir/$config.yaml" output="$records/$config" "${args[@]}" || { echo "== $stage failed (rc $?)"; exit 1; }
   # a finished stage's labels go to its label file at once (no model is loaded for a finished folder)
-  "$bin/specroute" labels export "$records/$config" "$files/$config.jsonl.gz" || exit 1
+  "$bin/specroute" labels export "$records/$config" "$files/$config.jsonl.gz" --add-only || exit 1
 done
 echo "== $(date -u +%FT%TZ) all labelled"

@@ -205,9 +205,13 @@ def test_the_background_chain_exports_its_labels_and_replays_them(tmp_path):
     store = LabelStore(tmp_path / "labels" / "tc.jsonl.gz")
     assert len(store.entries) == 4 and not (tmp_path / "records" / ".export-tc").exists()
     shutil.rmtree(tmp_path / "records")  # a fresh machine: only the committed label file is left
+    committed = gzip.decompress((tmp_path / "labels" / "tc.jsonl.gz").read_bytes()).decode().splitlines()
     chain(LABEL_STAGES="tc:8")
     counts = read_manifest(tmp_path / "records" / "tc").counts
     assert counts["replayed_examples"] == 4 and counts["replayed_labels_dropped"] == 0
+    grown = gzip.decompress((tmp_path / "labels" / "tc.jsonl.gz").read_bytes()).decode().splitlines()
+    assert grown[1:5] == committed[1:5] and len(grown) == 9  # the 4 committed entries as they were, 4 added
+    assert json.loads(grown[0])["added"] == 4
 
 
 def test_window_rules_join_the_answer_level_measure_where_labels_have_windows(setup, tmp_path):
