@@ -82,7 +82,7 @@ def _run_eval(cfg: EvalConfig) -> dict:
     crossed = [r for r in cfg.routers if is_cross_fitted(r)]  # scored out of fold, offline (eval/crossfit.py)
     plain = [r for r in cfg.routers if r not in crossed]
     routers = load_routers(plain, taken=(*rule_names(), *BASELINES, *REFERENCE_METHODS))
-    held_out = load_held_out(cfg.records, mode=cfg.records_mode)
+    held_out = _held_out_view(cfg)
     curves, greedy = method_curves(held_out, routers), greedy_curves(held_out, routers)
     pair, gamma = None, None
     if cfg.gamma == "auto":  # resolved once, before anything uses it: every point decodes with one gamma
@@ -109,6 +109,17 @@ def _run_eval(cfg: EvalConfig) -> dict:
     _write_outputs(cfg, out, metrics, rows, online, started)
     barrier()
     return metrics
+
+
+def _held_out_view(cfg: EvalConfig) -> RecordView:
+    """The records' test split; an online-only run with a prompts file on records without one (their test
+    problems left out as its prompts) reads the match split, where its alphas and offline rejections come from."""
+    try:
+        return load_held_out(cfg.records, mode=cfg.records_mode)
+    except RecordsError as err:
+        if cfg.offline or not cfg.online or not cfg.prompts or cfg.match_split == "test":
+            raise RecordsError(f"{err} (an online-only run with a prompts file needs none: offline=false)") from None
+        return load_held_out(cfg.records, split=cfg.match_split, mode=cfg.records_mode)
 
 
 def _matching_view(

@@ -357,7 +357,8 @@ def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, 
     from data_gen.config import GenConfig
     from data_gen.run import run_gen
     from router.infra.config import load_config
-    from router.records import load_records, read_manifest
+    from data_gen.prompts import unrecorded_prompts
+    from router.records import load_records, read_examples, read_manifest
 
     root = Path(__file__).resolve().parents[1]
     src = tmp_path / "running"
@@ -377,6 +378,26 @@ def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, 
     monkeypatch.setattr(sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "snap")])
     with pytest.raises(SystemExit, match="exists"):
         study.main()
+    # a finished folder with shards left out: they become the held-out prompts of `specroute prompts`
+    run_gen(load_config(GenConfig, root / "configs/gen/tiny.yaml", [f"output={src}", "max_examples=24"]))
+    last = Path(shards[-1]["file"]).stem  # the last shard of its split: the others still number from 00000
+    argv = ["snapshot_records.py", str(src), str(tmp_path / "fit"), "--leave-out", last]
+    monkeypatch.setattr(sys, "argv", argv)
+    assert study.main() == 0
+    assert [s["file"] for s in read_manifest(tmp_path / "fit").shards] == [s["file"] for s in shards[:-1]]
+    assert len(load_records(tmp_path / "fit")) == sum(s["rows"] for s in shards[:-1])
+    recorded = {e["example_id"] for e in read_examples(tmp_path / "fit")}
+    left = [r["example_id"] for r in unrecorded_prompts([str(tmp_path / "fit")])]
+    held = json.loads((src / (shards[-1]["file"] + ".json")).read_text())["examples"]
+    assert set(held) <= set(left) and not recorded & set(left)  # (tiny records 24 of the task: the rest too)
+    split = next(x["split"] for x in shards if sum(y["split"] == x["split"] for y in shards) > 1)
+    first = f"{split}-00000"  # a gap in a split would make an unreadable folder: refused
+    for pattern, refusal in (("x-*", "names no finished shard"), (first, "leaves a gap")):
+        monkeypatch.setattr(
+            sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "f2"), "--leave-out", pattern]
+        )
+        with pytest.raises(SystemExit, match=refusal):
+            study.main()
 
 
 def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, tmp_path):

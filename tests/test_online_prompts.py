@@ -160,3 +160,21 @@ def test_alphas_are_matched_on_answer_level_records_with_records_mode_consequenc
     assert any(p.name.startswith("kl_gate@") for p in (tmp_path / "eval" / "online").glob("*.json"))
     assert cli.main([*args, "records_mode=answers"]) == 2
     assert "records_mode is which rows of the records eval reads: gold, rollout, consequence" in capsys.readouterr().err
+
+
+def test_an_online_only_run_needs_no_test_split_when_it_decodes_a_prompts_file(tmp_path, capsys):
+    """Records without a test split (every recorded problem trained on or matched on, the held-out ones
+    left out as a prompts file): offline=false decodes them, offline results are refused by name."""
+    rec = tmp_path / "no-test"
+    gen = ["gen", "--config", "configs/gen/tiny.yaml", "max_examples=12", "split_fractions=[0.5,0.5,0.0]"]
+    assert cli.main([*gen, f"output={rec}"]) == 0
+    assert not read_examples(rec, split="test")
+    prompts = tmp_path / "p.jsonl"
+    assert cli.main(["prompts", str(rec), "--output", str(prompts), "--max", "1"]) == 0
+    args = _eval(tmp_path, rec, prompts, 1)
+    assert cli.main(args) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["online"]["prompts"] == 1 and metrics["offline"] is None
+    args[args.index("offline=false")] = "offline=true"
+    assert cli.main(args) == 2
+    assert "test split" in capsys.readouterr().err
