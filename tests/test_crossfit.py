@@ -564,3 +564,40 @@ def test_learning_curve_projection_against_either_best_rule_by_hand():
         "no diff_hindsight"
         in study.projection(missing, 0.5, "important", "tested-matched", against="_hindsight")["note"]
     )
+
+
+def test_online_vs_first_order_pairs_an_online_run_with_the_labels_prediction(consequence_records, tmp_path, capsys):
+    """studies/online_vs_first_order.py: per problem, a rule point's predicted first-order change (from the
+    records' labels at the point's alpha) against its online verdict minus the verifier's."""
+    from helpers import study_module
+    from router.offline.inputs import RecordView
+    from router.offline.views import greedy_rule_scores
+
+    study, check = study_module("online_vs_first_order"), study_module("first_order_check")
+    view = RecordView([str(consequence_records)], "all", mode="consequence")
+    ids, score = check._ids(view), np.asarray(greedy_rule_scores(view)["kl_gate"])
+    alpha = float(np.median(score))
+    problems = sorted(set(ids.tolist()))[:20]
+    predicted = check.predicted_changes(view, ids, score, alpha, problems)
+    run = tmp_path / "ev"
+    run.mkdir()
+    (run / "eval_config.json").write_text(json.dumps({"routers": []}))
+    lines = ["point,example_id,quality"]
+    for p in problems:  # online: the verifier as recorded, kl_gate moved exactly as predicted, but one problem
+        right = predicted[p]["answer_correct"]
+        as_predicted = right + predicted[p]["predicted"]
+        moved = 1 - as_predicted if p == problems[0] else as_predicted
+        lines += [f"verifier@0,{p},{right}", f"kl_gate@{alpha},{p},{moved}", f"lossless@0,{p},{right}"]
+    (run / "online_per_prompt.csv").write_text("\n".join(lines) + "\n")
+    result = study.main(
+        [str(run), "--records", str(consequence_records), "--out", str(tmp_path / "out"), "--reps", "50"]
+    )
+    assert set(result) == {f"kl_gate@{alpha}"}  # lossless has no score: skipped
+    r = result[f"kl_gate@{alpha}"]
+    assert r["problems"] == 20 and r["verifier_online_matches_recorded_verdict"] == 1.0
+    assert r["predicted_change"] == pytest.approx(np.mean([predicted[p]["predicted"] for p in problems]))
+    assert r["same_per_problem"] == pytest.approx(19 / 20)  # the one problem moved against the prediction
+    assert (tmp_path / "out" / "online_vs_first_order.csv").read_text().count("\n") == 21
+    assert "measured - predicted" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="does not exist"):
+        study.main([str(tmp_path), "--records", str(consequence_records), "--out", str(tmp_path / "o2")])
