@@ -27,7 +27,7 @@ from pathlib import Path
 def main() -> int:
     from data_gen.config import GenConfig
     from data_gen.record_folder import finish_manifest
-    from data_gen.plan import load_examples, plan_shards, recorded_shards
+    from data_gen.plan import load_examples, plan_shards, recorded_shards, write_examples
     from data_gen.recorder import Recorder
     from data_gen.record_folder import intact_shard
 
@@ -67,8 +67,8 @@ def main() -> int:
         for suffix in ("", ".json", ".counts.json"):
             if (src / f"{name}{suffix}").exists():
                 shutil.copy2(src / f"{name}{suffix}", dst / f"{name}{suffix}")
-    if left_out:
-        _list_only_copied(dst, cfg, done)
+    if left_out:  # examples.jsonl lists the copied examples only (gen's own writer), so the left-out ones
+        write_examples(dst, done, cfg)  # count as unrecorded; heldout.jsonl remade to match
     manifest = finish_manifest(dst, cfg, done, Recorder(cfg), seconds=0.0)
     examples = sum(len(s[2]) for s in done)
     print(f"{dst}: {len(done)} of {len(plan)} shards ({examples} examples), manifest {manifest.id}")
@@ -93,20 +93,6 @@ def _first_gap(done: list) -> str | None:
 def _names(shard: str, pattern: str) -> bool:
     """A shard file (train-00051.arrow) matched by a glob on its name, with or without the suffix."""
     return fnmatch.fnmatch(Path(shard).name, pattern) or fnmatch.fnmatch(Path(shard).stem, pattern)
-
-
-def _list_only_copied(dst: Path, cfg, done: list) -> None:
-    """examples.jsonl: the copied shards' examples only (what gen writes for the examples it recorded),
-    so the left-out ones count as unrecorded; heldout.jsonl remade to match."""
-    from data_gen.plan import HELDOUT, jsonl_bytes, unrecorded_test_examples
-    from router.infra.files import write_bytes
-
-    kept = {ex.example_id for s in done for ex in s[2]}
-    rows = [
-        line for line in (dst / "examples.jsonl").read_text().splitlines() if json.loads(line)["example_id"] in kept
-    ]
-    write_bytes(dst / "examples.jsonl", "".join(r + "\n" for r in rows).encode())
-    write_bytes(dst / HELDOUT, jsonl_bytes(unrecorded_test_examples(vars(cfg), kept)))
 
 
 if __name__ == "__main__":
