@@ -9,6 +9,7 @@ from pathlib import Path
 
 from data_gen.plan import jsonl_bytes, unrecorded_examples
 from router.infra.files import write_bytes
+from router.infra.stage_folders import claim_output_file
 from router.records import RecordsError, read_examples, read_manifest
 
 
@@ -30,6 +31,7 @@ def unrecorded_prompts(folders: list[str], max_prompts: int | None = None) -> li
 
 def write_prompts(folders: list[str], output: str | Path, max_prompts: int | None = None) -> list[dict]:
     """Write `unrecorded_prompts` as JSON lines (atomically); returns the rows."""
+    claim_output_file(output, "prompts")  # never over a recording's examples file or a user's file
     rows = unrecorded_prompts(folders, max_prompts)
     if not rows:
         raise RecordsError(f"{', '.join(folders)} recorded every example of the task: no prompt is left unrecorded")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import shutil
 import warnings
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from data_gen.consequence import label_counts
 from router.engine.layout import model_device
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
 from router.infra.config import ConfigError, config_to_dict
-from router.infra.files import STAGE_MARK, file_sha256, write_bytes, write_json
+from router.infra.files import file_sha256, write_bytes, write_json
+from router.infra.stage_folders import clear_output
 from router.pair import cached_fingerprint, tokenizer_fingerprint
 from router.records import (
     EXAMPLES,
@@ -59,8 +59,8 @@ def prepare_folder(out: Path, cfg: GenConfig) -> bool:
     """Create or check the output folder; True when it is already complete (nothing to do)."""
     resolved = recording_identity(cfg)
     config_path = out / "gen_config.json"
-    if cfg.overwrite and out.exists():
-        shutil.rmtree(out)
+    if cfg.overwrite:  # only what gen wrote, and only in a folder holding nothing else (refused by name)
+        clear_output(out, "gen")
     earlier = _earlier_config(config_path, out)
     if earlier is not None and _grows(earlier, resolved):
         _check_receipts_name_examples(out)
@@ -90,12 +90,6 @@ def prepare_folder(out: Path, cfg: GenConfig) -> bool:
         return False
     out.mkdir(parents=True, exist_ok=True)
     return False  # a new folder's config is written by `commit_config`, once the models have loaded
-
-
-def remove_if_untouched(out: Path) -> None:
-    """Remove a folder this run created when it holds nothing but the stage mark (the run was refused)."""
-    if out.is_dir() and {p.name for p in out.iterdir()} <= {STAGE_MARK}:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 # how a folder is made, not what it holds: a resume may add or drop them, and a folder may be moved or copied

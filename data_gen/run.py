@@ -22,7 +22,6 @@ from data_gen.record_folder import (
     finish_manifest,
     intact_shard,
     prepare_folder,
-    remove_if_untouched,
     write_shard_counts,
     write_shard_or_explain,
 )
@@ -39,15 +38,8 @@ from router.records import Manifest, RecordsError, read_manifest
 
 def run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:
     """`specroute gen`: holds a lock on cfg.output for the whole run (a second writer is refused)."""
-    out = Path(cfg.output)
-    fresh = not out.exists()
-    with output_lock(cfg.output, "gen"):
-        try:
-            return _run_gen(cfg, recorder)
-        except BaseException:
-            if fresh:
-                remove_if_untouched(out)  # refused before recording anything: leave no folder behind
-            raise
+    with output_lock(cfg.output, "gen"):  # a refused run leaves no folder it created behind
+        return _run_gen(cfg, recorder)
 
 
 def _run_gen(cfg: GenConfig, recorder: Recorder | None = None) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from router.engine.options import DecodeOptions
-from router.infra.config import ConfigError, check_minimum
+from router.infra.config import ConfigError, check_listed_once, check_minimum, check_numbers
 from router.machine.hardware import DTYPE_CHOICES
 from router.pair import check_engine
 from router.records import RECORD_MODES
@@ -63,6 +63,7 @@ class EvalConfig(DecodeOptions):
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to evaluate on")
+        check_listed_once("records", self.records)
         super().__post_init__()  # the decoding knobs' one check
         check_minimum(self, 1, "max_prompts", "batch_size", "bootstrap")
         if self.records_mode not in RECORD_MODES:
@@ -74,6 +75,13 @@ class EvalConfig(DecodeOptions):
                 f"match_split is the records' split online alphas are matched on: validation (default), test or "
                 f"train; got {self.match_split!r}"
             )
+        check_numbers("online_rejection_targets", self.online_rejection_targets, what=" in (0, 1], e.g. [0.5]")
+        for method, grid in self.alphas.items():
+            if not isinstance(grid, list) or not grid:
+                raise ConfigError(
+                    f"alphas.{method} must be a list of alphas, e.g. 'alphas={{{method}: [{grid!r}]}}'; got {grid!r}"
+                )
+            check_numbers(f"alphas.{method}", grid)
         if not all(0 < t <= 1 for t in self.online_rejection_targets):
             raise ConfigError(
                 f"online_rejection_targets are fractions of the verifier's own rejection rate, each in (0, 1]; "

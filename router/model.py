@@ -40,7 +40,9 @@ from router.arch import (
 )
 from router.export.hub import RouterHubMixin
 from router.features import FEATURE_NAMES, candidates_of, class_bits, judge_features, shifted_lookahead
-from router.infra.files import check_stage, file_sha256
+from router.infra.files import file_sha256
+from router.policy import alpha_number
+from router.infra.stage_folders import STAGE_MARK, claim_output
 from router.records import SCHEMA_VERSION
 from router.reduce import fast_topk_ids
 from router.targets import cascade_mix, keep_drafts, token_mix, tv_distance
@@ -142,7 +144,7 @@ class LearnedRouter(RouterHubMixin):
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float; any finite value is a threshold on the predicted gap."""
-        alpha = float(alpha)
+        alpha = alpha_number(alpha, f"router {self.name}")
         if not math.isfinite(alpha):
             raise ValueError(f"router {self.name}: alpha must be a finite number, got {alpha}")
         return alpha
@@ -312,8 +314,9 @@ def save_router(router: LearnedRouter | RouterNet, folder: str | Path) -> Path:
 
     router = router if isinstance(router, LearnedRouter) else LearnedRouter(router, name=Path(folder).name)
     net, folder = router.net, Path(folder)
-    check_stage(folder, "train")  # a router never goes into a record or eval folder, through any API
+    claim_output(folder, "train")  # never into another stage's folder or over a user's files, through any API
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / STAGE_MARK).write_text("train")
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / "model.safetensors"))
     exported = {**asdict(net.cfg), "weights_sha256": file_sha256(folder / "model.safetensors")}  # checked on load
     (folder / "config.json").write_text(json.dumps(exported, indent=2, default=str))

@@ -73,12 +73,42 @@ class Needs:
         return tuple(need.removeprefix("hidden_") for need in HIDDEN_NEEDS if need in self.inputs)
 
 
+_CHECKED_PI: set[str] = set()  # rules whose pi has been checked once in this process
+
+
+def check_distribution(pi, q: torch.Tensor, who: str) -> None:
+    """Refuse a target pi that is not a distribution shaped like q (..., V): one line naming the policy."""
+    fix = f"{who}'s pi must return a distribution over the vocabulary shaped like q {tuple(q.shape)}: fix its pi"
+    if not isinstance(pi, torch.Tensor):
+        raise ValueError(f"{who}: pi returned {type(pi).__name__}, not a tensor; {fix}")
+    if pi.shape != q.shape:
+        raise ValueError(f"{who}: pi has shape {tuple(pi.shape)}; {fix}")
+    pi = pi.float()
+    if not torch.isfinite(pi).all():
+        raise ValueError(f"{who}: pi holds NaN or infinite values; {fix}")
+    if (pi < -1e-6).any():
+        raise ValueError(f"{who}: pi holds negative values (down to {pi.min().item():.3g}); {fix}")
+    total = pi.sum(-1)
+    worst = (total - 1).abs().max().item() if total.numel() else 0.0
+    if worst > 1e-2:  # float32 sums over 150k entries drift far less; pi = 5 * p is caught
+        raise ValueError(f"{who}: pi sums to {total.flatten()[(total - 1).abs().argmax()].item():.4g}, not 1; {fix}")
+
+
+def alpha_number(alpha, who: str) -> float:
+    """alpha as a float, or one ValueError naming the policy when it is not a number (a string "0.3" too:
+    a typo in a config or a call should not decide every token)."""
+    if isinstance(alpha, torch.Tensor) and alpha.numel() == 1:
+        alpha = alpha.item()
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise ValueError(f"{who}: alpha must be a number, got {alpha!r} ({type(alpha).__name__})")
+    return float(alpha)
+
+
 def _check_alpha(rule: "Rule", alpha: float) -> float:
+    alpha = alpha_number(alpha, f"rule {rule.name}")
     if rule.alpha_range is None:  # fixed targets ignore alpha
         return 0.0
     lo, hi = sorted(rule.alpha_range)
-    if isinstance(alpha, torch.Tensor):
-        alpha = alpha.item()
     if math.isnan(alpha) or not lo <= alpha <= hi:
         raise ValueError(
             f"alpha={alpha} is outside {rule.name}'s range [{lo}, {hi}] "
@@ -144,13 +174,18 @@ class Rule:
 
     def decide(self, view: BlockView, alpha: float) -> torch.Tensor:
         """pi (..., V) at trade-off `alpha` from the view's q, p (and, for a window rule, its drafts and
-        follow window)."""
+        follow window); a rule's first pi is checked to be a distribution shaped like q."""
         alpha = self.check_alpha(alpha)
         if self.form != "window":
-            return self.pi(view.q, view.p, alpha, view.q_raw, view.p_raw)
-        reader = f"rule {self.name}"
-        drafts, follow = view.read("drafts", reader), view.read("follow", reader)
-        return self.pi(view.q, view.p, alpha, view.q_raw, view.p_raw, drafts=drafts, follow=follow)
+            pi = self.pi(view.q, view.p, alpha, view.q_raw, view.p_raw)
+        else:
+            reader = f"rule {self.name}"
+            drafts, follow = view.read("drafts", reader), view.read("follow", reader)
+            pi = self.pi(view.q, view.p, alpha, view.q_raw, view.p_raw, drafts=drafts, follow=follow)
+        if self.name not in _CHECKED_PI:  # once per rule: the check costs a pass over (B, g, V)
+            check_distribution(pi, view.q, f"rule {self.name}")
+            _CHECKED_PI.add(self.name)
+        return pi
 
     def target(
         self,

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from router.infra.files import atomic_write_bytes, file_sha256
+from router.infra.stage_folders import stage_of
 
 SCHEMA_VERSION = 3  # 3: the typed Manifest (every field written); 2: p_at_q_topk_logprobs
 MANIFEST = "manifest.json"
@@ -193,9 +194,7 @@ class Manifest:
         try:
             return cls(**values)
         except TypeError as err:
-            raise RecordsError(
-                f"{where} is incomplete ({err}): re-record it (`specroute gen ... overwrite=true`)"
-            ) from None
+            raise RecordsError(f"{where} is incomplete ({err}): {REPAIR}") from None
 
     @property
     def id(self) -> str:
@@ -227,6 +226,12 @@ def read_manifest(folder: str | Path) -> Manifest:
     if not folder.is_dir():
         raise RecordsError(f"record folder {folder} does not exist: run `specroute gen` first")
     path = folder / MANIFEST
+    made_by = stage_of(folder)
+    if not path.exists() and made_by not in (None, "gen"):
+        raise RecordsError(
+            f"{folder} is the output of `specroute {made_by}`, not a recording: records= takes a folder "
+            f"`specroute gen` wrote (e.g. runs/records/<task>)"
+        )
     if not path.exists():
         raise RecordsError(
             f"{folder} has no {MANIFEST}: the recording is incomplete or was interrupted; "
@@ -235,9 +240,7 @@ def read_manifest(folder: str | Path) -> Manifest:
     try:
         values = json.loads(path.read_text())
     except ValueError as err:
-        raise RecordsError(
-            f"{path} is not valid JSON ({err}): the folder is damaged; re-record it (`specroute gen ... --overwrite`)"
-        ) from None
+        raise RecordsError(f"{path} is not valid JSON ({err}): the folder is damaged; {REPAIR}") from None
     version = values.get("schema_version") if isinstance(values, dict) else None
     if version != SCHEMA_VERSION:
         raise RecordsError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -144,8 +145,10 @@ def register_rule(rule: Rule) -> Rule:
     """Add a plug-in rule to the registry: it then appears in `specroute rules`, `generate`, train's
     validation comparison (with an offline_score), eval's offline curves and online grid, the
     reports and the demo's choice of the best rule of its form. Names must be new."""
+    check_rule_name(rule.name)
     if rule.name in _REGISTRY:
         raise ValueError(f"a rule named {rule.name!r} is already registered; choose another name")
+    check_alpha_range(rule)
     if rule.form not in RULE_FORMS:
         raise ValueError(f"rule {rule.name!r} has form {rule.form!r}; use {', '.join(RULE_FORMS)}")
     if (rule.form == "window") != (rule.needs.follow > 0):
@@ -157,6 +160,39 @@ def register_rule(rule: Rule) -> Rule:
         )
     _REGISTRY[rule.name] = rule
     return rule
+
+
+# names other methods take in eval's reports and grids: a rule named so would be mistaken for them
+RESERVED_NAMES = ("verifier", "token_cascade", "sequence_cascade", "oracle", "oracle_token", "random")
+RULE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def check_rule_name(name) -> None:
+    """A rule's name appears in configs (`alphas: {NAME: [...]}`), point files (`NAME@alpha`) and paths: a
+    letter, then letters, digits, _ and -."""
+    if not isinstance(name, str) or not RULE_NAME.fullmatch(name):
+        raise ValueError(
+            f"rule name {name!r} is not usable: a rule's name is a letter, then letters, digits, _ or - "
+            f"(it names point files NAME@alpha and config keys)"
+        )
+    if name in RESERVED_NAMES:
+        raise ValueError(f"rule name {name!r} is taken by eval's {name} method; choose another name")
+
+
+def check_alpha_range(rule: Rule) -> None:
+    """None (alpha unused), or (lossless end, drafter end): two different numbers (either end may be infinite)."""
+    span = rule.alpha_range
+    ok = span is None or (
+        isinstance(span, (tuple, list))
+        and len(span) == 2
+        and all(isinstance(a, (int, float)) and not isinstance(a, bool) and not math.isnan(a) for a in span)
+        and span[0] != span[1]
+    )
+    if not ok:
+        raise ValueError(
+            f"rule {rule.name!r}: alpha_range must be None (alpha unused) or (lossless end, drafter end), two "
+            f"different numbers such as (0.0, 1.0); got {span!r}"
+        )
 
 
 def unregister_rule(name: str) -> None:

@@ -11,12 +11,12 @@ finished stages unless --fresh.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from router.infra.files import write_json
+from router.infra.files import output_lock, write_json
+from router.infra.stage_folders import clear_output
 from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
 from specroute.presets import PRESETS, ROUTERS, Preset, engine_candidates, with_decoding, with_engines
 from specroute.stages import (
@@ -217,9 +217,13 @@ def run_demo(
     candidates, why = engine_candidates(preset, engine)
     p = with_decoding(_checked_preset(preset), gamma=gamma, draft_stop=draft_stop, bonus_from=bonus_from)
     out = Path(output or f"runs/demo/{preset}")
-    if fresh and out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out, "demo"):  # refused, creating nothing, when the folder holds what the demo did not write
+        if fresh:  # only the demo's own stage folders and summary, and only when the folder holds nothing else
+            clear_output(out, "demo")
+        return _run_demo(preset, out, p, candidates, why, threads)
+
+
+def _run_demo(preset: str, out: Path, p: Preset, candidates: list[str], why: str, threads: int) -> dict:
     started = time.perf_counter()
     print(
         f"specroute demo --preset {preset}: {', '.join(p.tasks)}; {p.gold_examples} gold examples per task, "

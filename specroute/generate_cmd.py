@@ -12,6 +12,7 @@ from pathlib import Path
 
 from router.engine.options import DecodeOptions, add_decode_flags, options_from_flags
 from router.machine.hardware import DTYPE_CHOICES
+from router.infra.stage_folders import OutputBusy, claim_output_file
 from router.rules import get_rule, rule_names
 
 VERIFIER_MARK = ("\033[1;33m", "\033[0m")  # bold yellow on a terminal
@@ -138,6 +139,7 @@ def cmd_generate(args) -> int:
     stats = dict(out.stats)
     rows = _generate_rows(args, opts, stats, load_s, getattr(verifier, "dtype", None) or engine_setting(verifier))
     result = {
+        "written_by": "specroute generate",  # a rerun may replace this file; no other file is written over
         "args": vars(args),
         "text": cut_at_stop(tokenizer.decode(new_tokens, skip_special_tokens=True), stops),
         "tokens": new_tokens,
@@ -168,11 +170,10 @@ def _generate_options(args):
         rule.check_alpha(args.alpha)
     except ValueError as err:
         raise SystemExit(f"error: {err}") from None
-    if Path(args.output).is_dir():
-        raise SystemExit(
-            f"error: --output {args.output} is a folder: name the JSON file to write, e.g. "
-            f"{Path(args.output) / 'result.json'}"
-        )
+    try:  # a folder, a stage's folder, or a file generate did not write
+        claim_output_file(args.output, "generate")
+    except OutputBusy as err:
+        raise SystemExit(f"error: {err}") from None
     if not args.prompt.strip() and not args.chat:
         raise SystemExit('error: --prompt is empty: give the text to continue, e.g. --prompt "def fib(n):"')
     _check_writable(Path(args.output))
@@ -180,15 +181,16 @@ def _generate_options(args):
 
 
 def _check_writable(path: Path) -> None:
-    """Refuse an --output that cannot be written before any model loads (generate has no resume to offer)."""
+    """Refuse an --output that cannot be written before any model loads (generate has no resume to offer),
+    creating nothing: a probe file in the nearest existing folder on its path, removed at once."""
+    existing = next(p for p in [path.absolute().parent, *path.absolute().parents] if p.exists())
+    probe = existing / f".{path.name}.probe-{os.getpid()}"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe = path.with_name(f".{path.name}.probe-{os.getpid()}")
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
         raise SystemExit(
-            f"error: cannot write --output {path} ({err.strerror or err}): choose a path you can write"
+            f"error: cannot write --output {path} ({existing}: {err.strerror or err}): choose a path you can write"
         ) from None
 
 

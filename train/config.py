@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from router.infra.config import ConfigError, check_minimum
+from router.infra.config import ConfigError, check_listed_once, check_minimum
 from router.model import RouterArch
 from router.records import RECORD_MODES
 from train.labels import TARGETS
@@ -60,6 +60,7 @@ class TrainConfig:
     def __post_init__(self):
         if not self.records:
             raise ConfigError("records is empty: name the record folder(s) to train on")
+        check_listed_once("records", self.records)
         check_minimum(self, 1, "max_epochs", "batch_size", "devices", "num_nodes")
         check_minimum(self, 1, "max_train_rows", allow_none=True)
         check_minimum(self, 0, "patience", "weight_decay", "cross_fit")
@@ -89,3 +90,19 @@ class TrainConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+        check_accelerator(self.accelerator)
+
+
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")  # Lightning's names for what trains the router
+
+
+def check_accelerator(accelerator: str) -> None:
+    """Refuse an accelerator this machine does not have by name (Lightning would end in its own traceback)."""
+    if accelerator not in ACCELERATORS:
+        raise ConfigError(f"accelerator must be one of {', '.join(ACCELERATORS)}, got {accelerator!r}")
+    import torch
+
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"accelerator={accelerator}, but this machine has no CUDA device: use accelerator=cpu")
+    if accelerator == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("accelerator=mps, but this machine has no Apple GPU: use accelerator=cpu")

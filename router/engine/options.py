@@ -89,14 +89,32 @@ DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Decode
 SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_new_tokens")
 
 
+MIN_TEMPERATURE = 1e-4  # below it sampling picks the argmax anyway; far below, logits / temperature overflow
+MAX_BLOCK = 128  # gamma: beyond this a block's verifier pass and counters outgrow any use
+
+
 def check_decode_options(o) -> None:
     """The one check of every decoding knob, on any object holding DecodeOptions' fields."""
     if isinstance(o.max_new_tokens, bool) or not isinstance(o.max_new_tokens, int) or o.max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be an integer >= 1, got {o.max_new_tokens!r}")
+    for name in ("temperature", "top_p"):
+        value = getattr(o, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
     if not o.temperature >= 0 or not 0 < o.top_p <= 1:  # NaN fails both
         raise ConfigError(f"temperature must be >= 0 (got {o.temperature}) and top_p in (0, 1] (got {o.top_p})")
-    if o.gamma != "auto" and (isinstance(o.gamma, (str, bool, float)) or o.gamma < 1):
-        raise ConfigError(f"gamma must be an integer >= 1 or auto, got {o.gamma!r}")
+    if 0 < o.temperature < MIN_TEMPERATURE:
+        raise ConfigError(
+            f"temperature {o.temperature:g} is too small to sample with (below {MIN_TEMPERATURE:g} sampling is greedy "
+            f"in all but name, and far below it logits / temperature overflow): use temperature 0 for greedy decoding"
+        )
+    if isinstance(o.seed, bool) or not isinstance(o.seed, int) or not 0 <= o.seed < 2**63:
+        raise ConfigError(f"seed must be an integer in [0, 2**63), got {o.seed!r}")
+    if o.gamma != "auto" and (isinstance(o.gamma, (str, bool, float)) or not 1 <= o.gamma <= MAX_BLOCK):
+        raise ConfigError(
+            f"gamma must be an integer from 1 to {MAX_BLOCK} (drafts per block, scored in one verifier pass) or auto, "
+            f"got {o.gamma!r}"
+        )
     if o.draft_stop is not None and not 0 < o.draft_stop < 1:
         raise ConfigError(f"draft_stop must be in (0, 1) (a drafter probability) or null, got {o.draft_stop}")
     if o.bonus_from not in BONUS_FROM:

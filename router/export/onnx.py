@@ -10,7 +10,6 @@ optional extra: pip install 'specroute[onnx]' (onnx, onnxscript, onnxruntime).
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import torch
 
 from router.export.decision import Decision, input_names, output_names
 from router.export.golden import check_golden_current, read_golden, reproduce, write_golden
+from router.infra.files import write_json
+from router.infra.stage_folders import claim_output_file
 
 ONNX_FILE = "decision.onnx"
 ONNX_REPORT = "decision.onnx.json"
@@ -51,13 +52,15 @@ def export_onnx(folder: str | Path, output: str | Path | None = None, refresh_go
     router = load_router(folder)
     if router.offline_only:
         raise ValueError(router.offline_only)
+    # never a folder, never over a recording's, an eval's or a user's file (router/infra/stage_folders.py)
+    path = claim_output_file(output if output else folder / ONNX_FILE, "export-onnx")
+    path.parent.mkdir(parents=True, exist_ok=True)
     if refresh_golden or not (folder / "golden.safetensors").exists():
         write_golden(router, folder)  # asked for, or a folder exported before golden vectors existed
     check_golden_current(folder, router)
     inputs, _, _ = read_golden(folder)
     names = input_names(router.cfg)
     args = tuple(torch.tensor(0.1) if n == "alpha" else inputs[n] for n in names)
-    path = Path(output) if output else folder / ONNX_FILE
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's notes on merged dynamic axes and the like
         torch.onnx.export(
@@ -72,7 +75,7 @@ def export_onnx(folder: str | Path, output: str | Path | None = None, refresh_go
     check = reproduce(folder, router.cfg, onnx_runner(path, names))
     report = {"onnx": str(path), "inputs": names, "outputs": list(output_names(router.cfg)), **check}
     report["torch"] = torch.__version__
-    path.with_name(path.name + ".json").write_text(json.dumps(report, indent=2))
+    write_json(path.with_name(path.name + ".json"), report)
     return report
 
 

@@ -116,7 +116,7 @@ def _checked_call(generation_config):
         )
     call = caller_arguments()  # what transformers kept to itself: the drafter, a streamer, negative prompts
     refuse_arguments(call)
-    refuse_settings(generation_config)
+    refuse_settings(generation_config, call)
     if call.get("assistant_model") is None:
         raise GenerationSettingError(
             "cascade_generate decodes a drafter/verifier pair: pass assistant_model=<the drafter> to "

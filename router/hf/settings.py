@@ -68,6 +68,15 @@ REFUSED_SETTINGS = (
     "max_matching_ngram_size",
     "guidance_scale",
 )
+# transformers' other generation modes, chosen by a setting: the loop would decode them greedily or by plain
+# sampling without a word, so each is refused by the setting that asks for it
+MODE_SETTINGS = {
+    "penalty_alpha": "contrastive search",
+    "dola_layers": "DoLa decoding",
+    "num_beam_groups": "group beam search",
+    "diversity_penalty": "group beam search",
+    "watermarking_config": "watermarking",
+}
 
 
 def refuse_arguments(values: dict) -> None:
@@ -77,10 +86,25 @@ def refuse_arguments(values: dict) -> None:
             raise GenerationSettingError(f"{name} is not supported by specroute's decoding loop ({why}): drop {name}")
 
 
-def refuse_settings(generation_config) -> None:
-    """Refuse assisted-generation and guidance settings the call (or the model's generation_config) set to
-    anything but transformers' own defaults (which it merges into every call, asked for or not)."""
+def refuse_settings(generation_config, call: dict | None = None) -> None:
+    """Refuse assisted-generation, guidance and other generation-mode settings the call (or the model's
+    generation_config) set to anything but transformers' own defaults (which it merges into every call, asked
+    for or not), and a top_k the call or a generation config asked for (`call`: the generate call's arguments)."""
     defaults = GenerationConfig._get_default_generation_params()  # merged into every call: not a request
+    for name, mode in MODE_SETTINGS.items():
+        value = getattr(generation_config, name, None)
+        if value not in (None, defaults.get(name), 0, 1, 0.0) or (name == "dola_layers" and value is not None):
+            raise GenerationSettingError(
+                f"{name}={value!r} asks for {mode}, which specroute's loop does not do (it decodes greedily or by "
+                f"sampling): drop {name} (it may come from the model's generation_config)"
+            )
+    top_k = explicit_top_k(call or {}) if generation_config.do_sample else None  # greedy reads no top_k
+    if top_k:
+        raise GenerationSettingError(
+            f"top_k={top_k} is not applied by specroute's loop, which samples from the temperature / top-p "
+            f"distribution: drop top_k or pass its neutral value (top_k=0); it may come from the model's "
+            f"generation_config"
+        )
     for name in REFUSED_SETTINGS:
         value = getattr(generation_config, name, None)
         if value is not None and value != defaults.get(name) and not (name == "guidance_scale" and value == 1):
@@ -104,10 +128,24 @@ def generate_calls():
 
 
 def caller_arguments() -> dict:
-    """REFUSED_ARGUMENTS and `assistant_model` as given to the transformers `generate` call this custom
-    function runs under."""
+    """REFUSED_ARGUMENTS, `assistant_model`, the explicit `generation_config` and the keyword arguments as
+    given to the transformers `generate` call this custom function runs under (with the model as `self`)."""
     call = next(generate_calls(), {})
-    return {name: call.get(name) for name in (*REFUSED_ARGUMENTS, "assistant_model")}
+    names = (*REFUSED_ARGUMENTS, "assistant_model", "generation_config", "kwargs", "self")
+    return {name: call.get(name) for name in names}
+
+
+def explicit_top_k(call: dict) -> int | None:
+    """A top_k someone asked for: in the call's keywords, an explicit generation_config, or the model's own
+    generation_config (transformers' implicit default of 50 is none of these)."""
+    model = call.get("self")
+    sources = [
+        (call.get("kwargs") or {}).get("top_k"),
+        getattr(call.get("generation_config"), "top_k", None),
+        getattr(getattr(model, "generation_config", None), "top_k", None),
+    ]
+    asked = [k for k in sources if k not in (None, 0)]
+    return asked[0] if asked else None
 
 
 # specroute's own spellings of what transformers already names: refused with transformers' name, so one call

@@ -8,8 +8,9 @@ next to its outputs with `config_to_dict`.
 from __future__ import annotations
 
 import dataclasses
-import typing
+import re
 import shlex
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,13 +23,37 @@ class ConfigError(ValueError):
     """A config file or override that cannot be applied, with the fix."""
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as users type it: PyYAML follows YAML 1.1, where `1e-3` (no dot) is a string; here it is the float
+    YAML 1.2 and every other reader make of it."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d[\d_]*(?:\.\d*)?|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def read_yaml(text: str):
+    """Parse YAML text (a file's or an override's value) with `1e-3` read as a float."""
+    return yaml.load(text, Loader=_Loader)
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     out = {}
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"override {pair!r} must look like key=value (e.g. batch_size=8)")
         key, value = pair.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+        try:
+            out[key.strip()] = read_yaml(value) if value.strip() else None
+        except yaml.YAMLError as err:
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(
+                f"override {pair!r} is not valid YAML ({problem}): close its brackets and quotes, "
+                f"e.g. 'modes=[gold, rollout]' (quote the whole override for the shell)"
+            ) from None
     return out
 
 
@@ -53,6 +78,30 @@ def check_type(name: str, annotation: str, value: Any) -> None:
         ok = False  # YAML reads `true` as a bool, which Python would also accept as the int 1
     if not ok:
         raise ConfigError(f"{name} must be {' or '.join(allowed)}, got {value!r} ({type(value).__name__})")
+
+
+def check_listed_once(name: str, folders: list) -> None:
+    """Refuse a folder listed twice (by where it is, however spelled): its rows would count twice in training,
+    validation, early stopping and every offline count."""
+    seen: dict[Path, str] = {}
+    for folder in folders:
+        where = Path(str(folder)).expanduser().resolve()
+        if where in seen:
+            raise ConfigError(
+                f"{name} lists {seen[where]} twice ({folder!s} is the same folder): each recording counts once; "
+                f"list it once"
+            )
+        seen[where] = str(folder)
+
+
+def check_numbers(name: str, values, low: float | None = None, high: float | None = None, what: str = "") -> None:
+    """Refuse a list of settings holding anything but numbers in [low, high], naming the setting."""
+    items = values if isinstance(values, (list, tuple)) else [values]
+    for v in items:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise ConfigError(f"{name} must hold numbers{what}; {v!r} is not one (got {values!r})")
+        if (low is not None and v < low) or (high is not None and v > high):
+            raise ConfigError(f"{name} must hold numbers{what}; got {values!r}")
 
 
 def check_minimum(cfg, minimum: float, *names: str, allow_none: bool = False) -> None:
@@ -137,7 +186,11 @@ def _yaml_values(path: str | Path | None) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"--config {path} is a folder: name a YAML file, e.g. {path / 'tiny.yaml'}")
     try:
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = read_yaml(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): save it as UTF-8"
+        ) from None
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""

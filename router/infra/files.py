@@ -3,7 +3,8 @@
 A crash, an interrupt or a full disk leaves the previous file (or none) in place, never half a
 file: the data goes to a temporary file next to the target, is fsynced, then renamed over it.
 Record shards, manifests, online points, reports, curves and router metrics all go through here.
-`output_lock` keeps two commands from writing one output folder at once.
+`output_lock` keeps two commands from writing one output folder at once (router/infra/stage_folders.py:
+which folders a command may write at all).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 from pathlib import Path
 
 from router.infra.distributed import rank_suffix
+from router.infra.stage_folders import LOCK_NAME, STAGE_MARK, STAGES, OutputBusy, claim_output
 
 
 def atomic_write_bytes(path: Path, write) -> None:
@@ -75,76 +77,82 @@ def write_csv(path: str | Path, fields: list[str], rows: list[dict]) -> None:
     write_text(path, buf.getvalue())
 
 
-class OutputBusy(ValueError):
-    """Another command is writing the same output folder."""
+def _made_folders(folder: Path) -> list[Path]:
+    """The folders `mkdir(parents=True)` would create for `folder`, outermost first."""
+    missing = [p for p in [folder, *folder.parents] if not p.exists()]
+    return missing[::-1]
 
 
-STAGE_MARK = ".specroute-stage"  # in each output folder: the command that made it
-# files by which a folder made before the mark (or with it deleted) is recognised as a stage's
-STAGE_FILES = {
-    "gen": ("manifest.json", "gen_config.json"),
-    "train": ("train_config.json", "model.safetensors"),
-    "eval": ("eval_config.json",),
-}
-
-
-def stage_of(folder: Path) -> str | None:
-    """The stage that made an output folder: its mark, else the files only that stage writes."""
-    mark = folder / STAGE_MARK
-    if mark.is_file():
-        return mark.read_text().strip() or None
-    return next((stage for stage, files in STAGE_FILES.items() if any((folder / f).exists() for f in files)), None)
-
-
-def check_stage(folder: str | Path, command: str) -> None:
-    """Refuse an output that is a file, or that another stage made (any API, not only the CLI)."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise OutputBusy(f"output {folder} is a file: name a folder for `specroute {command}` to write into")
-    made_by = stage_of(folder) if folder.is_dir() else None
-    if made_by and made_by != command:
-        raise OutputBusy(
-            f"{folder} holds the output of `specroute {made_by}`: `specroute {command}` will not write into "
-            f"another stage's folder (it would overwrite its files); choose another output"
-        )
+def _open_lock(folder: Path, command: str):
+    """The folder's lock file, held exclusively; refused at once when another writer holds it. The lock is
+    inside the folder and removed when the command ends: a later opener checks it still locks the file at
+    that name (one removed under it would be a lock nobody else sees)."""
+    path = folder / f"{LOCK_NAME}{rank_suffix()}"  # one per rank: a torchrun job's ranks write one folder together
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "specroute command"
+            handle.close()
+            raise OutputBusy(
+                f"{folder} is being written by another {holder}: wait for it to finish, or choose another output folder"
+            ) from None
+        if path.exists() and os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+            return path, handle
+        handle.close()  # the previous holder removed it as we opened it: take the new one
 
 
 @contextlib.contextmanager
 def output_lock(folder: str | Path, command: str):
     """Hold an exclusive lock on an output folder while a command writes it; a second writer (another
-    process, or another call in this one) is refused at once with who holds it. The lock file sits
-    next to the folder, so `overwrite` may delete the folder itself; the kernel drops the lock when
-    the holder exits, even on SIGKILL."""
+    process, or another call in this one) is refused at once with who holds it. The folder is claimed first
+    (router/infra/stage_folders.py: refused, creating nothing, when it is not this command's to write) and
+    marked with the command; a run that fails in a folder it created, having written no more than its
+    config, leaves no folder behind. The kernel drops the lock when the holder exits, even on SIGKILL."""
     folder = Path(folder)
-    check_stage(folder, command)
+    claim_output(folder, command)
+    made = _made_folders(folder)
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        # one lock per rank: the ranks of a torchrun job write one folder together, each its own files
-        handle = open(folder.parent / f".{folder.name}.specroute-lock{rank_suffix()}", "a+")
-        folder.mkdir(exist_ok=True)
-        (folder / STAGE_MARK).write_text(command)
+        folder.mkdir(parents=True, exist_ok=True)
+        lock_path, handle = _open_lock(folder, command)
     except OSError as err:  # read-only, no permission, a file in the way, a full disk
+        _remove_made(made, command)
         raise OutputBusy(
             f"cannot write the output folder {folder} ({err.strerror or err}): choose another output"
         ) from None
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
         handle.seek(0)
-        holder = handle.read().strip() or "specroute command"
-        handle.close()
-        raise OutputBusy(
-            f"{folder} is being written by another {holder}: wait for it to finish, or choose another output folder"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"`specroute {command}` (pid {os.getpid()})")
-    handle.flush()
-    try:
+        handle.truncate()
+        handle.write(f"`specroute {command}` (pid {os.getpid()})")
+        handle.flush()
+        (folder / STAGE_MARK).write_text(command)
         yield folder
+    except BaseException:
+        _remove_made(made, command)
+        raise
     finally:
+        lock_path.unlink(missing_ok=True)
         fcntl.flock(handle, fcntl.LOCK_UN)
         handle.close()
+
+
+def _remove_made(made: list[Path], command: str) -> None:
+    """Remove the folders a refused run created, when they hold nothing but its mark, lock and config."""
+    if not made:
+        return
+    config = STAGES[command].config if command in STAGES else None
+    leftovers = {STAGE_MARK, config}
+    folder = made[-1]
+    if folder.is_dir() and all(p.name in leftovers or p.name.startswith(LOCK_NAME) for p in folder.iterdir()):
+        for p in folder.iterdir():
+            p.unlink(missing_ok=True)
+        for path in reversed(made):
+            try:
+                path.rmdir()
+            except OSError:
+                break  # not empty: something else lives there now
 
 
 class Journal:

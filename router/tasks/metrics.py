@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from decimal import Decimal, InvalidOperation
 import string
 from collections import Counter
 from typing import Callable
@@ -26,28 +27,37 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 ANSWER_IS = re.compile(r"answer is[:\s]*\$?\s*(-?\d[\d,]*(?:\.\d+)?)", re.IGNORECASE)
 
 
-def _number(text: str) -> float | None:
+def _number(text: str) -> Decimal | None:
     """The answer number: the one after the first 'the answer is' (the few-shot chain-of-thought
-    form), else the first after '####' when the text has one, else the last number."""
+    form), else the first after '####' when the text has one, else the last number. Exact (a Decimal):
+    1234567 and 1234568 are two answers, 18 and 18.00 one."""
     stated = ANSWER_IS.search(text)
     if stated:
-        return float(stated.group(1).replace(",", ""))
+        return _exact(stated.group(1))
     marked = "####" in text
     found = NUMBER.findall(text.split("####", 1)[1] if marked else text)
-    if not found:
-        return None
+    return _exact(found[0 if marked else -1]) if found else None
+
+
+def _exact(number: str) -> Decimal | None:
     try:
-        return float(found[0 if marked else -1].replace(",", ""))
-    except ValueError:
+        return Decimal(number.replace(",", ""))
+    except InvalidOperation:
         return None
+
+
+def answer_text(number: Decimal) -> str:
+    """The canonical spelling of an answer: integers as integers, decimals without trailing zeros."""
+    text = format(number.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
 
 
 def gsm8k_metric(output: str, meta: dict) -> dict:
-    """Exact match of the final number of the output with the short answer."""
+    """Exact match of the final number of the output with the short answer (compared by value)."""
     got, want = _number(output), _number(str(meta["short_answer"]))
     return {
-        "quality": float(got is not None and want is not None and abs(got - want) < 1e-6),
-        "answer": "" if got is None else f"{got:g}",
+        "quality": float(got is not None and want is not None and got == want),
+        "answer": "" if got is None else answer_text(got),
     }
 
 
@@ -77,13 +87,43 @@ def qa_metric(output: str, meta: dict) -> dict:
     return {"quality": em, "exact_match": em, "f1": f1, "answer": normalise_answer(answer)}
 
 
-CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
+# an opening or closing code fence: ``` or ~~~ (three or more), maybe indented, then an info string
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*?)[ \t]*$")
+PYTHON_INFO = ("", "python", "py", "python3", "py3", "pycon", "ipython")
+
+
+def _fenced_blocks(output: str) -> list[tuple[str, str]]:
+    """(info string, code) of each fenced block, in order; a block the output ends inside runs to the end.
+    A closing fence is the opening's character, at least as long, with nothing after it (CommonMark); the
+    code is dedented by the opening fence's indentation."""
+    blocks, lines, i = [], output.split("\n"), 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        i += 1
+        if not opening:
+            continue
+        char, size, indent = opening["fence"][0], len(opening["fence"]), len(opening["indent"])
+        body = []
+        while i < len(lines):
+            closing = FENCE.match(lines[i])
+            if closing and closing["fence"][0] == char and len(closing["fence"]) >= size and not closing["info"]:
+                i += 1
+                break
+            line = lines[i]
+            body.append(line[min(indent, len(line) - len(line.lstrip(" \t"))) :])
+            i += 1
+        blocks.append((opening["info"].strip().lower(), "\n".join(body) + "\n"))
+    return blocks
 
 
 def extract_code(output: str) -> str:
-    """The first fenced code block of the output, or the whole output when there is none."""
-    match = CODE_BLOCK.search(output)
-    return match.group(1) if match else output
+    """The first fenced Python block of the output (```python, ```Python, ```py3, ``` python, ~~~, an indented
+    fence, a bare fence), else its first fenced block of any language, else the whole output."""
+    blocks = _fenced_blocks(output)
+    python = [code for info, code in blocks if (info.split() or [""])[0] in PYTHON_INFO]
+    if python:
+        return python[0]
+    return blocks[0][1] if blocks else output
 
 
 # what a code metric reads from an example's meta, and the type each field must have

@@ -250,10 +250,16 @@ def run_program(code: str, timeout_s: float = 10.0, memory_mb: int = 1024, sandb
     guard exited 0 and the result file holds exactly the one-time token, which waited in a pipe the guard
     reads only after the program returned (sandbox_guard.py)."""
     mode = resolve_sandbox(sandbox)
+    try:
+        source = code.encode("utf-8")
+    except (
+        UnicodeEncodeError
+    ) as err:  # a lone surrogate: Python cannot compile it, so the reference harness fails it too
+        return Outcome("failed", f"the program is not valid text ({err.reason} at character {err.start}): not run")
     token = secrets.token_hex(16).encode()
     with tempfile.TemporaryDirectory(prefix="specroute-exec-") as folder:
         folder = Path(folder)
-        (folder / "program.py").write_text(code)
+        (folder / "program.py").write_bytes(source)
         (folder / "guard.py").write_text(GUARD)
         token_read, token_write = os.pipe()
         os.write(token_write, token)

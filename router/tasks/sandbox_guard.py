@@ -1,6 +1,7 @@
 """The guard: runs first inside the sandbox, as a script (`python -I guard.py program.py MEM CPU FSIZE TOKEN_FD
 RESULT_FD`), never imported by specroute. It sets the limits, installs the seccomp filter, then runs the
-program (the candidate followed by its tests) as `__main__`, and writes the parent's one-time token to the
+program (the candidate followed by its tests) in a module `__main__` whose `__name__` is unset, as the reference
+harnesses' `exec(program, {})` runs it (its `if __name__ == "__main__":` block is skipped), and writes the parent's one-time token to the
 result file only when the program ran to its end.
 
 Why a pass cannot be faked through Python (tests/test_sandbox_verdict.py, the attacks on the verdict):
@@ -38,6 +39,7 @@ ARCH = {
         reach=(101, 310, 311, 312, 323, 298, 321),  # ptrace process_vm_readv/writev kcmp userfaultfd perf bpf
         session=(112, 109),  # setsid setpgid: leaving the process group the parent kills
         shm=(319, 29, 30, 68, 64, 240),  # memfd_create shmget shmat msgget semget mq_open
+        keys=(248, 249, 250),  # add_key request_key keyctl: kernel keyring memory
     ),
     "aarch64": dict(
         audit=0xC00000B7,
@@ -51,6 +53,7 @@ ARCH = {
         reach=(117, 270, 271, 272, 282, 241, 280),
         session=(157, 154),
         shm=(279, 194, 196, 186, 190, 180),
+        keys=(217, 218, 219),
     ),
 }
 MOUNTS = (428, 429, 430, 431, 432, 433, 442)  # open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
@@ -64,14 +67,15 @@ def filter_program(machine: str) -> list:
     to clone, which is checked); mount-type calls, chroot, unshare, setns; every way to reach another process
     (ptrace, process_vm_*, kcmp, pidfd_getfd, userfaultfd, io_uring, perf_event_open, bpf); setsid and setpgid
     and prctl(PR_SET_PDEATHSIG) (the process must stay where the parent's kill reaches it); and memory the
-    address-space limit does not count (memfd_create, memfd_secret, SysV shm/msg/sem, POSIX mqueues)."""
+    address-space limit does not count (memfd_create, memfd_secret, SysV shm/msg/sem, POSIX mqueues, the kernel
+    keyrings: add_key, request_key, keyctl)."""
     if machine not in ARCH:
         raise OSError(f"no seccomp filter for {machine}")
     nr = ARCH[machine]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
     deny = (nr["fork"], nr["vfork"], nr["execve"], nr["execveat"], *nr["fs"], *MOUNTS, *nr["reach"], *SHARED)
-    deny += (*nr["session"], *nr["shm"])
+    deny += (*nr["session"], *nr["shm"], *nr["keys"])
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, nr["audit"]), (ret, 0, 0, eperm), (ld, 0, 0, 0)]
     prog += [(jset, 0, 1, X32_BIT), (ret, 0, 0, eperm)]  # the x32 ABI: same arch, numbers with bit 30 set
     for n in (n for n in deny if n >= 0):
@@ -114,15 +118,28 @@ def set_limits(mem: int, cpu: int, fsize: int) -> None:
         resource.setrlimit(limit, (value, value))
 
 
+def _out_of_reach(fd: int, slot: int) -> int:
+    """Move a descriptor to the top of the 64 the program may hold, so closing the low ones (os.closerange(3,
+    50), a daemon's habit) leaves the verdict's pipe and file alone."""
+    if fd != slot:
+        posix.dup2(fd, slot)
+        posix.close(fd)
+    return slot
+
+
 def run(argv, _exit=posix._exit, _write=posix.write, _read=posix.read, _print=print):
     """Everything the verdict needs is bound here, before the program can rebind anything."""
     program_path, mem, cpu, fsize, token_fd, result_fd = argv[1], *(int(a) for a in argv[2:7])
+    token_fd, result_fd = _out_of_reach(token_fd, 63), _out_of_reach(result_fd, 62)
     set_limits(mem, cpu, fsize)
     install_filter()
     with open(program_path) as f:
         code = compile(f.read(), "program.py", "exec")
     main = types.ModuleType("__main__")  # the program's own module: `import __main__` finds the program
     main.__dict__["__builtins__"] = builtins
+    # as the reference harnesses run it (HumanEval's and MBPP's `exec(program, {})`): no `__name__` of its own,
+    # so `__name__` reads builtins' and an `if __name__ == "__main__":` demo block does not run
+    del main.__dict__["__name__"]
     sys.modules["__main__"] = main
     sys.argv = ["program.py"]
     del argv, f
