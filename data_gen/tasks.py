@@ -160,12 +160,37 @@ TASKS: dict[str, Callable[[], Iterator[Example]]] = {
 }
 
 
+def check_utf8(path: Path) -> None:
+    """Refuse a text data file holding bytes that are not UTF-8, naming the file and where (datasets' own
+    error names neither)."""
+    import codecs
+
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"data file {path} is not UTF-8 text (byte {chunk[err.start]:#04x} at offset {offset + err.start}): "
+                    f"save it as UTF-8"
+                ) from None
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise ValueError(f"data file {path} ends inside a UTF-8 character: save it as UTF-8") from None
+
+
 def load_user_data(
     path: str, prompt_field: str, reference_field: str, id_field: str | None = None, split: str = "train"
 ) -> Iterator[Example]:
     """Examples from a local jsonl/csv/parquet file or a `datasets.load_dataset` name."""
     import datasets
 
+    from router.infra.quiet import reroute
+
+    reroute()  # datasets adds its terminal handler on import: inside a command its notes go to the log
     local = Path(path).expanduser()
     kinds = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
     if local.exists():
@@ -176,6 +201,8 @@ def load_user_data(
                 f"data file {local} is empty: it needs one example per row with fields "
                 f"{prompt_field!r} and {reference_field!r}"
             )
+        if local.suffix != ".parquet":
+            check_utf8(local)
         try:
             ds = datasets.load_dataset(kinds[local.suffix], data_files=str(local), split="train")
         except Exception as err:  # datasets wraps parser errors in several types

@@ -20,6 +20,7 @@ from router.engine.block_size import block_drafts, check_block_size
 from router.engine.layout import CachedModel, model_cache, drop_trailing_holes, output_pad_id
 from router.engine.lookup import LookupCache, LookupDrafter
 from router.engine.loop import (
+    check_loop_objects,
     FROM_VERIFIER,
     GenerateOutput,
     Rows,
@@ -88,6 +89,7 @@ def generate(
     knobs = dict(temperature=temperature, top_p=top_p, seed=seed, max_new_tokens=max_new_tokens, gamma=gamma)
     opts = DecodeOptions(**knobs, draft_stop=draft_stop, bonus_from=bonus_from)  # checked once; only opts is read below
     attention_mask = check_inputs(input_ids, attention_mask)
+    check_loop_objects(stop, prefix)
     check_token_ids(input_ids, drafter, verifier)
     policy = _decoding_policy(rule, drafter, verifier, check_pair, opts.gamma)
     vocab, drafter_cache = _drafter_for(drafter, verifier, policy, opts.gamma)

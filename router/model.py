@@ -342,6 +342,11 @@ def load_router(folder: str | Path) -> LearnedRouter:
         raise RouterError(
             f"{cfg_path} is not valid JSON ({err}): re-export the router with `specroute train`"
         ) from None
+    if not isinstance(raw, dict):
+        raise RouterError(
+            f"{cfg_path} holds a JSON {type(raw).__name__}, not a router config (a mapping): the folder is damaged "
+            f"or was edited; retrain the router (`specroute train`) or restore the folder"
+        )
     if raw.get("format") != ROUTER_FORMAT or raw.get("schema_version") != SCHEMA_VERSION:
         raise RouterError(
             f"{folder} holds a router of format {raw.get('format')} / record schema "

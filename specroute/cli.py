@@ -219,14 +219,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # a full disk or a read-only place while writing: every file is written atomically
-        if err.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT):
+        if err.errno not in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EDQUOT, errno.EFBIG):
             raise
         # a copy or move (a library's atomic save) names its temporary first and the file it writes second
         target = err.filename2 or err.filename
         where = f" while writing {target}" if target else ""
+        fix = (
+            "raise the file size limit (`ulimit -f`)"
+            if err.errno == errno.EFBIG
+            else "free some space (or make it writable)"
+        )
         print(
-            f"error: {err.strerror}{where}: free some space (or make it writable) and rerun the same command; "
-            f"finished work is kept and the run resumes after it",
+            f"error: {err.strerror}{where}: {fix} and rerun the same command; finished work is kept and the run "
+            f"resumes after it",
             file=sys.stderr,
         )
         return 2

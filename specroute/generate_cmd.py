@@ -174,6 +174,12 @@ def _generate_options(args):
         claim_output_file(args.output, "generate")
     except OutputBusy as err:
         raise SystemExit(f"error: {err}") from None
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as err:  # bytes the shell's locale could not decode arrive as lone surrogates
+        raise SystemExit(
+            f"error: --prompt holds bytes that are not UTF-8 text (at character {err.start}): pass the prompt as UTF-8"
+        ) from None
     if not args.prompt.strip() and not args.chat:
         raise SystemExit('error: --prompt is empty: give the text to continue, e.g. --prompt "def fib(n):"')
     _check_writable(Path(args.output))

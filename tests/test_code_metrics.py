@@ -82,3 +82,80 @@ def test_an_mbpp_example_with_no_test_to_run_is_refused_by_name(tests):
 def test_a_humaneval_example_with_no_test_is_refused_by_name():
     with pytest.raises(ValueError, match=r"example 'he-1'.*'test' holds no test to run"):
         check_metric_fields("humaneval", dict(META, test="  \n"), "he-1")
+
+
+# ---- judged as the reference harnesses judge (HumanEval's and MBPP's `exec(program, {})`) ----------------
+
+DEMO_BLOCKS = [
+    'if __name__ == "__main__":\n    n = int(input())\n    print(total([n]))\n',
+    'if __name__ == "__main__":\n    import sys\n    print(total([int(sys.argv[1])]))\n',
+]
+
+
+@pytest.mark.parametrize("demo", DEMO_BLOCKS)
+def test_a_main_block_is_skipped_as_the_reference_harness_skips_it(demo, best_sandbox):
+    """The reference harness execs the program with globals {}: `__name__` is builtins', the block never runs
+    (here it read stdin or argv and failed a correct completion)."""
+    solution = f"def total(xs: List[int]) -> int:\n    return sum(xs)\n\n\n{demo}"
+    assert humaneval_metric(solution, META, sandbox=best_sandbox)["quality"] == 1
+    mbpp = {"tests": ["assert total([1, 2]) == 3"]}
+    assert mbpp_metric("from typing import List\n" + solution, mbpp, sandbox=best_sandbox)["quality"] == 1
+    reference = {}
+    exec("x = __name__", reference)  # what the reference harness's programs see
+    assert reference["x"] == "builtins"
+
+
+@pytest.mark.parametrize(
+    "fenced",
+    [
+        "```Python\n{code}```",
+        "```python3\n{code}```",
+        "``` python\n{code}```",
+        "```py3\n{code}```",
+        "```PY\n{code}```",
+        "~~~python\n{code}~~~",
+        "~~~\n{code}~~~",
+        "  ```python\n  {indented}  ```",
+        "Here it is:\n\n```bash\npip install nothing\n```\n\n```python\n{code}```\nDone.",
+        "````python\n{code}````",
+        "```python\n{code}",  # the output ended inside the block
+    ],
+)
+def test_code_is_extracted_from_every_common_fence_spelling(fenced, best_sandbox):
+    from router.tasks.metrics import extract_code
+
+    code = "def total(xs):\n    return sum(xs)\n"
+    output = fenced.format(code=code, indented="def total(xs):\n      return sum(xs)\n")
+    assert extract_code(output) == code
+    mbpp = {"tests": ["assert total([1, 2]) == 3"]}
+    assert mbpp_metric(output, mbpp, sandbox=best_sandbox)["quality"] == 1
+
+
+def test_a_program_closing_low_descriptors_still_passes(best_sandbox):
+    """os.closerange(3, 50) (a daemon's habit) used to close the verdict's token pipe: a correct program failed."""
+    program = "import os\nos.closerange(3, 50)\ndef total(xs):\n    return sum(xs)\n"
+    assert mbpp_metric(program, {"tests": ["assert total([1, 2]) == 3"]}, sandbox=best_sandbox)["quality"] == 1
+
+
+def test_a_completion_that_is_not_valid_text_fails_without_a_traceback(best_sandbox):
+    """A lone surrogate: Python cannot compile it, so the reference harness fails it; here it used to end in a
+    UnicodeEncodeError from run_program."""
+    scores = mbpp_metric("def total(xs):\n    return '\ud800'\n", {"tests": ["assert 1"]}, sandbox=best_sandbox)
+    assert scores["quality"] == 0 and scores["answer"] == "failed"
+
+
+@pytest.mark.parametrize(
+    "output,short,quality,answer",
+    [
+        ("the answer is 1234568", "1234567", 0.0, "1234568"),  # both were 1.23457e+06
+        ("the answer is 1234567", "1,234,567", 1.0, "1234567"),
+        ("#### 18.00", "18", 1.0, "18"),
+        ("so 0.5 of it", "0.50", 1.0, "0.5"),
+        ("it is 100", "1e2", 0.0, "100"),  # not a GSM8K answer spelling: read as the number 1, then e2
+        ("the answer is -3", "-3", 1.0, "-3"),
+    ],
+)
+def test_gsm8k_answers_are_compared_exactly(output, short, quality, answer):
+    from router.tasks.metrics import gsm8k_metric
+
+    assert gsm8k_metric(output, {"short_answer": short}) == {"quality": quality, "answer": answer}

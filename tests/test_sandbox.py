@@ -273,3 +273,21 @@ def test_the_attacks_are_real_outside_the_sandbox(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+KEYRING = (
+    "import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "blob = ctypes.create_string_buffer(1 << 20)\n"
+    "r = libc.syscall(248, b'user', b'k', blob, 1 << 20, -2)  # add_key into the session keyring\n"
+    "assert r == -1 and ctypes.get_errno() == errno.EPERM, (r, ctypes.get_errno())\n"
+)
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "unshare", "python"])
+def test_kernel_keyrings_hold_no_memory_the_cap_does_not_count(sandbox):
+    """add_key kept 25 MB in the kernel's keyrings, outside the address-space limit: refused by the filter."""
+    if sandbox in WORKS and not WORKS[sandbox]():
+        pytest.skip(f"{sandbox} cannot create namespaces here")
+    if os.uname().machine != "x86_64":
+        pytest.skip("the program calls add_key by its x86_64 number")
+    assert _ran(KEYRING, sandbox=sandbox) == "passed"

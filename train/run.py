@@ -81,8 +81,8 @@ def fit_router(cfg: TrainConfig, out: Path, examples: dict | None = None) -> dic
     # read once for all members: the pair, the splits and the input standardisation they share
     manifests = one_pair([read_manifest(f) for f in cfg.records], cfg.records)
     data.setup("fit")
+    stats = input_stats(data.train)  # reads every input first: records missing one are refused before any note
     warn_if_one_sided(data.train)
-    stats = input_stats(data.train)
     if cfg.ensemble <= 1:
         fitted = _fit_member(cfg, out, examples, data, manifests, stats)
         return _finish(cfg, *fitted, out) if fitted else {}

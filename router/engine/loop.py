@@ -197,6 +197,20 @@ def check_inputs(input_ids, attention_mask) -> torch.Tensor:
     return attention_mask
 
 
+def check_loop_objects(stop, prefix) -> None:
+    """Refuse a `stop` or `prefix` of the wrong kind in one line (they would fail deep in the loop)."""
+    if stop is not None and not isinstance(stop, StopStrings):
+        raise ValueError(
+            f"stop= takes StopStrings.build(tokenizer, [...]) (router.tasks.prompts), got {type(stop).__name__} "
+            f"{stop!r:.60}: the loop stops on token ids, so the texts need the tokenizer"
+        )
+    if prefix is not None and not isinstance(prefix, SharedPrefix):
+        raise ValueError(
+            f"prefix= takes a router.engine.prefix.SharedPrefix (the shared prompt start, prefilled once), got "
+            f"{type(prefix).__name__}: build one with SharedPrefix(ids) or SharedPrefix.common(prompts), or leave prefix out"
+        )
+
+
 def check_token_ids(input_ids: torch.Tensor, *models) -> None:
     """Refuse token ids outside every model's embedding table (torch would end in an IndexError)."""
     sizes = [m.get_input_embeddings().weight.shape[0] for m in models if hasattr(m, "get_input_embeddings")]

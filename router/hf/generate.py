@@ -77,6 +77,10 @@ def cascade_generate(
     from router.decoding import generate
 
     refuse_other_spellings({"drafter": drafter, "stop": stop, "stop_tokenizer": stop_tokenizer})
+    if model_kwargs.get("inputs_embeds") is not None:
+        raise GenerationSettingError(
+            "inputs_embeds= is not read by specroute's loop, which drafts and verifies token ids: pass input_ids"
+        )
     drafter = _checked_call(generation_config)
     policy = resolve_policy(rule)
     attention_mask = _attention_mask(model_kwargs, input_ids)
@@ -160,7 +164,13 @@ def _alpha(policy, alpha: float | None) -> float:
 
 def _seed(seed: int | None) -> int:
     """The sampler's seed: given, or drawn from torch's global generator (torch.manual_seed governs it)."""
-    return int(seed) if seed is not None else int(torch.randint(0, 2**62, ()).item())
+    if seed is None:
+        return int(torch.randint(0, 2**62, ()).item())
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise GenerationSettingError(
+            f"seed must be an integer in [0, 2**63), got {seed!r}: pass seed=0 (or leave it out)"
+        )
+    return seed
 
 
 def _attention_mask(model_kwargs: dict, input_ids: torch.Tensor) -> torch.Tensor | None:

@@ -112,6 +112,8 @@ def _fenced_blocks(output: str) -> list[tuple[str, str]]:
             line = lines[i]
             body.append(line[min(indent, len(line) - len(line.lstrip(" \t"))) :])
             i += 1
+        while body and not body[-1].strip():  # the newline an unclosed block ends with
+            body.pop()
         blocks.append((opening["info"].strip().lower(), "\n".join(body) + "\n"))
     return blocks
 
