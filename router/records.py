@@ -18,6 +18,7 @@ import numpy as np
 
 from router.infra.files import atomic_write_bytes, file_sha256
 from router.infra.stage_folders import stage_of
+from router.infra.quiet import import_datasets
 
 SCHEMA_VERSION = 3  # 3: the typed Manifest (every field written); 2: p_at_q_topk_logprobs
 MANIFEST = "manifest.json"
@@ -299,7 +300,7 @@ def read_token_classes(folder: str | Path, manifest: Manifest) -> np.ndarray:
 
 def load_records(folder: str | Path, split: str | None = None, mode: str | None = None):
     """A `datasets.Dataset` over a record folder's shards (memory-mapped), optionally one split/mode."""
-    import datasets
+    datasets = import_datasets()  # inside a command its log lines go to the command's log
 
     manifest = read_manifest(folder)
     if split is not None and split not in SPLITS:
@@ -339,7 +340,7 @@ def shard_problem(folder: Path, shard: dict) -> str | None:
 
 def _checked_shard(folder: Path, shard: dict):
     """A shard as a Dataset, after checking it is the one the manifest recorded (size, checksum, rows)."""
-    import datasets
+    datasets = import_datasets()  # inside a command its log lines go to the command's log
 
     path = folder / shard["file"]
     damaged = f"{path} is damaged ({{}}): its records cannot be trusted; {REPAIR}"

@@ -291,3 +291,21 @@ def test_kernel_keyrings_hold_no_memory_the_cap_does_not_count(sandbox):
     if os.uname().machine != "x86_64":
         pytest.skip("the program calls add_key by its x86_64 number")
     assert _ran(KEYRING, sandbox=sandbox) == "passed"
+
+
+DOCUMENTED_VIEW = (
+    "import os, sys\n"
+    "src = open('/tmp/program.py' if os.path.exists('/tmp/program.py') else 'program.py').read()\n"
+    "assert 'assert 1 + 1 == 2' in src  # its own tests, readable (the reference harness holds them in memory)\n"
+    "prefix = sys.base_prefix\n"
+    "assert os.path.isdir(prefix) and os.listdir(prefix)  # the Python installation, wherever it lives\n"
+    "try:\n    open(os.path.join(prefix, 'specroute-probe'), 'w')\n    writable = True\n"
+    "except OSError:\n    writable = False\n"
+    "assert not writable\n"
+)
+
+
+def test_the_documented_view_a_program_reads_its_tests_and_the_python_installation(isolation):
+    """docs/sandbox.md: a program can read its own file (the candidate and its test asserts) and the Python
+    installation it runs on, read-only, wherever that lives (under /root for a pyenv Python)."""
+    assert _ran(DOCUMENTED_VIEW + "assert 1 + 1 == 2\n", sandbox=isolation) == "passed"

@@ -196,3 +196,15 @@ def test_the_in_process_hf_route_refuses_modes_and_settings_it_does_not_apply(ti
     ):
         with pytest.raises(GenerationSettingError, match=said):
             tiny.verifier.generate(**base, alpha=0.3, max_new_tokens=4, **kwargs)
+
+
+def test_a_libraries_own_message_goes_to_the_log_not_the_terminal(tmp_path, capsys, monkeypatch):
+    """datasets' "Failed to load JSON from file ..." reached the terminal beside specroute's own error."""
+    monkeypatch.setenv("SPECROUTE_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"prompt": "a", "reference": "b"}\n{broken\n')
+    argv = ["gen", "--config", str(ROOT / "configs/gen/tiny.yaml"), "task=custom", f"data_path={data}"]
+    assert cli.main([*argv, f"output={tmp_path / 'rec'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: cannot read {data} as jsonl" in err and "Failed to load JSON" not in err
+    assert "Failed to load JSON" in "".join(p.read_text() for p in (tmp_path / "cache" / "logs").glob("*.log"))

@@ -128,20 +128,20 @@ def generate_calls():
 
 
 def caller_arguments() -> dict:
-    """REFUSED_ARGUMENTS, `assistant_model`, the explicit `generation_config` and the keyword arguments as
+    """REFUSED_ARGUMENTS, `assistant_model` and the keyword arguments as
     given to the transformers `generate` call this custom function runs under (with the model as `self`)."""
     call = next(generate_calls(), {})
-    names = (*REFUSED_ARGUMENTS, "assistant_model", "generation_config", "kwargs", "self")
+    names = (*REFUSED_ARGUMENTS, "assistant_model", "kwargs", "self")
     return {name: call.get(name) for name in names}
 
 
 def explicit_top_k(call: dict) -> int | None:
-    """A top_k someone asked for: in the call's keywords, an explicit generation_config, or the model's own
-    generation_config (transformers' implicit default of 50 is none of these)."""
+    """A top_k someone asked for: in the call's keywords or the model's own generation_config (transformers'
+    implicit default of 50 is neither; by the time a custom function runs, the call's `generation_config`
+    is the merged one, so a top_k other than 50 set there is refused by its TopKLogitsWarper instead)."""
     model = call.get("self")
     sources = [
         (call.get("kwargs") or {}).get("top_k"),
-        getattr(call.get("generation_config"), "top_k", None),
         getattr(getattr(model, "generation_config", None), "top_k", None),
     ]
     asked = [k for k in sources if k not in (None, 0)]

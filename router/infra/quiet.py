@@ -107,6 +107,15 @@ def reroute() -> None:
         _ACTIVE[-1].routing.reroute()
 
 
+def import_datasets():
+    """`datasets`, imported so that inside a command its log lines (it adds a terminal handler on import, e.g.
+    "Failed to load JSON from file ...") go to the command's log like every other library's."""
+    import datasets
+
+    reroute()
+    return datasets
+
+
 # (module, its off and on switches, the environment variable it reads on import)
 _BARS = (
     ("transformers.utils.logging", "disable_progress_bar", "enable_progress_bar", "HF_HUB_DISABLE_PROGRESS_BARS"),
