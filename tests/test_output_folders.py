@@ -211,3 +211,18 @@ def test_a_folder_of_another_stage_given_as_records_is_named(runs, capsys):
     argv = ["train", "--config", str(ROOT / "configs/train/tiny.yaml"), f"records=[{runs / 'router'}]"]
     assert cli.main([*argv, f"output={runs.parent / 'unused'}"]) == 2
     assert "is the output of `specroute train`, not a recording" in capsys.readouterr().err
+
+
+def test_a_damaged_manifest_is_repaired_by_a_plain_rerun_as_the_message_says(runs, tmp_path, capsys):
+    """train used to advise `gen --overwrite` (a full re-record) where rerunning gen repairs the folder."""
+    import shutil
+
+    rec = tmp_path / "rec"
+    shutil.copytree(runs / "records", rec)
+    (rec / "manifest.json").write_text("{not json")
+    train = ["train", "--config", str(ROOT / "configs/train/tiny.yaml"), f"records=[{rec}]", "max_epochs=1"]
+    assert cli.main([*train, f"output={tmp_path / 'router'}"]) == 2
+    err = capsys.readouterr().err
+    assert "rerun the same `specroute gen` command" in err and "overwrite" not in err
+    assert cli.main([*GEN, f"output={rec}"]) == 0
+    assert cli.main([*train, f"output={tmp_path / 'router'}"]) == 0

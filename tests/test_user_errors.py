@@ -208,3 +208,25 @@ def test_a_libraries_own_message_goes_to_the_log_not_the_terminal(tmp_path, caps
     err = capsys.readouterr().err
     assert f"error: cannot read {data} as jsonl" in err and "Failed to load JSON" not in err
     assert "Failed to load JSON" in "".join(p.read_text() for p in (tmp_path / "cache" / "logs").glob("*.log"))
+
+
+def test_the_folder_route_refuses_the_same_modes(tiny, tmp_path):
+    """The router folder route (custom_generate=<folder>) runs cascade_generate: the same refusals."""
+    from router.arch import RouterConfig
+    from router.hf.settings import GenerationSettingError
+    from router.model import LearnedRouter, RouterNet, save_router
+
+    folder = save_router(LearnedRouter(RouterNet(RouterConfig()), name="r"), tmp_path / "r")
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(GenerationSettingError, match="penalty_alpha=0.6 asks for contrastive search"):
+        tiny.verifier.generate(
+            input_ids=ids,
+            assistant_model=tiny.drafter,
+            custom_generate=str(folder),
+            trust_remote_code=True,
+            alpha=0.1,
+            check_pair=False,
+            max_new_tokens=4,
+            penalty_alpha=0.6,
+            top_k=4,
+        )

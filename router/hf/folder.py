@@ -47,11 +47,8 @@ def folder_generate(
             "negative_prompt_attention_mask": negative_prompt_attention_mask,
         }
     )
-    if kwargs.get("top_k") not in (None, 0):
-        raise GenerationSettingError(
-            f"top_k={kwargs['top_k']} is not supported: specroute samples from the temperature / top-p "
-            f"distribution; drop top_k (or pass top_k=0)"
-        )
+    # top_k and the other settings it does not apply are refused by cascade_generate, from the lists both
+    # routes share (router/hf/settings.py)
     policy = resolve_policy(router if router is not None else router_folder())
     stop = None
     if stop_strings:

@@ -98,7 +98,7 @@ def refuse_settings(generation_config, call: dict | None = None) -> None:
                 f"{name}={value!r} asks for {mode}, which specroute's loop does not do (it decodes greedily or by "
                 f"sampling): drop {name} (it may come from the model's generation_config)"
             )
-    top_k = explicit_top_k(call or {}) if generation_config.do_sample else None  # greedy reads no top_k
+    top_k = explicit_top_k(call or {}, bool(generation_config.do_sample))
     if top_k:
         raise GenerationSettingError(
             f"top_k={top_k} is not applied by specroute's loop, which samples from the temperature / top-p "
@@ -135,14 +135,15 @@ def caller_arguments() -> dict:
     return {name: call.get(name) for name in names}
 
 
-def explicit_top_k(call: dict) -> int | None:
-    """A top_k someone asked for: in the call's keywords or the model's own generation_config (transformers'
-    implicit default of 50 is neither; by the time a custom function runs, the call's `generation_config`
-    is the merged one, so a top_k other than 50 set there is refused by its TopKLogitsWarper instead)."""
+def explicit_top_k(call: dict, sampling: bool) -> int | None:
+    """A top_k someone asked for: in the call's keywords (always), or in the model's own generation_config when
+    sampling (a greedy call reads none of it). transformers' implicit default of 50 is neither; by the time a
+    custom function runs the call's `generation_config` is the merged one, so a top_k other than 50 set
+    there is refused by its TopKLogitsWarper instead."""
     model = call.get("self")
     sources = [
         (call.get("kwargs") or {}).get("top_k"),
-        getattr(getattr(model, "generation_config", None), "top_k", None),
+        getattr(getattr(model, "generation_config", None), "top_k", None) if sampling else None,
     ]
     asked = [k for k in sources if k not in (None, 0)]
     return asked[0] if asked else None
