@@ -74,7 +74,8 @@ def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
 
         verifier_s = _median_seconds(verifier_block, 5)
         raw, p = process_logits(verifier_block(), 1.0, 1.0)  # (1, gamma+1, V)
-        q = (raw + 0.3 * torch.rand_like(raw)).div_(1.3)  # another distribution of the same size
+        q = raw + 0.3 * torch.rand_like(raw) / raw.shape[-1]
+        q = q / q.sum(-1, keepdim=True)  # another distribution of the same size
         methods = {
             "router_mlp_cascade": LearnedRouter(RouterNet(RouterConfig(arch="mlp"))),
             "router_mlp_token": LearnedRouter(RouterNet(RouterConfig(arch="mlp", head="token"))),

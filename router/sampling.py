@@ -82,15 +82,18 @@ def top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return filtered / filtered.sum(-1, keepdim=True)
 
 
+MIN_TEMPERATURE = 1e-4  # below it the scaled distribution is the argmax's one-hot: what sampling would approach
+
+
 def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(raw, scaled) probabilities from logits (..., V).
 
     raw is the temperature-1 softmax used for deferral decisions; scaled applies temperature
-    (0 = one-hot at the argmax) and then top-p, and is what drafts, targets and acceptance use.
+    (0, or below MIN_TEMPERATURE = one-hot at the argmax) and then top-p, and is what drafts, targets and acceptance use.
     """
     logits = logits.float()
     raw = logits.softmax(-1)
-    if temperature <= 0:
+    if temperature < MIN_TEMPERATURE:  # greedy, or too small to scale by (1e-300 overflows to inf - inf = NaN)
         scaled = torch.zeros_like(raw).scatter_(-1, fast_argmax(logits)[..., None], 1.0)
         return raw, scaled
     scaled = raw if temperature == 1.0 else (logits / temperature).softmax(-1)

@@ -400,7 +400,7 @@ def test_auto_gamma_adapts_the_block_size_and_stays_exact(near_pair, monkeypatch
     assert all(1 <= g <= calibrate.MAX_GAMMA for g in chosen)
     expected, _ = choose_gamma(acceptance, 0.05, [1 + 0.4 * n for n in range(calibrate.MAX_GAMMA + 1)])
     assert expected in chosen
-    with pytest.raises(ValueError, match="integer >= 1 or auto"):
+    with pytest.raises(ValueError, match="integer from 1 to 128"):
         generate(drafter, verifier, ids, gamma="fast", attention_mask=mask)
 
 

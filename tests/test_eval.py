@@ -485,7 +485,7 @@ def test_gamma_auto_is_calibrated_once_stored_and_used_by_every_point(tiny_pipel
     monkeypatch.setattr(calibrate, "measure_costs", lambda *a: pytest.fail("calibrated again"))
     assert cli.main(args) == 0
     assert json.loads((out / "gamma.json").read_text()) == chosen
-    with pytest.raises(Exception, match="gamma must be an integer >= 1 or auto"):
+    with pytest.raises(Exception, match="gamma must be an integer from 1 to 128"):
         load_config(EvalConfig, None, ["gamma=fast"])
     with pytest.raises(Exception, match="draft_stop must be in"):
         load_config(EvalConfig, None, ["draft_stop=2"])

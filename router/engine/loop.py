@@ -199,7 +199,7 @@ def check_inputs(input_ids, attention_mask) -> torch.Tensor:
 
 def check_loop_objects(stop, prefix) -> None:
     """Refuse a `stop` or `prefix` of the wrong kind in one line (they would fail deep in the loop)."""
-    if stop is not None and not isinstance(stop, StopStrings):
+    if isinstance(stop, (str, list, tuple)):  # texts: StopStrings (or a stop object of its kind) holds token ids
         raise ValueError(
             f"stop= takes StopStrings.build(tokenizer, [...]) (router.tasks.prompts), got {type(stop).__name__} "
             f"{stop!r:.60}: the loop stops on token ids, so the texts need the tokenizer"

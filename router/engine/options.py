@@ -31,7 +31,9 @@ def _help(text: str, **meta) -> dict:
 class DecodeOptions:
     """How a speculative cascade decodes: sampling, length, stops, block size and bonus token."""
 
-    temperature: float = field(default=0.0, metadata=_help("0 = greedy; > 0 samples from the scaled distributions"))
+    temperature: float = field(
+        default=0.0, metadata=_help("0 = greedy (so is anything below 1e-4); > 0 samples from the scaled distributions")
+    )
     top_p: float = field(default=1.0, metadata=_help("nucleus sampling mass in (0, 1]"))
     seed: int = field(default=0, metadata=_help("seed of the sampler's generator"))
     max_new_tokens: int = field(default=64, metadata=_help("new tokens per row at most"))
@@ -89,7 +91,6 @@ DECODE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Decode
 SAMPLING_FIELDS = ("temperature", "top_p", "seed", "max_new_tokens")
 
 
-MIN_TEMPERATURE = 1e-4  # below it sampling picks the argmax anyway; far below, logits / temperature overflow
 MAX_BLOCK = 128  # gamma: beyond this a block's verifier pass and counters outgrow any use
 
 
@@ -103,11 +104,6 @@ def check_decode_options(o) -> None:
             raise ConfigError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
     if not o.temperature >= 0 or not 0 < o.top_p <= 1:  # NaN fails both
         raise ConfigError(f"temperature must be >= 0 (got {o.temperature}) and top_p in (0, 1] (got {o.top_p})")
-    if 0 < o.temperature < MIN_TEMPERATURE:
-        raise ConfigError(
-            f"temperature {o.temperature:g} is too small to sample with (below {MIN_TEMPERATURE:g} sampling is greedy "
-            f"in all but name, and far below it logits / temperature overflow): use temperature 0 for greedy decoding"
-        )
     if isinstance(o.seed, bool) or not isinstance(o.seed, int) or not 0 <= o.seed < 2**63:
         raise ConfigError(f"seed must be an integer in [0, 2**63), got {o.seed!r}")
     if o.gamma != "auto" and (isinstance(o.gamma, (str, bool, float)) or not 1 <= o.gamma <= MAX_BLOCK):
@@ -129,7 +125,9 @@ def _gamma_arg(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"gamma must be an integer >= 1 or auto, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"gamma must be an integer from 1 to {MAX_BLOCK} or auto, got {text!r}"
+        ) from None
 
 
 def _unescape(text: str) -> str:

@@ -181,6 +181,8 @@ def claim_output(folder: str | Path, command: str) -> None:
     if folder.exists() and not folder.is_dir():
         raise OutputBusy(f"output {folder} is a file: name a folder for `specroute {command}` to write into")
     inside = _stage_around(folder)
+    if inside and inside[1] == command:
+        return  # a part of this stage's own folder (a cross-fitting fold's router, an ensemble member)
     if inside and inside[1] != command:
         raise OutputBusy(
             f"output {folder} lies inside {inside[0]}, the output of `specroute {inside[1]}`: `specroute {command}` "
