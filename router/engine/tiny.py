@@ -76,3 +76,43 @@ def tiny_model(seed: int = 0, layers: int = 2, hidden: int = 64, vocab: int = TI
     model.generation_config.eos_token_id, model.generation_config.pad_token_id = 2, 0
     model.name_or_path = f"tiny:seed{seed}"
     return model
+
+
+def byte_tokenizer_fast():
+    """The ByteTokenizer's ids as a Hugging Face fast tokenizer (what a model folder needs for other engines, e.g.
+    vLLM): byte b is token b + 3 after <pad>, <s>, </s>; no merges, so encode(text) is its UTF-8 bytes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    to_char = bytes_to_unicode()  # byte -> the printable character byte-level BPE spells it with
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{to_char[b]: b + BYTE_OFFSET for b in range(256)}}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", clean_up_tokenization_spaces=False
+    )
+
+
+def save_tiny_pair(folder, seed: int = 0, hidden: int = 64, noise: float = 0.002) -> tuple:
+    """The tiny pair (as router.pair.tiny_pair makes it, at this width) saved as two Hugging Face folders with a
+    real tokenizer, `folder`/drafter and `folder`/verifier, float32; returns their paths. Other engines load
+    them as they load any model (vLLM's CPU attention wants heads of 32 or more dimensions: hidden >= 128)."""
+    import copy
+    from pathlib import Path
+
+    verifier = tiny_model(seed, hidden=hidden)
+    drafter = copy.deepcopy(verifier)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for w in drafter.parameters():
+            w.add_(torch.randn(w.shape, generator=gen) * noise)
+    tokenizer = byte_tokenizer_fast()
+    paths = []
+    for name, model in (("drafter", drafter), ("verifier", verifier)):
+        path = Path(folder) / name
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths.append(path)
+    return tuple(paths)

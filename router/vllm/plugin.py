@@ -183,17 +183,17 @@ def rejection_sample(
 ):
     """vLLM's rejection step, with the policy's pi as the target: (B, max_spec_len + 1) int32 tokens."""
     settings, counts = _ACTIVE["settings"], _ACTIVE["counts"]
-    if draft_probs is None:
-        raise RuntimeError(
-            "specroute vLLM plugin: the drafter's distribution was not cached for this step (vLLM changed how draft "
-            "probabilities reach the rejection sampler); unset SPECROUTE_POLICY"
-        )
     if draft_token_ids.numel() == 0:  # no request drafted this step: each emits vLLM's bonus token
         tokens = torch.full(
             (len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32, device=bonus_token_ids.device
         )
         tokens[:, 0] = bonus_token_ids.reshape(-1).int()
         return tokens
+    if draft_probs is None:
+        raise RuntimeError(
+            "specroute vLLM plugin: the drafter's distribution was not cached for this step (vLLM changed how draft "
+            "probabilities reach the rejection sampler); unset SPECROUTE_POLICY"
+        )
     step = padded_step(
         draft_token_ids,
         num_draft_tokens,
