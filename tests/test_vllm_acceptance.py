@@ -16,13 +16,15 @@ V = 12
 
 
 def _sampling(b: int, temperature: float = 1.0, top_p: float = 1.0) -> Sampling:
-    return Sampling(torch.full((b,), temperature), torch.zeros(b, dtype=torch.long), torch.full((b,), top_p), [None] * b)
+    return Sampling(
+        torch.full((b,), temperature), torch.zeros(b, dtype=torch.long), torch.full((b,), top_p), [None] * b
+    )
 
 
-def _step(q_raw, logits, drafts, n, sampling, bonus=None) -> Drafted:
+def _step(q_logits, logits, drafts, n, sampling, bonus=None) -> Drafted:
     b = drafts.shape[0]
     bonus = torch.zeros(b, dtype=torch.long) if bonus is None else bonus
-    return Drafted(drafts, n, q_raw, logits, None, bonus, sampling)
+    return Drafted(drafts, n, q_logits, logits, None, bonus, sampling)
 
 
 @pytest.mark.parametrize("rule,alpha", [("lossless", 0.0), ("opt", 0.2), ("token_v2", 0.3), ("lossy", 0.5)])
@@ -31,13 +33,14 @@ def test_the_first_emitted_token_follows_pi(rule, alpha):
     pi at the draft's position (kept draft or residual), whatever the policy."""
     torch.manual_seed(0)
     n_req = 40000
-    q_raw = torch.softmax(torch.randn(V) * 1.5, -1)
+    q_logits = torch.randn(V) * 1.5
     logits = torch.randn(V) * 1.5
     sampling = _sampling(n_req)
-    q = drafter_scaled(q_raw[None].expand(n_req, V), torch.arange(n_req), sampling)  # (N, V)
+    q_raw, q = drafter_scaled(q_logits[None].expand(n_req, V), torch.arange(n_req), sampling)  # (N, V) each
+    q_raw = q_raw[0]
     drafts = torch.multinomial(q, 1)  # (N, 1) drawn from the q acceptance divides by
     step = _step(
-        q_raw.expand(n_req, 1, V).clone(),
+        q_logits.expand(n_req, 1, V).clone(),
         logits.expand(n_req, 1, V).clone(),
         drafts,
         torch.ones(n_req, dtype=torch.long),
@@ -51,11 +54,15 @@ def test_the_first_emitted_token_follows_pi(rule, alpha):
     expected = pi.double() * n_req
     keep = expected > 5
     assert observed[~keep].sum() <= 5 * max(1, int((~keep).sum()))
-    stat = chisquare(observed[keep].numpy(), expected[keep].numpy() * observed[keep].sum().item() / expected[keep].sum().item())
+    stat = chisquare(
+        observed[keep].numpy(), expected[keep].numpy() * observed[keep].sum().item() / expected[keep].sum().item()
+    )
     assert stat.pvalue > 1e-3, (rule, stat)
 
 
-@pytest.mark.parametrize("rule,alpha", [("opt", 0.1), ("token_v2", 0.2), ("kl_gate", 0.5), ("mixture", 0.5), ("chow", 0.3)])
+@pytest.mark.parametrize(
+    "rule,alpha", [("opt", 0.1), ("token_v2", 0.2), ("kl_gate", 0.5), ("mixture", 0.5), ("chow", 0.3)]
+)
 def test_greedy_requests_decide_as_specroutes_block_does(rule, alpha):
     """Temperature 0: the tokens equal specroute's own block steps (decide, accept_drafts, next_after) on the same
     distributions, with the bonus token taken from the verifier (bonus_from="verifier")."""
@@ -72,7 +79,7 @@ def test_greedy_requests_decide_as_specroutes_block_does(rule, alpha):
     rows = torch.arange(b)
     at = n_ref.clamp_max(k - 1)
     nxt = torch.where(n_ref == k, bonus, next_after(q[rows, at], pi[rows, at], n_ref < k, None))
-    step = _step(q_raw, p_logits[:, :k], drafts, torch.full((b,), k), _sampling(b, 0.0), bonus)
+    step = _step(q_logits, p_logits[:, :k], drafts, torch.full((b,), k), _sampling(b, 0.0), bonus)
     out = accept(get_rule(rule), alpha, step)
     assert torch.equal(out.n_accepted, n_ref)
     assert torch.equal(out.tokens[rows, n_ref].long(), nxt)
@@ -85,11 +92,11 @@ def test_a_request_never_keeps_more_drafts_than_it_made():
     torch.manual_seed(2)
     b, k = 6, 4
     logits = torch.randn(b, k, V)
-    q_raw, q = process_logits(logits, 0.0, 1.0)
+    q = process_logits(logits, 0.0, 1.0)[1]
     drafts = q.argmax(-1)
     n = torch.tensor([0, 1, 2, 3, 4, 2])
     bonus = torch.arange(b) + 3
-    out = accept(get_rule("lossless"), 0.0, _step(q_raw, logits, drafts, n, _sampling(b, 0.0), bonus))  # p == q
+    out = accept(get_rule("lossless"), 0.0, _step(logits, logits, drafts, n, _sampling(b, 0.0), bonus))  # p == q
     assert out.n_accepted.tolist() == n.tolist()  # every draft is the verifier's argmax: all kept, none beyond
     assert out.tokens[torch.arange(b), n].tolist() == bonus.tolist()
     assert out.evaluated.tolist() == n.tolist() and out.deferred.tolist() == [0] * b
@@ -99,11 +106,12 @@ def test_per_request_seeds_make_a_step_reproducible():
     b, k = 8, 3
     torch.manual_seed(3)
     q_logits, p_logits = torch.randn(b, k, V), torch.randn(b, k, V)
-    q_raw = q_logits.softmax(-1)
-    drafts = torch.multinomial(q_raw.reshape(-1, V), 1).view(b, k)
+    drafts = torch.multinomial(q_logits.softmax(-1).reshape(-1, V), 1).view(b, k)
     outs = []
     for _ in range(2):
         sampling = _sampling(b)
         sampling.generators = [torch.Generator().manual_seed(10 + i) for i in range(b)]
-        outs.append(accept(get_rule("opt"), 0.3, _step(q_raw, p_logits, drafts, torch.full((b,), k), sampling)).tokens)
+        outs.append(
+            accept(get_rule("opt"), 0.3, _step(q_logits, p_logits, drafts, torch.full((b,), k), sampling)).tokens
+        )
     assert torch.equal(outs[0], outs[1])

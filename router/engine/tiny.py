@@ -90,9 +90,17 @@ def byte_tokenizer_fast():
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>", clean_up_tokenization_spaces=False
     )
+    fast.chat_template = CHAT_TEMPLATE  # the ByteTokenizer's chat format, for servers' chat endpoints
+    return fast
+
+
+CHAT_TEMPLATE = (  # ByteTokenizer.apply_chat_template as Jinja: "<role>content\n" per message, then "<assistant>"
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 
 
 def save_tiny_pair(folder, seed: int = 0, hidden: int = 64, noise: float = 0.002) -> tuple:

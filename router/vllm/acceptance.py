@@ -1,7 +1,7 @@
 """The accept/resample step of a speculative cascade on vLLM's batch, pure torch (no vLLM import).
 
-vLLM hands over, per request, the drafts it made, the drafter's temperature-1 distribution at each
-(captured by the plugin's drafting hook), the verifier's logits there and the bonus token it sampled
+vLLM hands over, per request, the drafts it made, the drafter's logits at each (captured by the plugin's
+drafting hook), the verifier's logits there and the bonus token it sampled
 from the verifier at the position after the last draft. This module does what one block of specroute's
 loop does after verification (router/engine/block.py): scale q and p as `router.sampling.process_logits`
 does, take the policy's pi from a `BlockView`, accept a prefix by speculative sampling toward pi
@@ -59,10 +59,11 @@ def scale(logits: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> tuple
     return raw, scaled
 
 
-def drafter_scaled(q_raw: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """The distribution drafts are drawn from (N, V), from the drafter's raw q_raw (N, V). Drafting and
-    acceptance both call this on the same q_raw, so the q acceptance divides by is exactly the one sampled."""
-    return scale(q_raw.clamp_min(1e-38).log(), rows, sampling)[1]
+def drafter_scaled(q_logits: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_raw, q) (N, V): the drafter's temperature-1 distribution and the one drafts are drawn from, from its
+    logits (N, V). Drafting and acceptance both call this on the same logits, so the q acceptance divides by is
+    exactly the one drafts were sampled from."""
+    return scale(q_logits, rows, sampling)
 
 
 @dataclass
@@ -71,11 +72,28 @@ class Drafted:
 
     drafts: torch.Tensor  # (B, K) long, padding arbitrary
     n_drafts: torch.Tensor  # (B,) long, drafts each request made (0..K)
-    q_raw: torch.Tensor  # (B, K, V) the drafter at temperature 1
+    q_logits: torch.Tensor  # (B, K, V) the drafter's logits at each draft
     target_logits: torch.Tensor  # (B, K, V) the verifier's logits at each draft (after vLLM's penalties)
     bonus_logits: torch.Tensor | None  # (B, V) the verifier's at the position after the last draft, when read
     bonus: torch.Tensor  # (B,) the token vLLM sampled from the verifier there
     sampling: Sampling
+
+
+def rows_of(step: Drafted, mask: torch.Tensor) -> Drafted:
+    """The requests in `mask` (B,) as a step of their own (requests deciding with another policy)."""
+    s = step.sampling
+    picked = [g for g, m in zip(s.generators, mask.tolist()) if m]
+    sampling = Sampling(s.temperature[mask], s.top_k[mask], s.top_p[mask], picked)
+    bonus_logits = None if step.bonus_logits is None else step.bonus_logits[mask]
+    return Drafted(
+        step.drafts[mask],
+        step.n_drafts[mask],
+        step.q_raw[mask],
+        step.target_logits[mask],
+        bonus_logits,
+        step.bonus[mask],
+        sampling,
+    )
 
 
 @dataclass
@@ -90,41 +108,58 @@ class Accepted:
 
 def accept(policy: DeferralPolicy, alpha: float, step: Drafted) -> Accepted:
     """Decide every request's drafts with `policy` at `alpha` and accept a prefix toward its pi."""
-    b, k = step.drafts.shape
-    rows = torch.arange(b, device=step.drafts.device)[:, None].expand(b, k).reshape(-1)  # (B*K,)
-    v = step.q_raw.shape[-1]
-    q = drafter_scaled(step.q_raw.reshape(-1, v), rows, step.sampling).view(b, k, v)
-    p_raw, p = (x.view(b, k, v) for x in scale(step.target_logits.reshape(-1, v), rows, step.sampling))
-    pi = torch.empty_like(q)
-    greedy = step.sampling.greedy()
-    for mode in (True, False):  # decide() takes greedy_mode policies' mode only where rows decode greedily
-        part = greedy == mode
-        if bool(part.any()):
-            pi[part] = decide(policy, alpha, _view(policy, step, q, p, p_raw, part), mode)
+    q, pi = targets(policy, alpha, step)
     n_accepted = _accepted(step, q, pi).minimum(step.n_drafts)  # (B,)
     tokens = _emit(step, q, pi, n_accepted)
     deferred, evaluated = _deferrals(policy, step, q, pi, n_accepted)
     return Accepted(tokens, n_accepted, deferred, evaluated)
 
 
-def _view(policy, step: Drafted, q, p, p_raw, part: torch.Tensor) -> BlockView:
-    """The view of the requests in `part` (a mask over B), with the lookahead a judge reads: the verifier's
-    raw distribution after each draft (the next draft's position, or the bonus position after the last)."""
-    next_p_raw = None
+def targets(policy: DeferralPolicy, alpha: float, step: Drafted) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, pi) (B, K, V): the scaled drafter distribution drafts were drawn from, and the policy's target."""
+    b, k = step.drafts.shape
+    rows = torch.arange(b, device=step.drafts.device)[:, None].expand(b, k).reshape(-1)  # (B*K,)
+    v = step.q_logits.shape[-1]
+    q_raw, q = (x.view(b, k, v) for x in drafter_scaled(step.q_logits.reshape(-1, v), rows, step.sampling))
+    p_raw, p = (x.view(b, k, v) for x in scale(step.target_logits.reshape(-1, v), rows, step.sampling))
+    pi = torch.empty_like(q)
+    greedy = step.sampling.greedy()
+    for mode in (True, False):  # decide() takes greedy_mode policies' mode only where rows decode greedily
+        part = greedy == mode
+        if bool(part.any()):
+            pi[part] = decide(policy, alpha, _view(policy, step, (q_raw, q), (p_raw, p), part), mode)
+    return q, pi
+
+
+def _view(policy, step: Drafted, qs: tuple, ps: tuple, part: torch.Tensor) -> BlockView:
+    """The view of the requests in `part` (a mask over B): distributions and logits at each draft, and the
+    lookahead a judge reads, the verifier after each draft (the next draft's position, or the bonus position
+    after the last). qs, ps: (raw, scaled) (B, K, V) each."""
+    (q_raw, q), (p_raw, p) = qs, ps
+    next_p_raw = next_p_logits = None
     if "lookahead" in policy.needs:
-        after = step.bonus_logits.float().softmax(-1)[:, None]  # (B, 1, V)
-        shifted = torch.cat([p_raw[:, 1:], after], 1)  # (B, K, V)
-        last = (step.n_drafts - 1).clamp_min(0)  # a request with fewer drafts reads its bonus position there
-        shifted[torch.arange(len(last)), last] = after[:, 0]
-        next_p_raw = shifted[part]
+        next_p_logits = _after_each(step.target_logits, step.bonus_logits.float(), step.n_drafts)[part]
+        next_p_raw = next_p_logits.softmax(-1)
     return BlockView(
         q[part],
         p[part],
-        step.q_raw[part].float(),
+        q_raw[part],
         p_raw[part],
         drafts=step.drafts[part],
         next_p_raw=next_p_raw,
+        q_logits=step.q_logits[part].float(),
+        p_logits=step.target_logits[part].float(),
+        next_p_logits=next_p_logits,
     )
+
+
+def _after_each(logits: torch.Tensor, bonus: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """(B, K, V): the verifier's logits after each draft: at the next draft, and at the bonus position after a
+    request's last draft."""
+    shifted = torch.cat([logits[:, 1:].float(), bonus[:, None]], 1)  # (B, K, V)
+    last = (n - 1).clamp_min(0)
+    shifted[torch.arange(len(n)), last] = bonus
+    return shifted
 
 
 def _uniforms(step: Drafted) -> torch.Tensor:

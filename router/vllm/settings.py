@@ -4,8 +4,14 @@ which inherits it) and checked in one place: each problem is one line naming the
     SPECROUTE_POLICY   a rule name (`specroute rules`) or a router folder; unset or empty: the plugin is off
     SPECROUTE_ALPHA    the policy's trade-off (required unless the rule takes none, e.g. lossless)
     SPECROUTE_STATS    a JSON file the engine keeps current with accepted, rejected and deferred drafts
-                       per request and in total (optional)
+                       per request and in total (optional); SPECROUTE_STATS_EVERY: at most every that many
+                       seconds (default 1; 0: after every step)
     SPECROUTE_CHECK_PAIR  0 skips the check that a router decodes the models it was trained on (default 1)
+
+A request may choose another policy or alpha for itself with vLLM's per-request extra arguments:
+`SamplingParams(extra_args={"specroute_policy": "opt", "specroute_alpha": 0.3})`, or over the OpenAI API
+`extra_body={"vllm_xargs": {"specroute_policy": "opt", "specroute_alpha": 0.3}}`; both are checked when the
+request is made (a bad one is refused with vLLM's validation error, HTTP 400 from the server).
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ ENV_POLICY, ENV_ALPHA, ENV_STATS, ENV_CHECK_PAIR = (
     "SPECROUTE_STATS",
     "SPECROUTE_CHECK_PAIR",
 )
-# what vLLM's batch gives a policy: the drafts, and the verifier's distribution after each (a judge's lookahead);
+ENV_STATS_EVERY = "SPECROUTE_STATS_EVERY"
+# what vLLM's batch gives a policy: the drafts, both models' logits, and the verifier's distribution after each
+# (a judge's lookahead);
 # q at the bonus position is not computed (the bonus token is the verifier's, bonus_from="verifier")
-SUPPORTED_INPUTS = frozenset({"drafts", "lookahead", "bonus_q"})
+SUPPORTED_INPUTS = frozenset({"drafts", "lookahead", "logits", "bonus_q"})
 WHY_NOT = {
     "hidden_drafter": "vLLM does not hand the drafter's hidden states to the acceptance step",
     "hidden_verifier": "vLLM does not hand the verifier's hidden states to the acceptance step",
     "hidden_after": "vLLM does not hand the verifier's hidden states to the acceptance step",
-    "logits": "the drafting hook keeps the drafter's distribution, not its logits",
     "follow": "a follow window reads drafts across blocks that vLLM's step does not keep",
     "lag": "a lag history (or running sums) spans earlier steps, which vLLM's step does not keep",
 }
@@ -48,6 +55,7 @@ class PluginSettings:
     alpha: float
     stats: Path | None
     check_pair: bool
+    stats_every: float = 1.0
 
 
 def read_settings(environ=None) -> PluginSettings | None:
@@ -65,10 +73,44 @@ def read_settings(environ=None) -> PluginSettings | None:
     check = env.get(ENV_CHECK_PAIR, "1").strip().lower()
     if check not in ("0", "1", "false", "true"):
         raise PluginSettingError(f"{ENV_CHECK_PAIR} is 1 (check the pair, the default) or 0, got {check!r}")
-    return PluginSettings(policy, alpha, stats, check in ("1", "true"))
+    every = env.get(ENV_STATS_EVERY, "1").strip()
+    try:
+        every_s = float(every)
+    except ValueError:
+        every_s = -1.0
+    if not every_s >= 0:
+        raise PluginSettingError(f"{ENV_STATS_EVERY} is seconds between writes of the counts (>= 0), got {every!r}")
+    return PluginSettings(policy, alpha, stats, check in ("1", "true"), every_s)
 
 
-def load_policy(spec: str) -> DeferralPolicy:
+REQUEST_POLICY, REQUEST_ALPHA = "specroute_policy", "specroute_alpha"
+_REQUEST_POLICIES: dict = {}  # spec -> loaded policy: a router folder is read once per process
+
+
+def request_choice(extra_args: dict | None, default: PluginSettings) -> tuple[DeferralPolicy, float]:
+    """The (policy, alpha) a request decides with: its own extra arguments over the server's settings."""
+    extra = extra_args or {}
+    if REQUEST_POLICY not in extra and REQUEST_ALPHA not in extra:
+        return default.policy, default.alpha
+    policy = default.policy
+    if REQUEST_POLICY in extra:
+        spec = extra[REQUEST_POLICY]
+        if not isinstance(spec, str) or not spec.strip():
+            raise PluginSettingError(f"{REQUEST_POLICY} is a rule name or a router folder, got {spec!r}")
+        if spec not in _REQUEST_POLICIES:
+            loaded = load_policy(spec, REQUEST_POLICY)
+            check_supported(loaded, REQUEST_POLICY)
+            _REQUEST_POLICIES[spec] = loaded
+        policy = _REQUEST_POLICIES[spec]
+    value = extra.get(REQUEST_ALPHA)
+    if value is None:
+        return policy, (default.alpha if policy is default.policy else _alpha(policy, None, REQUEST_ALPHA))
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise PluginSettingError(f"{REQUEST_ALPHA} must be a number, got {value!r}")
+    return policy, _alpha(policy, str(value), REQUEST_ALPHA)
+
+
+def load_policy(spec: str, name: str = ENV_POLICY) -> DeferralPolicy:
     """A registered rule by name, else a router folder (router/model.py's load_router)."""
     from router.model import RouterError, load_router
     from router.rules import get_rule, rule_names
@@ -78,54 +120,52 @@ def load_policy(spec: str) -> DeferralPolicy:
     folder = Path(spec).expanduser()
     if not folder.exists():
         raise PluginSettingError(
-            f"{ENV_POLICY}={spec} is neither a rule ({', '.join(rule_names())}) nor a router folder: "
+            f"{name}={spec} is neither a rule ({', '.join(rule_names())}) nor a router folder: "
             f"name one (`specroute rules` lists the rules; `specroute train` writes router folders)"
         )
     try:
         router = load_router(folder)
     except (RouterError, OSError, ValueError) as err:
-        raise PluginSettingError(f"{ENV_POLICY}={spec}: {err}") from None
+        raise PluginSettingError(f"{name}={spec}: {err}") from None
     return router
 
 
-def check_supported(policy: DeferralPolicy) -> None:
+def check_supported(policy: DeferralPolicy, name: str = ENV_POLICY) -> None:
     """Refuse a policy whose inputs vLLM cannot give, or that needs what the plugin does not do."""
     if policy.offline_only:
-        raise PluginSettingError(f"{ENV_POLICY}: {policy.offline_only}")
+        raise PluginSettingError(f"{name}={policy.name}: {policy.offline_only}")
     needs = policy.needs
-    for name in (*sorted(needs.inputs - SUPPORTED_INPUTS), *(["follow"] if needs.follow else [])):
-        need = name if name in WHY_NOT else ("lag" if name in ("lag", "running") else name)
+    missing = sorted(needs.inputs - SUPPORTED_INPUTS) + (["follow"] if needs.follow else [])
+    missing += ["lag"] if needs.lag or needs.running else []
+    if missing:
+        what = missing[0]
+        reads = "running sums" if what == "lag" and needs.running else what
         raise PluginSettingError(
-            f"{ENV_POLICY}={policy.name} reads {name}, which the vLLM plugin cannot give it ({WHY_NOT.get(need, 'not exposed')}): "
+            f"{name}={policy.name} reads {reads}, which the vLLM plugin cannot give it ({WHY_NOT.get(what, 'not exposed')}): "
             f"decode it with `specroute generate`, or choose a policy without it"
-        )
-    if needs.lag or needs.running:
-        raise PluginSettingError(
-            f"{ENV_POLICY}={policy.name} reads {'running sums' if needs.running else 'a lag history'}, which the vLLM "
-            f"plugin cannot give it ({WHY_NOT['lag']}): decode it with `specroute generate`"
         )
     if policy.exact_bonus:
         raise PluginSettingError(
-            f"{ENV_POLICY}={policy.name} takes its bonus token from pi, which needs the drafter at the bonus position: "
-            f"vLLM's bonus token is the verifier's (choose another policy; `drafter` is vLLM's drafter alone)"
+            f"{name}={policy.name} takes its bonus token from pi, which needs the drafter at the bonus position: "
+            f"vLLM's bonus token is the verifier's (choose another policy)"
         )
 
 
-def _alpha(policy: DeferralPolicy, text: str | None) -> float:
+def _alpha(policy: DeferralPolicy, text: str | None, name: str = ENV_ALPHA) -> float:
     if text is None or not text.strip():
         if getattr(policy, "alpha_range", ()) is None:
             return 0.0
         raise PluginSettingError(
-            f"{ENV_ALPHA} is not set: {policy.name} needs its trade-off (`specroute rules` lists each rule's range; "
+            f"{name} is not set: {policy.name} needs its trade-off (`specroute rules` lists each rule's range; "
             f"eval's report.md lists a router's alphas matched to rejection rates)"
         )
     try:
         alpha = float(text)
     except ValueError:
-        raise PluginSettingError(f"{ENV_ALPHA}={text!r} is not a number") from None
+        raise PluginSettingError(f"{name}={text!r} is not a number") from None
     if math.isnan(alpha):
-        raise PluginSettingError(f"{ENV_ALPHA} is NaN: give a number")
+        raise PluginSettingError(f"{name} is NaN: give a number")
     try:
         return policy.check_alpha(alpha)
     except ValueError as err:
-        raise PluginSettingError(f"{ENV_ALPHA}: {err}") from None
+        raise PluginSettingError(f"{name}: {err}") from None
