@@ -1,0 +1,291 @@
+"""Speculative cascades served by vLLM: the verifier alone, vLLM's own lossless draft-model speculative decoding and
+specroute's plugin with each policy, side by side on held-out GSM8K prompts (runs in .venv-vllm).
+
+Three engines stay up together: the verifier alone, vLLM's speculative decoding with the plugin off, and one with
+the plugin on, where each request names its policy (`specroute_policy` / `specroute_alpha`). The prompts go in
+batches of `--batch` concurrent requests; every batch is decoded by every method before the next batch, in an
+order that rotates batch by batch, so a change in the machine's load lands on all methods alike. Per method:
+tokens/s, time per token against the verifier with a 95% bootstrap interval over prompts (a prompt's time is its
+batch's, shared by its tokens), vLLM's acceptance rate, GSM8K accuracy and its paired difference against the
+verifier (bootstrap over prompts), and the plugin's overhead (plugin lossless / vLLM lossless, the same tokens).
+Prints the CPU, dtype and threads; writes JSON. A journal per batch lets a cut run resume.
+
+    .venv-vllm/bin/python benchmarks/serve_vllm.py [--pair embedded|tiny] [--prompts 50] [--batch 8] [--gamma 4]
+        [--max-tokens 256] [--methods verifier vllm-lossless plugin:lossless plugin:token_v2@0.3 ...]
+        [--dtype bfloat16] [--out runs/bench/serve_vllm.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PLUGIN_OFF = {"SPECROUTE_POLICY": ""}
+
+
+def _args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--pair", choices=("embedded", "tiny"), default="embedded")
+    ap.add_argument("--prompts", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--gamma", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--methods", nargs="+", default=["verifier", "vllm-lossless", "plugin:lossless"])
+    ap.add_argument("--replicates", type=int, default=2000)
+    ap.add_argument("--out", default="runs/bench/serve_vllm.json")
+    return ap.parse_args(argv)
+
+
+def pair_folders(kind: str, dtype: str) -> tuple[Path, Path]:
+    """(drafter, verifier) Hugging Face folders: the embedded Qwen2.5-Coder pair converted once, or the tiny pair."""
+    import torch
+
+    if kind == "tiny":
+        from router.engine.tiny import save_tiny_pair
+
+        return save_tiny_pair(Path(tempfile.mkdtemp(prefix="vllm-bench-")), hidden=128)
+    from router.infra.embedded import embedded_path
+
+    torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
+    return embedded_path("drafter", torch_dtype), embedded_path("verifier", torch_dtype)
+
+
+def held_out_prompts(n: int) -> list:
+    """The first n GSM8K examples of the test split (specroute gen's seeded split, seed 0): held out from
+    any recording made with the default settings."""
+    from data_gen.plan import assign_split
+    from data_gen.tasks import load_gsm8k
+
+    test = [ex for ex in load_gsm8k() if assign_split(ex.example_id, 0, (0.7, 0.15, 0.15)) == "test"]
+    return test[:n]
+
+
+def start_engine(verifier: Path, drafter: Path | None, gamma: int, dtype: str, env: dict):
+    """One vLLM engine; its engine core is spawned with `env` over this process's environment."""
+    from vllm import LLM
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": gamma} if drafter else None
+        return LLM(
+            model=str(verifier),
+            dtype=dtype,
+            max_model_len=4096,
+            enforce_eager=True,
+            kv_cache_memory_bytes=1 << 30,
+            speculative_config=spec,
+            disable_log_stats=False,
+            seed=0,
+        )
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def method_plan(methods: list[str]) -> list[dict]:
+    """Each method's engine and per-request extra arguments: verifier, vllm-lossless, plugin:RULE@ALPHA or
+    plugin:ROUTER_DIR@ALPHA."""
+    plan = []
+    for m in methods:
+        if m in ("verifier", "vllm-lossless"):
+            plan.append({"name": m, "engine": m, "extra": None})
+            continue
+        if not m.startswith("plugin:"):
+            raise SystemExit(f"error: method {m!r}: use verifier, vllm-lossless or plugin:POLICY[@ALPHA]")
+        policy, _, alpha = m.removeprefix("plugin:").partition("@")
+        extra = {"specroute_policy": policy, **({"specroute_alpha": float(alpha)} if alpha else {})}
+        plan.append({"name": m, "engine": "plugin", "extra": extra})
+    return plan
+
+
+def decode_batch(llm, prompts: list[str], max_tokens: int, stops: list[str], extra, counts: Path | None) -> dict:
+    """One batch through one engine: seconds, texts, tokens; with the plugin, its drafts and accepted drafts
+    (its counts file: vLLM's metrics registry is one per process, held by the last engine started)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=max_tokens, stop=stops, extra_args=extra)
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    rows = json.loads(counts.read_text())["requests"] if counts is not None and counts.exists() else {}
+    mine = [rows.get(o.request_id, {}) for o in outs]
+    return {
+        "seconds": seconds,
+        "texts": [o.outputs[0].text for o in outs],
+        "tokens": [len(o.outputs[0].token_ids) for o in outs],
+        "drafts": sum(r.get("drafts", 0) for r in mine),
+        "accepted": sum(r.get("accepted", 0) for r in mine),
+    }
+
+
+def bootstrap_mean(values: np.ndarray, replicates: int, seed: int = 0) -> list[float]:
+    """95% percentile interval of a mean over prompts, prompts resampled (as eval/paired.py; this script cannot
+    import eval: benchmarks/eval.py takes its name when a script in this folder runs)."""
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), (replicates, len(values)))].mean(1)
+    return [float(x) for x in np.quantile(means, [0.025, 0.975])]
+
+
+def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int) -> dict:
+    """Per method: tokens/s, time per token vs the verifier (bootstrap over prompts), acceptance, accuracy."""
+    from router.tasks.metrics import gsm8k_metric
+
+    per = {p["name"]: {"tokens": [], "seconds": [], "correct": [], "drafts": 0.0, "accepted": 0.0} for p in plan}
+    for batch in batches:
+        for name, got in batch["methods"].items():
+            total = max(sum(got["tokens"]), 1)
+            per[name]["tokens"] += got["tokens"]
+            per[name]["seconds"] += [got["seconds"] * t / total for t in got["tokens"]]  # a prompt's share
+            per[name]["drafts"] += got["drafts"]
+            per[name]["accepted"] += got["accepted"]
+            ids = batch["examples"]
+            per[name]["correct"] += [gsm8k_metric(t, examples[i].meta)["quality"] for t, i in zip(got["texts"], ids)]
+    base = per.get("verifier")
+    out = {}
+    for name, v in per.items():
+        tok, sec, ok = (np.asarray(v[k], np.float64) for k in ("tokens", "seconds", "correct"))
+        row = {
+            "prompts": len(tok),
+            "tokens": int(tok.sum()),
+            "tokens_per_s": float(tok.sum() / sec.sum()),
+            "seconds_per_token": float(sec.sum() / tok.sum()),
+            "acceptance": v["accepted"] / v["drafts"] if v["drafts"] else None,
+            "accuracy": float(ok.mean()),
+            "accuracy_ci": bootstrap_mean(ok, replicates),
+        }
+        if base is not None and name != "verifier":
+            btok, bsec, bok = (np.asarray(base[k], np.float64) for k in ("tokens", "seconds", "correct"))
+            rng = np.random.default_rng(0)
+            idx = rng.integers(0, len(tok), (replicates, len(tok)))
+            ratio = (sec[idx].sum(1) / tok[idx].sum(1)) / (bsec[idx].sum(1) / btok[idx].sum(1))
+            row["time_per_token_vs_verifier"] = row["seconds_per_token"] / float(bsec.sum() / btok.sum())
+            row["time_per_token_vs_verifier_ci"] = [float(x) for x in np.quantile(ratio, [0.025, 0.975])]
+            row["accuracy_minus_verifier"] = float(ok.mean() - bok.mean())
+            row["accuracy_minus_verifier_ci"] = bootstrap_mean(ok - bok, replicates)
+        out[name] = row
+    if "plugin:lossless" in out and "vllm-lossless" in out:
+        own, plug = per["vllm-lossless"], per["plugin:lossless"]
+        out["plugin_overhead"] = {
+            "plugin_lossless_over_vllm_lossless": out["plugin:lossless"]["seconds_per_token"]
+            / out["vllm-lossless"]["seconds_per_token"],
+            "same_tokens": own["tokens"] == plug["tokens"],
+        }
+    return out
+
+
+def main(argv=None) -> None:
+    args = _args(argv)
+    from router.machine.hardware import cpu_kind
+    from router.tasks.prompts import default_stops
+
+    plan = method_plan(args.methods)
+    examples = held_out_prompts(args.prompts)
+    drafter, verifier = pair_folders(args.pair, args.dtype)
+    dtype = "float32" if args.pair == "tiny" else args.dtype
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    journal = out.with_suffix(".batches.jsonl")
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "replicates")}
+    done = _resume(journal, settings)
+    needed = {p["engine"] for p in plan}
+    os.environ["SPECROUTE_POLICY"] = "lossless"  # requests are checked against the plugin's settings here
+    engines = {}
+    started = time.perf_counter()
+    counts = out.with_suffix(".counts.json")
+    for kind in ("verifier", "vllm-lossless", "plugin"):
+        if kind in needed:
+            plugin_env = {"SPECROUTE_POLICY": "lossless", "SPECROUTE_STATS": str(counts), "SPECROUTE_STATS_EVERY": "0"}
+            env = plugin_env if kind == "plugin" else PLUGIN_OFF
+            engines[kind] = start_engine(verifier, None if kind == "verifier" else drafter, args.gamma, dtype, env)
+    print(f"engines up in {time.perf_counter() - started:.0f} s", flush=True)
+    stops = default_stops("gsm8k", chat=False)
+    for b, start in enumerate(range(0, len(examples), args.batch)):
+        if b < len(done):
+            continue
+        ids = list(range(start, min(start + args.batch, len(examples))))
+        order = plan[b % len(plan) :] + plan[: b % len(plan)]  # rotate: no method always goes first
+        result = {"examples": ids, "methods": {}}
+        for p in order:
+            got = decode_batch(
+                engines[p["engine"]],
+                [examples[i].prompt for i in ids],
+                args.max_tokens,
+                stops,
+                p["extra"],
+                counts if p["engine"] == "plugin" else None,
+            )
+            result["methods"][p["name"]] = got
+        done.append(result)
+        with open(journal, "a") as f:
+            f.write(json.dumps(result) + "\n")
+        print(
+            f"batch {b + 1}/{-(-len(examples) // args.batch)}: "
+            + ", ".join(f"{n} {sum(g['tokens']) / g['seconds']:.2f} tok/s" for n, g in result["methods"].items()),
+            flush=True,
+        )
+    summary = summarise(plan, done, examples, args.replicates)
+    import torch
+
+    report = {
+        "settings": settings,
+        "machine": {"cpu": cpu_kind(), "threads": torch.get_num_threads(), "dtype": dtype},
+        "pair": {"drafter": str(drafter), "verifier": str(verifier)},
+        "methods": summary,
+    }
+    out.write_text(json.dumps(report, indent=2))
+    _print(report)
+
+
+def _resume(journal: Path, settings: dict) -> list[dict]:
+    """The finished batches of an earlier run with the same settings (a journal of other settings starts over)."""
+    if journal.exists():
+        lines = journal.read_text().splitlines()
+        if lines and json.loads(lines[0]) == settings:
+            return [json.loads(line) for line in lines[1:] if line.strip()]
+    journal.write_text(json.dumps(settings) + "\n")
+    return []
+
+
+def _print(report: dict) -> None:
+    m = report["machine"]
+    print(
+        f"\nvLLM CPU backend, {m['cpu']} (torch threads {m['threads']}), {m['dtype']}, batch {report['settings']['batch']}"
+    )
+    print(
+        f"{'method':<28}{'tok/s':>8}{'time/tok vs verifier [95%]':>30}{'accept':>8}{'GSM8K':>7}{'minus verifier [95%]':>26}"
+    )
+    for name, r in report["methods"].items():
+        if name == "plugin_overhead":
+            continue
+        vs = r.get("time_per_token_vs_verifier")
+        vs_text = (
+            f"{vs:.3f} [{r['time_per_token_vs_verifier_ci'][0]:.3f}, {r['time_per_token_vs_verifier_ci'][1]:.3f}]"
+            if vs
+            else "1"
+        )
+        diff = r.get("accuracy_minus_verifier")
+        diff_text = (
+            f"{diff:+.3f} [{r['accuracy_minus_verifier_ci'][0]:+.3f}, {r['accuracy_minus_verifier_ci'][1]:+.3f}]"
+            if diff is not None
+            else "-"
+        )
+        acc = f"{r['acceptance']:.3f}" if r["acceptance"] is not None else "-"
+        print(f"{name:<28}{r['tokens_per_s']:>8.2f}{vs_text:>30}{acc:>8}{r['accuracy']:>7.3f}{diff_text:>26}")
+    if "plugin_overhead" in report["methods"]:
+        o = report["methods"]["plugin_overhead"]
+        print(
+            f"plugin overhead: plugin lossless / vLLM lossless time per token {o['plugin_lossless_over_vllm_lossless']:.3f} "
+            f"(same tokens: {o['same_tokens']})"
+        )
+
+
+if __name__ == "__main__":
+    main()
