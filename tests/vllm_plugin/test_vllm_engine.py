@@ -113,7 +113,7 @@ def _specroute(hf_pair, prompt, rule, alpha, max_tokens=TOKENS) -> list[int]:
 
 
 def test_lossless_through_the_plugin_is_specroutes_lossless(hf_pair, plugin):
-    """(vLLM's own speculative decoding and the verifier alone decode the same: tests/vllm/test_vllm_lossless.py,
+    """(vLLM's own speculative decoding and the verifier alone decode the same: tests/vllm_plugin/test_vllm_lossless.py,
     in engines of their own after this module's, whose metrics they would take over.)"""
     llm, _ = plugin
     assert _greedy(llm, PROMPTS) == [_specroute(hf_pair, p, "lossless", 0.0) for p in PROMPTS]

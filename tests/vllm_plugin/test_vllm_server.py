@@ -1,6 +1,6 @@
 """`vllm serve` with specroute's plugin on: the OpenAI-compatible server started on 127.0.0.1 with the tiny pair,
 completion and chat requests through the `openai` client, outputs checked against specroute's loop (given vLLM's
-prefill token, as tests/vllm/test_vllm_engine.py explains), a request's own policy, a bad one refused with HTTP
+prefill token, as tests/vllm_plugin/test_vllm_engine.py explains), a request's own policy, a bad one refused with HTTP
 400; the server is stopped when the test ends."""
 
 import json

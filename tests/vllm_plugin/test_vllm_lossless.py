@@ -1,5 +1,5 @@
 """`lossless` through the plugin decodes what vLLM's own speculative decoding (plugin off) and the verifier alone
-decode. In a module of its own: each of its three engines starts after tests/vllm/test_vllm_engine.py's plugin
+decode. In a module of its own: each of its three engines starts after tests/vllm_plugin/test_vllm_engine.py's plugin
 engine has stopped (vLLM's metrics registry is one per process: the last engine started takes it over)."""
 
 import pytest

@@ -1,0 +1,31 @@
+"""benchmarks/serve_vllm.py runs on the tiny pair: every method decodes every prompt, the plugin's lossless gives
+vLLM's own tokens, and the report holds the ratios and intervals docs/results.md quotes."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="the vLLM tests run in .venv-vllm (bash scripts/setup.sh vllm)")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_serving_benchmark_runs_on_the_tiny_pair(tmp_path):
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "serve_vllm.py"), "--tiny", "--prompts", "4", "--batch", "2"]
+    argv += ["--max-tokens", "8", "--methods", "verifier", "vllm-lossless", "plugin:lossless", "plugin:opt@0.4"]
+    done = subprocess.run([*argv, "--out", str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    methods = report["methods"]
+    assert {m: r["prompts"] for m, r in methods.items() if m != "plugin_overhead"} == dict.fromkeys(
+        ["verifier", "vllm-lossless", "plugin:lossless", "plugin:opt@0.4"], 4
+    )
+    assert methods["plugin_overhead"]["same_tokens"] is True
+    opt = methods["plugin:opt@0.4"]
+    lo, hi = opt["time_per_token_vs_verifier_ci"]
+    assert lo <= opt["time_per_token_vs_verifier"] <= hi and opt["acceptance"] is not None
+    assert report["machine"]["dtype"] == "float32" and "plugin overhead" in done.stdout
