@@ -183,7 +183,7 @@ def claim_output(folder: str | Path, command: str) -> None:
     inside = _stage_around(folder)
     if inside and inside[1] == command:
         return  # a part of this stage's own folder (a cross-fitting fold's router, an ensemble member)
-    if inside and inside[1] != command:
+    if inside:
         raise OutputBusy(
             f"output {folder} lies inside {inside[0]}, the output of `specroute {inside[1]}`: `specroute {command}` "
             f"writes only its own folder, never into another stage's; choose an output outside it"

@@ -54,7 +54,8 @@ def scale(logits: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> tuple
             kth = part.topk(k, -1).values[..., -1:]  # (n, 1)
             part = part.masked_fill(part < kth, float("-inf"))
         raw[where], scaled[where] = process_logits(part, t, p)
-    if bool((settings[:, 1] > 0).any()):  # top_k masked the logits: raw is the unmasked softmax
+    k = settings[:, 1]
+    if bool(((k > 0) & (k < logits.shape[-1])).any()):  # top_k masked some logits: raw is the unmasked softmax
         raw = logits.float().softmax(-1)
     return raw, scaled
 
