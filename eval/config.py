@@ -9,6 +9,7 @@ from router.engine.options import DecodeOptions
 from router.infra.config import ConfigError, check_listed_once, check_minimum, check_numbers
 from router.machine.hardware import DTYPE_CHOICES
 from router.pair import check_engine
+from eval.served import check_served_options
 from router.records import RECORD_MODES
 from router.tasks.metrics import check_metric_settings
 
@@ -49,7 +50,8 @@ class EvalConfig(DecodeOptions):
     verifier: str | None = None  # default: the records' verifier
     dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"
-    engine: str = "torch"  # torch (transformers) | llamacpp (GGUF files in llama.cpp, on the CPU: docs/usage.md)
+    engine: str = "torch"  # torch (transformers) | llamacpp (GGUF files in llama.cpp, on the CPU) | vllm (the
+    #   plugin in vLLM's engine, from .venv-vllm: the grid decoded where it is served; docs/usage.md)
     threads: int = 0  # llamacpp: threads per model (0: the physical cores, 1 when the machine is loaded)
     verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
     cost_ratio: float | None = None  # drafter/verifier seconds per token; default measured
@@ -94,7 +96,9 @@ class EvalConfig(DecodeOptions):
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
-        check_engine(self.engine, self.threads, self.device, self.verifier_device_map)
+        check_engine(self.engine, self.threads, self.device, self.verifier_device_map, serving=True)
+        if self.engine == "vllm":
+            check_served_options(self)
         check_metric_settings(self.metric, self.sandbox, self.device)
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")

@@ -52,6 +52,10 @@ def online_methods(cfg, routers: dict) -> list[str]:
     if not cfg.online_methods and len(decodable) < len(routers):
         print(f"[specroute] online: leaving out the offline-only routers {sorted(set(routers) - set(decodable))} (gru)")
     methods = cfg.online_methods or [*_fitting_rules(cfg), *decodable, "token_cascade", "sequence_cascade"]
+    if cfg.engine == "vllm":
+        from eval.served import served_methods
+
+        methods = served_methods(methods, bool(cfg.online_methods), routers)
     short = [m for m in methods if m in rule_names() and not _block_fits(cfg, m)]
     if short:
         raise ConfigError(

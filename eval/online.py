@@ -81,6 +81,10 @@ def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: in
 
 
 def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict, ends: Ends):
+    if getattr(pair, "served", None) is not None:  # engine vllm: the batch as concurrent requests (eval/served.py)
+        from eval.served import decode_served, unpadded
+
+        return decode_served(pair, method, alpha, unpadded(ids, mask), cfg, ends.strings)
     drafter, verifier, _ = pair
     common = dict(**cfg.sampling_kwargs(), attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
     if method == "verifier":
@@ -226,9 +230,16 @@ def _point(
         seconds_per_token=seconds / n_tok,
         verifier_calls_per_token=totals["verifier_row_forwards"] / n_tok,
         rejection_rate=totals["rejections"] / drafts if drafts else float("nan"),
-        outside_model_fraction=max(0.0, 1 - model_seconds / seconds) if seconds else 0.0,
+        outside_model_fraction=_outside_model(seconds, model_seconds),
         examples=per_example,
     )
+
+
+def _outside_model(seconds: float, model_seconds: float) -> float:
+    """The share of wall time outside model forwards; nan where the engine does not split its time (vLLM)."""
+    if not seconds:
+        return 0.0
+    return max(0.0, 1 - model_seconds / seconds) if model_seconds else float("nan")
 
 
 def run_grid(

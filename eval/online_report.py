@@ -65,6 +65,8 @@ def _setting(online: dict, cfg) -> str:
     if dtype.get("engine") == "llamacpp":  # threads beside every llama.cpp figure
         kernels = f" ({dtype['kernels']} kernels)" if dtype.get("kernels") else ""
         where += f", llama.cpp{kernels} with {dtype['threads']} threads ({dtype['threads_reason']})"
+    if dtype.get("engine") == "vllm":  # the plugin in vLLM's engine, every method through it
+        where += f", vLLM {dtype['vllm']} with {dtype['threads']} threads, {dtype['gamma']} drafts per step"
     return (
         f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch {cfg.batch_size}; "
         f"latency per token relative to verifier-only (timed in the same run, or retimed: see warnings). Models in {dtype['dtype']} on {where} "

@@ -123,6 +123,8 @@ def time_split(point: OnlinePoint) -> dict:
     rule or router, and the rest."""
     parts = point.time_parts
     wall = point.seconds or math.nan
+    if not point.model_seconds:  # an engine that does not split its time by model (vLLM): not measured
+        return dict.fromkeys(("drafting", "verifying", "bonus_drafter", "rule", "other"), math.nan)
     split = {
         "drafting": parts["drafter_seconds"] - parts["bonus_drafter_seconds"],
         "verifying": parts["verifier_seconds"],

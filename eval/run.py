@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from eval.config import EvalConfig
 from eval.gamma import resolve_gamma
 from eval.grid import BASELINES, online_grid
+from eval.models import dtype_note, load_eval_pair
 from eval.offline import (
     REFERENCE_METHODS,
     compare_views,
@@ -44,7 +44,7 @@ from router.engine.options import DECODE_FIELDS
 from router.infra import clock
 from router.infra.config import ConfigError, config_to_dict
 from router.infra.console import wandb_offline
-from router.infra.distributed import Ranks, barrier, ranks as this_rank, start
+from router.infra.distributed import Ranks, barrier, start
 from router.infra.files import output_lock, write_json
 from router.machine.hardware import machine_kind, resolve_dtype
 from router.offline.folds import is_cross_fitted
@@ -145,7 +145,7 @@ def _matching_view(
 
 def _auto_gamma(cfg: EvalConfig, manifest: Manifest, out: Path, ranks: Ranks):
     """gamma: auto, chosen by rank 0 and read back from gamma.json by the others."""
-    pair = _load_pair(cfg, manifest)
+    pair = load_eval_pair(cfg, manifest)
     if ranks.main:
         gamma = resolve_gamma(out, pair, cfg.records, cfg.batch_size, cfg.temperature)
     barrier()
@@ -224,47 +224,6 @@ def _task_of(manifests: list[Manifest]) -> str:
     return tasks.pop()
 
 
-def _load_pair(cfg: EvalConfig, manifest: Manifest):
-    from router.pair import adopt_records_identity, check_pair_is, load_pair
-
-    drafter = cfg.drafter or manifest.spec("drafter")
-    verifier = cfg.verifier or manifest.spec("verifier")
-    if cfg.engine == "llamacpp":
-        pair = load_pair(drafter, verifier, engine="llamacpp", threads=cfg.threads)
-        if adopt_records_identity(pair, (drafter, verifier), manifest):  # routers trained on them decode too
-            warnings.warn(
-                f"decoding on llama.cpp ({pair[1].threads} threads) the GGUF files the records' "
-                f"{manifest.dtype.get('engine', 'torch')} models were made from: the same weights, run by another engine"
-            )
-            return pair
-    else:
-        pair = load_pair(drafter, verifier, cfg.dtype, this_rank().device(cfg.device), cfg.verifier_device_map)
-    check_pair_is(pair, manifest.pair, f"the records {cfg.records[0]}")
-    return pair
-
-
-def dtype_note(cfg: EvalConfig, manifests: list[Manifest], pair=None) -> dict:
-    """This run's dtype (and why), and whether the records were made in another one. Allowed: the
-    pair's identity (its weight fingerprints) does not depend on the dtype, so records made in
-    bf16 and an eval in float32 are the same pair; offline curves come from the records' numbers,
-    online points from this run's, and the report says so. On llama.cpp: the engine's note (the GGUF
-    files' own weight types, the threads and why)."""
-    recorded = sorted({m.dtype.get("dtype", "unrecorded") for m in manifests})
-    if cfg.engine == "llamacpp":
-        from router.engine.llamacpp import engine_note
-
-        return {**engine_note(pair.verifier), "records_dtype": recorded}
-    choice = resolve_dtype(cfg.dtype, cfg.device)
-    note = {**choice.as_dict(), "records_dtype": recorded}
-    if recorded != [choice.name]:
-        note["mixed"] = (
-            f"records made in {', '.join(recorded)}, online decoding in {choice.name}: the same pair "
-            f"(weight fingerprints do not depend on dtype); offline curves use the records' numbers"
-        )
-        print(f"[specroute] note: {note['mixed']}")
-    return note
-
-
 def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, stops: list) -> dict:
     """What a finished online point depends on; a point file with another fingerprint is redone."""
     weights = {
@@ -325,10 +284,10 @@ def _run_online(
     for e in examples[: cfg.max_prompts]:  # every prompt judgeable before any model loads
         check_metric_fields(cfg.metric or task, e["meta"], e["example_id"])
     grid = online_grid(cfg, match, verifier_rejection, routers)  # checked before loading any model
-    pair = pair or _load_pair(cfg, manifest)
-    limit = prompt_limit(
-        context_length(pair.drafter, pair.verifier), cfg.max_new_tokens, manifest.config.get("max_prompt_tokens")
-    )
+    pair = pair or load_eval_pair(cfg, manifest)
+    served = getattr(pair, "served", None)  # engine vllm: its engines reserve max_model_len tokens per request
+    context = served.max_model_len if served else context_length(pair.drafter, pair.verifier)
+    limit = prompt_limit(context, cfg.max_new_tokens, manifest.config.get("max_prompt_tokens"))
     chat = manifest.config.get("chat", False)
     prompts = prepare_prompts(pair.tokenizer, examples, chat, cfg.max_prompts, limit)
     stops = default_stops(task, chat) if cfg.stop is None else list(cfg.stop)
@@ -336,6 +295,8 @@ def _run_online(
     folder = Path(cfg.output) / "online"
     fingerprint = _fingerprint(cfg, manifest, prompts, routers, stops)
     points = run_grid(pair, grid, prompts, cfg, metric, routers, folder, fingerprint, ends, ranks)
+    if served:
+        served.close()  # its memory back before the teacher-forced scoring
     if points is None:
         return None, pair
     scoring_seconds = add_verifier_logprobs(pair, points, prompts, ends, folder, cfg.batch_size, fingerprint)
@@ -365,7 +326,7 @@ def _cost_ratio(cfg: EvalConfig, online: Online | None, pair, manifest: Manifest
         spt = {p.method: p.seconds_per_token for p in online.points if p.method in ("drafter", "verifier")}
         if spt.get("verifier"):
             return spt["drafter"] / spt["verifier"], "measured: drafter-only vs verifier-only in the online run"
-    pair = pair or _load_pair(cfg, manifest)
+    pair = pair or load_eval_pair(cfg, manifest)
     examples = read_examples(cfg.records[0], split="test")
     ids = pair.tokenizer.encode(examples[0]["prompt"], add_special_tokens=False)[-256:] if examples else [1, 2, 3]
     return _measure_cost_ratio(pair, ids), "measured: 16 greedy tokens of each model"

