@@ -115,3 +115,22 @@ def test_per_request_seeds_make_a_step_reproducible():
             accept(get_rule("opt"), 0.3, _step(q_logits, p_logits, drafts, torch.full((b,), k), sampling)).tokens
         )
     assert torch.equal(outs[0], outs[1])
+
+
+def test_requests_of_one_step_decide_with_their_own_policies():
+    """A step whose requests name different policies (the plugin groups them with rows_of): each group's tokens
+    are the ones its requests get in a step of their own."""
+    from router.vllm.acceptance import rows_of
+
+    torch.manual_seed(4)
+    b, k = 6, 4
+    q_logits, p_logits = torch.randn(b, k, V) * 2, torch.randn(b, k, V) * 2
+    drafts = process_logits(q_logits, 0.0, 1.0)[1].argmax(-1)
+    step = _step(q_logits, p_logits, drafts, torch.tensor([4, 4, 3, 4, 2, 4]), _sampling(b, 0.0), torch.arange(b))
+    mask = torch.tensor([True, False, True, False, True, False])
+    for policy, alpha, rows in ((get_rule("opt"), 0.3, mask), (get_rule("lossless"), 0.0, ~mask)):
+        grouped = accept(policy, alpha, rows_of(step, rows))
+        for j, i in enumerate(rows.nonzero().flatten().tolist()):
+            alone = accept(policy, alpha, rows_of(step, torch.arange(b) == i))
+            assert grouped.tokens[j].tolist() == alone.tokens[0].tolist()
+            assert int(grouped.n_accepted[j]) == int(alone.n_accepted[0])

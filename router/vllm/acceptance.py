@@ -89,7 +89,7 @@ def rows_of(step: Drafted, mask: torch.Tensor) -> Drafted:
     return Drafted(
         step.drafts[mask],
         step.n_drafts[mask],
-        step.q_raw[mask],
+        step.q_logits[mask],
         step.target_logits[mask],
         bonus_logits,
         step.bonus[mask],

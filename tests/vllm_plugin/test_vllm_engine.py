@@ -130,6 +130,21 @@ def test_cascade_rules_decode_what_specroutes_loop_decodes(rule, hf_pair, plugin
     assert want != [_specroute(hf_pair, p, "lossless", 0.0) for p in PROMPTS]  # the cascade kept some mismatch
 
 
+def test_concurrent_requests_with_different_policies_each_decode_their_own(hf_pair, plugin):
+    """One generate call whose requests name different policies: vLLM verifies them in the same steps, and each
+    decodes what specroute's loop decodes with its own policy."""
+    from vllm import SamplingParams
+
+    llm, _ = plugin
+    chosen = [("token_v2", 0.4), ("lossless", 0.0), ("kl_gate", 2.0), ("opt", 0.4)]
+    params = [
+        SamplingParams(temperature=0, max_tokens=TOKENS, extra_args={"specroute_policy": r, "specroute_alpha": a})
+        for r, a in chosen
+    ]
+    got = [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+    assert got == [_specroute(hf_pair, p, r, a) for p, (r, a) in zip(PROMPTS, chosen)]
+
+
 def test_a_trained_router_decodes_what_specroutes_loop_decodes(router_dir, hf_pair, plugin):
     from router.model import load_router
 
