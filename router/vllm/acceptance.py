@@ -20,7 +20,7 @@ from router.engine.block import PI_EQUALS_Q_TOL, decide
 from router.policy import DeferralPolicy
 from router.reduce import fast_argmax
 from router.sampling import MIN_TEMPERATURE, process_logits
-from router.targets import DENOM_FLOOR, safe_normalize, tv_distance
+from router.targets import DENOM_FLOOR, safe_normalize, trusted_inputs, tv_distance
 from router.view import BlockView
 
 PLACEHOLDER = -1  # vLLM's PLACEHOLDER_TOKEN_ID: an output slot a request did not fill
@@ -43,21 +43,29 @@ class Sampling:
 def scale(logits: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
     """(raw, scaled) distributions (N, V) from logits (N, V) whose request is rows (N,): process_logits with
     each request's temperature and top_p, after its top_k (vLLM's order). Rows sharing settings go together."""
-    raw = torch.empty_like(logits, dtype=torch.float32)
-    scaled = torch.empty_like(raw)
     settings = torch.stack([sampling.temperature[rows], sampling.top_k[rows].float(), sampling.top_p[rows]], -1)
-    for setting in settings.unique(dim=0):
-        where = (settings == setting).all(-1)  # (N,)
-        t, k, p = float(setting[0]), int(setting[1]), float(setting[2])
-        part = logits[where].float()
-        if 0 < k < part.shape[-1]:
-            kth = part.topk(k, -1).values[..., -1:]  # (n, 1)
-            part = part.masked_fill(part < kth, float("-inf"))
-        raw[where], scaled[where] = process_logits(part, t, p)
+    distinct = settings.unique(dim=0)
+    if len(distinct) == 1:  # every row alike (the common case): no (N, V) copies in and out of a mask
+        raw, scaled = _scaled(logits.float(), distinct[0])
+    else:
+        raw = torch.empty_like(logits, dtype=torch.float32)
+        scaled = torch.empty_like(raw)
+        for setting in distinct:
+            where = (settings == setting).all(-1)  # (N,)
+            raw[where], scaled[where] = _scaled(logits[where].float(), setting)
     k = settings[:, 1]
     if bool(((k > 0) & (k < logits.shape[-1])).any()):  # top_k masked some logits: raw is the unmasked softmax
         raw = logits.float().softmax(-1)
     return raw, scaled
+
+
+def _scaled(logits: torch.Tensor, setting: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(raw, scaled) (n, V) of rows sharing one (temperature, top_k, top_p) setting."""
+    t, k, p = float(setting[0]), int(setting[1]), float(setting[2])
+    if 0 < k < logits.shape[-1]:
+        kth = logits.topk(k, -1).values[..., -1:]  # (n, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return process_logits(logits, t, p)
 
 
 def drafter_scaled(q_logits: torch.Tensor, rows: torch.Tensor, sampling: Sampling) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,7 +117,8 @@ class Accepted:
 
 def accept(policy: DeferralPolicy, alpha: float, step: Drafted) -> Accepted:
     """Decide every request's drafts with `policy` at `alpha` and accept a prefix toward its pi."""
-    q, pi = targets(policy, alpha, step)
+    with trusted_inputs():  # q and p come from softmax here: not re-checked (as router.decoding's loop)
+        q, pi = targets(policy, alpha, step)
     n_accepted = _accepted(step, q, pi).minimum(step.n_drafts)  # (B,)
     tokens = _emit(step, q, pi, n_accepted)
     deferred, evaluated = _deferrals(policy, step, q, pi, n_accepted)
@@ -123,33 +132,38 @@ def targets(policy: DeferralPolicy, alpha: float, step: Drafted) -> tuple[torch.
     v = step.q_logits.shape[-1]
     q_raw, q = (x.view(b, k, v) for x in drafter_scaled(step.q_logits.reshape(-1, v), rows, step.sampling))
     p_raw, p = (x.view(b, k, v) for x in scale(step.target_logits.reshape(-1, v), rows, step.sampling))
-    pi = torch.empty_like(q)
     greedy = step.sampling.greedy()
+    if bool((greedy == greedy[0]).all()):  # one mode for every row: no (B, K, V) copies through a mask
+        return q, decide(policy, alpha, _view(policy, step, (q_raw, q), (p_raw, p), None), bool(greedy[0]))
+    pi = torch.empty_like(q)
     for mode in (True, False):  # decide() takes greedy_mode policies' mode only where rows decode greedily
         part = greedy == mode
-        if bool(part.any()):
-            pi[part] = decide(policy, alpha, _view(policy, step, (q_raw, q), (p_raw, p), part), mode)
+        pi[part] = decide(policy, alpha, _view(policy, step, (q_raw, q), (p_raw, p), part), mode)
     return q, pi
 
 
-def _view(policy, step: Drafted, qs: tuple, ps: tuple, part: torch.Tensor) -> BlockView:
-    """The view of the requests in `part` (a mask over B): distributions and logits at each draft, and the
+def _view(policy, step: Drafted, qs: tuple, ps: tuple, part: torch.Tensor | None) -> BlockView:
+    """The view of the requests in `part` (a mask over B; None: all): distributions and logits at each draft, and the
     lookahead a judge reads, the verifier after each draft (the next draft's position, or the bonus position
     after the last). qs, ps: (raw, scaled) (B, K, V) each."""
     (q_raw, q), (p_raw, p) = qs, ps
+
+    def rows(x: torch.Tensor) -> torch.Tensor:  # part None: every request, without copying (B, K, V) tensors
+        return x if part is None else x[part]
+
     next_p_raw = next_p_logits = None
     if "lookahead" in policy.needs:
-        next_p_logits = _after_each(step.target_logits, step.bonus_logits.float(), step.n_drafts)[part]
+        next_p_logits = rows(_after_each(step.target_logits, step.bonus_logits.float(), step.n_drafts))
         next_p_raw = next_p_logits.softmax(-1)
     return BlockView(
-        q[part],
-        p[part],
-        q_raw[part],
-        p_raw[part],
-        drafts=step.drafts[part],
+        rows(q),
+        rows(p),
+        rows(q_raw),
+        rows(p_raw),
+        drafts=rows(step.drafts),
         next_p_raw=next_p_raw,
-        q_logits=step.q_logits[part].float(),
-        p_logits=step.target_logits[part].float(),
+        q_logits=rows(step.q_logits).float(),
+        p_logits=rows(step.target_logits).float(),
         next_p_logits=next_p_logits,
     )
 

@@ -23,6 +23,7 @@ import threading
 
 import torch
 
+from router.reduce import fast_argmax
 from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, accept, drafter_scaled, rows_of
 from router.vllm.counts import Counts
 from router.vllm.settings import PluginSettingError, PluginSettings, read_settings, request_choice
@@ -226,13 +227,12 @@ def sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
     logits = self.model.compute_logits(hidden_states).float()  # (B, V)
     b = logits.shape[0]
     sampling = sampling_of(sampling_metadata, b, logits.device)
-    q = drafter_scaled(logits, torch.arange(b, device=logits.device), sampling)[1]  # (B, V)
     greedy = sampling.greedy()
-    tokens = q.argmax(-1)
-    if not bool(greedy.all()):
-        drawn = torch.multinomial(q, 1).squeeze(-1)
-        tokens = torch.where(greedy, tokens, drawn)
-    return tokens, logits
+    if bool(greedy.all()):  # the scaled q of a greedy request is its argmax's one-hot: nothing to scale
+        return fast_argmax(logits), logits  # the argmax process_logits' one-hot takes (first of ties)
+    q = drafter_scaled(logits, torch.arange(b, device=logits.device), sampling)[1]  # (B, V)
+    drawn = torch.multinomial(q, 1).squeeze(-1)
+    return torch.where(greedy, q.argmax(-1), drawn), logits
 
 
 def keep_logits(logits, cu_num_draft_tokens, sampling_metadata):
@@ -319,8 +319,24 @@ def padded_step(
     b = len(num_draft_tokens)
     device = target_logits.device
     n = torch.tensor(num_draft_tokens, device=device, dtype=torch.long)  # (B,)
+    if all(m == k for m in num_draft_tokens):  # every request drafted K: views of vLLM's tensors, no copies
+        v = target_logits.shape[-1]
+        drafts = draft_token_ids.long().view(b, k)
+        q_logits, logits = draft_probs.float().view(b, k, v), target_logits.view(b, k, v)  # (B, K, V)
+    else:
+        drafts, q_logits, logits = _padded(draft_token_ids, n, k, draft_probs, target_logits)
+    bonus_logits = None
+    if lookahead and getattr(STATE, "logits", None) is not None:
+        bonus_logits = STATE.logits[STATE.metadata.bonus_logits_indices].float()  # (B, V)
+    return Drafted(
+        drafts, n, q_logits, logits, bonus_logits, bonus.reshape(-1).long(), sampling_of(metadata, b, device)
+    )
+
+
+def _padded(draft_token_ids, n: torch.Tensor, k: int, draft_probs, target_logits) -> tuple:
+    """Drafts (B, K), the drafter's and the verifier's logits (B, K, V) of requests that drafted n (B,) <= K."""
     start = torch.cumsum(n, 0) - n  # (B,)
-    j = torch.arange(k, device=device)
+    j = torch.arange(k, device=n.device)
     flat = (start[:, None] + j[None]).clamp_max(max(len(draft_token_ids) - 1, 0))  # (B, K)
     inside = j[None] < n[:, None]  # (B, K)
     drafts = torch.where(inside, draft_token_ids.long()[flat], 0)
@@ -328,9 +344,4 @@ def padded_step(
     logits = target_logits[flat]  # (B, K, V)
     q_logits[~inside] = 0.0  # padding: any distribution; never kept (n caps the accepted prefix)
     logits[~inside] = 0.0
-    bonus_logits = None
-    if lookahead and getattr(STATE, "logits", None) is not None:
-        bonus_logits = STATE.logits[STATE.metadata.bonus_logits_indices].float()  # (B, V)
-    return Drafted(
-        drafts, n, q_logits, logits, bonus_logits, bonus.reshape(-1).long(), sampling_of(metadata, b, device)
-    )
+    return drafts, q_logits, logits
