@@ -65,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--engine",
         default="auto",
-        choices=["auto", "torch", "llamacpp"],
-        help="what runs the models: auto prices the cpu preset's stages on torch and on llama.cpp (where "
-        "llama-cpp-python is installed) and runs each on the faster one; torch for the other presets",
+        choices=["auto", "torch", "llamacpp", "vllm"],
+        help="what runs the models: auto prices the cpu preset's stages on torch, on llama.cpp (where "
+        "llama-cpp-python is installed) and its evaluation in vLLM (where the demo runs in .venv-vllm) and runs "
+        "each on the faster one; torch for the other presets; vllm: evaluate in vLLM, record on torch",
     )
     demo.add_argument("--threads", type=int, default=0, help="llamacpp: threads per model (0: chosen from the machine)")
     add_decode_flags(demo, None, only=("gamma", "draft_stop", "bonus_from"))  # unset: the preset's

@@ -17,8 +17,23 @@ from pathlib import Path
 
 from router.infra.files import output_lock, write_json
 from router.infra.stage_folders import clear_output
-from specroute.estimate import OFFLINE_SECONDS, Estimate, online_seconds, record_seconds, train_seconds
-from specroute.presets import PRESETS, ROUTERS, Preset, engine_candidates, with_decoding, with_engines
+from specroute.estimate import (
+    OFFLINE_SECONDS,
+    Estimate,
+    online_seconds,
+    record_seconds,
+    served_online_seconds,
+    train_seconds,
+)
+from specroute.presets import (
+    PRESETS,
+    ROUTERS,
+    Preset,
+    engine_candidates,
+    recording_engine,
+    with_decoding,
+    with_engines,
+)
 from specroute.stages import (
     choose_online_methods,
     evaluate,
@@ -58,6 +73,7 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     )
     load_seconds = time.perf_counter() - started
     costs = measure_pair_costs(pair.drafter, pair.verifier, p.online_batch)
+    served = _served_costs(first, pair, p) if p.eval_extra.get("engine") == "vllm" and left["eval"] else None
     record_s, online_s, train_rows = 0.0, 0.0, 0
     for task in p.tasks:
         gold = _planned(configs[(task, "gold")], pair)
@@ -68,39 +84,58 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
             rollout = _planned(configs[(task, "rollout")], pair)
             record_s += record_seconds(rollout, costs, p.rollout_tokens) + load_seconds
         if task in left["eval"]:
-            online_s += _online_estimate(gold, p, costs) + load_seconds + OFFLINE_SECONDS
+            loads = served["load_seconds"] if served else load_seconds
+            online_s += _online_estimate(gold, p, costs, served) + loads + OFFLINE_SECONDS
     device = first.device
     training = len(left["routers"]) * train_seconds(train_rows, p.train_epochs)
     return Estimate(
         {"recording": record_s, "training": training, "evaluation": online_s},
         costs,
         cpu_kind() if device == "cpu" else device,
-        _priced_in(first, pair),
+        _priced_in(first, pair) + (f", vLLM {served['dtype']} evaluating" if served else ""),
         load_seconds,
     )
+
+
+def _served_costs(gen_cfg, pair, p: Preset) -> dict:
+    """The evaluation's decoding steps measured in vLLM on the pair's folders (router/vllm/served.py), on the
+    first example of the first task at the demo's batch size."""
+    from data_gen.tasks import load_task
+    from router.machine.hardware import resolve_dtype
+    from router.pair import resolve_model_path
+    from router.vllm.served import ServedPair, measure_served_costs
+
+    dtype = resolve_dtype(p.eval_extra.get("dtype", "auto"), p.eval_extra.get("device", "cpu")).dtype
+    drafter, verifier = (Path(resolve_model_path(spec, dtype)[0]) for spec in (gen_cfg.drafter, gen_cfg.verifier))
+    example = next(iter(load_task(p.tasks[0])))
+    prompt = pair.tokenizer.encode(example.prompt, add_special_tokens=False)[-p.models.get("max_prompt_tokens", 1024) :]
+    name = str(dtype).removeprefix("torch.")
+    served = ServedPair(drafter, verifier, name, gamma=int(p.eval_extra["gamma"]))
+    return {**measure_served_costs(served, prompt, p.online_batch), "dtype": name}
 
 
 def choose_engines(out: Path, p: Preset, candidates: tuple, threads: int) -> tuple[Preset, Estimate | None, dict]:
     """The preset on the engines its stages will run on, the estimate, and {stage: engine}. One candidate: that
     one. Several (`--engine auto`): each priced on this machine, recording and evaluation each on the cheaper
     one (records already made stay: their engine prices them at 0, the other would record them again)."""
-    priced = {e: estimate(out, with_engines(p, e, e, threads)) for e in candidates}
+    priced = {e: estimate(out, with_engines(p, recording_engine(e), e, threads)) for e in candidates}
     finished = [e for e in candidates if priced[e] is None]
     if finished:  # every stage done on that engine
         return (
-            with_engines(p, finished[0], finished[0], threads),
+            with_engines(p, recording_engine(finished[0]), finished[0], threads),
             None,
-            {"recording": finished[0], "evaluation": finished[0]},
+            {"recording": recording_engine(finished[0]), "evaluation": finished[0]},
         )
-    rec = min(candidates, key=lambda e: priced[e].stages["recording"])
+    cheapest = min(candidates, key=lambda e: priced[e].stages["recording"])  # vllm's recording is torch's
     ev = min(candidates, key=lambda e: priced[e].stages["evaluation"])
+    rec = recording_engine(cheapest)
     engines = {"recording": rec, "evaluation": ev}
     alternatives = {e: priced[e].stages for e in candidates} if len(candidates) > 1 else {}
-    if rec == ev:
-        return with_engines(p, rec, ev, threads), replace(priced[rec], alternatives=alternatives), engines
-    stages = {**priced[rec].stages, "evaluation": priced[ev].stages["evaluation"]}
-    priced_in = f"{priced[rec].dtype} for recording, {priced[ev].dtype} for evaluation"
-    loads = priced[rec].load_seconds + priced[ev].load_seconds
+    if cheapest == ev:
+        return with_engines(p, rec, ev, threads), replace(priced[ev], alternatives=alternatives), engines
+    stages = {**priced[cheapest].stages, "evaluation": priced[ev].stages["evaluation"]}
+    priced_in = f"{priced[cheapest].dtype} for recording, {priced[ev].dtype} for evaluation"
+    loads = priced[cheapest].load_seconds + priced[ev].load_seconds
     combined = Estimate(stages, priced[ev].costs, priced[ev].machine, priced_in, loads, alternatives)
     return with_engines(p, rec, ev, threads), combined, engines
 
@@ -141,7 +176,7 @@ def _planned(cfg, pair) -> list:
     return planned_batches(cfg, Recorder(cfg, *pair))
 
 
-def _online_estimate(gold: list, p: Preset, costs) -> float:
+def _online_estimate(gold: list, p: Preset, costs, served: dict | None = None) -> float:
     """The online run of one task: its test prompts (recorded, then unrecorded ones priced like
     them), outputs about as long as the gold answers (stop strings end few-shot rows there), 1.5x
     for slack."""
@@ -151,6 +186,9 @@ def _online_estimate(gold: list, p: Preset, costs) -> float:
     if test and len(test) < p.prompts:
         test += [tuple(round(float(x)) for x in np.mean(test, 0))] * (p.prompts - len(test))
     prompts, outputs = [n for n, _ in test], [round(1.5 * c) for _, c in test]
+    if served:  # decoded in vLLM, scored on torch
+        batch, n = p.online_batch, p.new_tokens
+        return served_online_seconds(prompts, batch, n, served, ONLINE_SPECULATIVE, outputs, costs.verifier_prefill)
     return online_seconds(prompts, p.online_batch, p.new_tokens, costs, ONLINE_SPECULATIVE, outputs)
 
 
@@ -236,7 +274,7 @@ def _run_demo(preset: str, out: Path, p: Preset, candidates: list[str], why: str
     seconds = {}
     folders = _timed(seconds, "recording", lambda: record(out, p))
     trained = _timed(seconds, "training", lambda: train(out, p, folders))
-    methods = choose_online_methods(trained, out)
+    methods = choose_online_methods(trained, out, engines["evaluation"])
     results = _timed(seconds, "evaluation", lambda: evaluate(out, p, folders, methods))
     summary = {
         "preset": preset,

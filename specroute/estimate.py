@@ -112,3 +112,25 @@ def online_seconds(
         # the log-probability pass over the drafter-only outputs (the other loops keep the verifier's own)
         seconds += sum(r + o for r, o in zip(rows, outputs[i : i + batch])) * costs.verifier_prefill
     return seconds
+
+
+def served_online_seconds(
+    prompt_lengths: list[int],
+    batch: int,
+    new_tokens: int,
+    served: dict,
+    speculative_methods: int,
+    output_lengths: list[int],
+    verifier_prefill: float,
+) -> float:
+    """online_seconds for an evaluation in vLLM: `served` holds seconds per decoding step of a batch, measured in
+    vLLM (router.vllm.served.measure_served_costs: the verifier and the drafter alone, speculative decoding
+    through the plugin, prefill included); the log-probability pass runs on torch (`verifier_prefill`)."""
+    per_step = served["verifier"] + served["drafter"] + speculative_methods * served["speculative"]
+    outputs = [min(n, new_tokens) for n in output_lengths]
+    seconds = 0.0
+    for i in range(0, len(prompt_lengths), batch):
+        rows = prompt_lengths[i : i + batch]
+        seconds += max(outputs[i : i + batch]) * per_step
+        seconds += sum(r + o for r, o in zip(rows, outputs[i : i + batch])) * verifier_prefill
+    return seconds

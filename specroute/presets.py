@@ -86,36 +86,64 @@ def with_decoding(p: Preset, **decoding) -> Preset:
     return replace(p, eval_extra={**p.eval_extra, **given})
 
 
-ENGINE_CHOICES = ("auto", "torch", "llamacpp")
-LLAMACPP_BY_DEFAULT = ("cpu",)  # presets whose stages may run on llama.cpp under --engine auto
+ENGINE_CHOICES = ("auto", "torch", "llamacpp", "vllm")
+LLAMACPP_BY_DEFAULT = ("cpu",)  # presets whose stages may run on llama.cpp (or evaluate in vLLM) under --engine auto
+SERVED_GAMMA = 4  # drafts per step in vLLM, which drafts a fixed number (gamma auto calibrates specroute's loop)
 
 
 def engine_candidates(preset: str, engine: str) -> tuple[tuple[str, ...], str]:
-    """The engines a demo run's stages may use, and why. One when set. Under `auto`: for the cpu preset where
-    llama-cpp-python is installed both, each stage then running on the engine it is priced faster on here (the
-    GGUF files decode several times faster in llama.cpp than in torch float32 on an AVX2 CPU, while torch's
-    bf16 prefill on AMX records faster than llama.cpp); torch otherwise (tiny: seconds either way; long: its
-    finished points were timed on torch; gpu: llama.cpp runs on the CPU here)."""
+    """The engines a demo run's stages may use, and why. One when set. Under `auto`: for the cpu preset, torch and
+    each other engine installed here (llama-cpp-python; vLLM where the demo runs in the vLLM environment, for
+    evaluation only), each stage then running on the engine it is priced faster on here (the GGUF files decode
+    several times faster in llama.cpp than in torch float32 on an AVX2 CPU, while torch's bf16 prefill on AMX
+    records faster than llama.cpp); torch otherwise (tiny: seconds either way; long: its finished points were
+    timed on torch; gpu: llama.cpp runs on the CPU here)."""
     if engine not in ENGINE_CHOICES:
         raise ValueError(f"engine must be one of {', '.join(ENGINE_CHOICES)}, got {engine!r}")
     if engine != "auto":
         return (engine,), "as set (--engine)"
     if preset not in LLAMACPP_BY_DEFAULT:
         return ("torch",), f"the {preset} preset runs on torch (--engine llamacpp to change)"
+    found = ("torch",) + tuple(e for e, module in (("llamacpp", "llama_cpp"), ("vllm", "vllm")) if _installed(module))
+    if found == ("torch",):
+        return found, "llama-cpp-python is not installed (`bash scripts/setup.sh llamacpp` installs it)"
+    return found, "each stage on the engine priced faster on this machine (--engine to fix one)"
+
+
+def _installed(module: str) -> bool:
     try:
-        import llama_cpp  # noqa: F401
+        __import__(module)
     except ImportError:
-        return ("torch",), "llama-cpp-python is not installed (`bash scripts/setup.sh llamacpp` installs it)"
-    return ("torch", "llamacpp"), "each stage on the engine priced faster on this machine (--engine to fix one)"
+        return False
+    return True
+
+
+def recording_engine(engine: str) -> str:
+    """The engine a stage candidate records on: vLLM does not hand out the distributions a recording keeps, so a
+    demo evaluating in vLLM records on torch."""
+    return "torch" if engine == "vllm" else engine
 
 
 def with_engines(p: Preset, recording: str, evaluation: str, threads: int = 0) -> Preset:
-    """The preset with its records made on `recording` and its online points decoded on `evaluation` (torch or
-    llamacpp: the pair's GGUF files in llama.cpp with `threads` threads, 0: chosen from the machine). Records made
-    on torch decode on llama.cpp: the same weights (eval says so in a note)."""
+    """The preset with its records made on `recording` and its online points decoded on `evaluation` (torch,
+    llamacpp: the pair's GGUF files in llama.cpp with `threads` threads, 0: chosen from the machine, or vllm: the
+    plugin in vLLM's engine, SERVED_GAMMA drafts per step where the preset calibrates gamma). Records made on
+    torch decode on llama.cpp: the same weights (eval says so in a note)."""
     llama = {"threads": threads}
     models = {**p.models, "engine": recording, **(llama if recording == "llamacpp" else {})}
     extra = {**p.eval_extra, "engine": evaluation, **(llama if evaluation == "llamacpp" else {})}
+    if evaluation == "vllm":
+        extra = _served(extra)
     if recording == evaluation == "torch":  # as before engines existed: finished folders stay current
         return p
     return replace(p, models=models, eval_extra=extra)
+
+
+def _served(extra: dict) -> dict:
+    """Eval values for vLLM: a fixed block size where the preset calibrates gamma; its bonus token is the verifier's."""
+    if extra.get("bonus_from", "verifier") != "verifier":
+        raise ValueError(
+            "this preset decodes with bonus_from=target, which vLLM's loop cannot (its bonus token is the "
+            "verifier's): use --engine torch or llamacpp, or --bonus-from verifier with a fresh output"
+        )
+    return {**extra, "gamma": SERVED_GAMMA if extra.get("gamma", "auto") == "auto" else extra["gamma"]}

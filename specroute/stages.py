@@ -139,15 +139,15 @@ def train(out: Path, p: Preset, folders: dict) -> dict:
     return trained
 
 
-def choose_online_methods(trained: dict, out: Path) -> list[str]:
-    """The best learned router that can decode (gru routers are offline-only) and the best plug-in
-    rule of each form, by *validation* area in the greedy view (online decoding is greedy; the test
-    split stays untouched for the comparison), plus lossless."""
+def choose_online_methods(trained: dict, out: Path, engine: str = "torch") -> list[str]:
+    """The best learned router that can decode (gru routers are offline-only; in vLLM, one whose inputs the
+    plugin can give) and the best plug-in rule of each form, by *validation* area in the greedy view (online
+    decoding is greedy; the test split stays untouched for the comparison), plus lossless."""
     from router.model import load_router
     from router.rules import rules_of_form
 
     # greedy-view area first; the temperature-1 area breaks ties (e.g. a pair that never writes gold)
-    decodable = [n for n in trained if not load_router(out / "routers" / n).offline_only]
+    decodable = [n for n in trained if _decodes(load_router(out / "routers" / n), engine)]
     best_router = max(decodable, key=lambda n: (trained[n]["router"]["greedy_area"], trained[n]["router"]["area"]))
     first = next(iter(trained.values()))
     greedy, t1 = first["plugins_greedy"], first["plugins"]  # validation areas of every rule with an offline score
@@ -157,6 +157,20 @@ def choose_online_methods(trained: dict, out: Path) -> list[str]:
         if any(n in greedy for n in rules_of_form(form))
     ]
     return [best_router, *best_rules, "lossless"]  # lossless: standard speculative decoding, the reference
+
+
+def _decodes(router, engine: str) -> bool:
+    if router.offline_only:
+        return False
+    if engine != "vllm":
+        return True
+    from router.vllm.settings import PluginSettingError, check_supported
+
+    try:
+        check_supported(router)
+    except PluginSettingError:
+        return False
+    return True
 
 
 def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:

@@ -118,9 +118,30 @@ class ServedPair:
 
     def close(self) -> None:
         """Stop every engine (their memory is freed)."""
+        import gc
+
         for llm in self.engines.values():
             llm.llm_engine.engine_core.shutdown()
         self.engines.clear()
+        gc.collect()
+
+
+def measure_served_costs(pair: ServedPair, prompt: list[int], batch: int, tokens: int = 32) -> dict:
+    """Seconds per decoding step of `batch` concurrent requests on `prompt` (a call's wall time over its longest
+    row's tokens, prefill included) for the verifier alone, the drafter alone and lossless speculative decoding
+    through the plugin, each after a warm-up call; and the engines' load seconds. The engines are closed after."""
+    greedy = {"temperature": 0.0, "max_new_tokens": tokens}
+    costs = {}
+    try:
+        for role in ROLES:
+            policy = ("lossless", 0.0) if role == "speculative" else None
+            pair.decode(role, [prompt], {**greedy, "max_new_tokens": 4}, policy)
+            done = pair.decode(role, [list(prompt)] * batch, greedy, policy)
+            costs[role] = done.stats["wall_seconds"] / max(max(len(r) for r in done.rows), 1)
+        costs["load_seconds"] = sum(pair.load_seconds.values())
+    finally:
+        pair.close()
+    return costs
 
 
 def _params(sampling: dict, extra: dict | None, row: int):

@@ -134,3 +134,15 @@ def test_eval_on_vllm_refuses_what_vllms_loop_cannot_do_in_one_line(work, settin
     assert done.returncode == 2, done.stderr[-2000:]
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (root / "refused" / "online").exists()
+
+
+def test_the_demo_prices_an_evaluation_with_vllms_measured_steps(work):
+    """What specroute demo's pricing measures where vLLM is a candidate: a step of each engine at the demo's batch
+    size, and the engines' load time; the engines are closed after."""
+    from router.vllm.served import ServedPair, measure_served_costs
+
+    root, (drafter, verifier) = work
+    served = ServedPair(drafter, verifier, "float32", gamma=GAMMA, max_model_len=512)
+    costs = measure_served_costs(served, list(range(10, 40)), batch=2, tokens=8)
+    assert set(costs) == {"verifier", "drafter", "speculative", "load_seconds"}
+    assert all(v > 0 for v in costs.values()) and served.engines == {}
