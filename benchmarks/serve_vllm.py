@@ -127,6 +127,16 @@ def decode_batch(llm, prompts: list[str], max_tokens: int, stops: list[str], ext
     }
 
 
+def warm_up(engines: dict, plan: list[dict], prompts: list[str], stops: list[str]) -> None:
+    """One untimed batch of 32 tokens per method: an engine's first calls build its CPU kernels for each shape
+    (measured: the first batch of 8 took twice the second), which would otherwise land on whichever method
+    runs first."""
+    started = time.perf_counter()
+    for p in plan:
+        decode_batch(engines[p["engine"]], prompts, 32, stops, p["extra"], None)
+    print(f"warmed up in {time.perf_counter() - started:.0f} s", flush=True)
+
+
 def bootstrap_mean(values: np.ndarray, replicates: int, seed: int = 0) -> list[float]:
     """95% percentile interval of a mean over prompts, prompts resampled (as eval/paired.py; this script cannot
     import eval: benchmarks/eval.py takes its name when a script in this folder runs)."""
@@ -209,6 +219,7 @@ def main(argv=None) -> None:
             engines[kind] = start_engine(verifier, None if kind == "verifier" else drafter, args.gamma, dtype, env)
     print(f"engines up in {time.perf_counter() - started:.0f} s", flush=True)
     stops = default_stops("gsm8k", chat=False)
+    warm_up(engines, plan, [ex.prompt for ex in examples[: args.batch]], stops)
     for b, start in enumerate(range(0, len(examples), args.batch)):
         if b < len(done):
             continue
