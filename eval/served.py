@@ -27,7 +27,12 @@ class PairServedByVllm(Pair):
 
 
 def check_served_options(cfg) -> None:
-    """The decoding options vLLM's loop with the plugin runs: a fixed block size, the verifier's bonus token."""
+    """vLLM installed here, and the decoding options its loop with the plugin runs: a fixed block size, the
+    verifier's bonus token."""
+    from router.vllm.served import vllm_missing
+
+    if vllm_missing():
+        raise ConfigError(vllm_missing())
     if cfg.gamma == "auto":
         raise ConfigError(
             "engine vllm drafts a fixed num_speculative_tokens per step: set gamma to a number (e.g. gamma=4)"

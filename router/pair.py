@@ -32,13 +32,8 @@ def check_engine(engine: str, threads: int, device: str, device_map: str | None,
     allowed = ENGINES + (SERVING_ENGINES if serving else ())
     if engine not in allowed:
         raise ConfigError(f"engine must be one of {', '.join(allowed)}, got {engine!r}")
-    if engine == "vllm":
-        from router.vllm.served import vllm_missing
-
-        if vllm_missing():
-            raise ConfigError(vllm_missing())
-        if device_map is not None:
-            raise ConfigError("engine vllm places the models itself: leave verifier_device_map unset")
+    if engine == "vllm" and device_map is not None:
+        raise ConfigError("engine vllm places the models itself: leave verifier_device_map unset")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise ConfigError(f"threads must be an integer >= 0 (0: chosen from the machine), got {threads!r}")
     if engine == "llamacpp" and (device != "cpu" or device_map is not None):
