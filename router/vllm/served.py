@@ -25,6 +25,7 @@ IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 ROLES = ("verifier", "drafter", "speculative")
 KV_CACHE_BYTES = 1 << 30  # per engine: 16k tokens of the 1.5B verifier's cache in bf16, far above a grid's batches
 COUNTED = ("steps", "evaluated", "rejected", "deferred")
+WARM_UP_TOKENS = 32  # an engine's first call is made once untimed, this long
 
 
 def vllm_missing() -> str | None:
@@ -73,13 +74,18 @@ class ServedPair:
         for the speculative engine."""
         from vllm.inputs import TokensPrompt
 
+        fresh = role not in self.engines
         llm = self.engine(role)
         extra = None if policy is None else {REQUEST_POLICY: str(policy[0]), REQUEST_ALPHA: float(policy[1])}
-        before = _counts_now(self.counts)
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
         with _env(**{ENV_POLICY: "lossless"}):  # requests are checked against the plugin's settings when made
+            if fresh:  # an engine's first calls build its CPU kernels per shape (measured: twice the time): untimed
+                warm = {**sampling, "max_new_tokens": min(WARM_UP_TOKENS, int(sampling["max_new_tokens"]))}
+                llm.generate(requests, [_params(warm, extra, i) for i in range(len(prompts))], use_tqdm=False)
+            before = _counts_now(self.counts)
             params = [_params(sampling, extra, i) for i in range(len(prompts))]
             start = time.perf_counter()
-            outs = llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+            outs = llm.generate(requests, params, use_tqdm=False)
             seconds = time.perf_counter() - start
         rows = [list(o.outputs[0].token_ids) for o in outs]
         return Decoded(rows, _stats(role, rows, seconds, before, _counts_now(self.counts)))
@@ -129,13 +135,13 @@ class ServedPair:
 def measure_served_costs(pair: ServedPair, prompt: list[int], batch: int, tokens: int = 32) -> dict:
     """Seconds per decoding step of `batch` concurrent requests on `prompt` (a call's wall time over its longest
     row's tokens, prefill included) for the verifier alone, the drafter alone and lossless speculative decoding
-    through the plugin, each after a warm-up call; and the engines' load seconds. The engines are closed after."""
+    through the plugin (each engine's first call warms it up untimed); and the engines' load seconds. The engines
+    are closed after."""
     greedy = {"temperature": 0.0, "max_new_tokens": tokens}
     costs = {}
     try:
         for role in ROLES:
             policy = ("lossless", 0.0) if role == "speculative" else None
-            pair.decode(role, [prompt], {**greedy, "max_new_tokens": 4}, policy)
             done = pair.decode(role, [list(prompt)] * batch, greedy, policy)
             costs[role] = done.stats["wall_seconds"] / max(max(len(r) for r in done.rows), 1)
         costs["load_seconds"] = sum(pair.load_seconds.values())
