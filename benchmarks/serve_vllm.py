@@ -72,23 +72,20 @@ def start_engine(verifier: Path, drafter: Path | None, gamma: int, dtype: str, e
     """One vLLM engine; its engine core is spawned with `env` over this process's environment."""
     from vllm import LLM
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": gamma} if drafter else None
+    from router.vllm.served import KV_CACHE_BYTES, environment
+
+    spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": gamma} if drafter else None
+    with environment(**env):
         return LLM(
             model=str(verifier),
             dtype=dtype,
             max_model_len=4096,
             enforce_eager=True,
-            kv_cache_memory_bytes=1 << 30,
+            kv_cache_memory_bytes=KV_CACHE_BYTES,
             speculative_config=spec,
             disable_log_stats=False,
             seed=0,
         )
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
 
 
 def method_plan(methods: list[str]) -> list[dict]:

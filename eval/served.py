@@ -53,17 +53,15 @@ def served_methods(methods: list[str], explicit: bool, routers: dict) -> list[st
     """The online methods vLLM decodes. The default grid leaves out what it cannot (said once); a method named
     in online_methods that it cannot decode is refused, naming the reason."""
     from router.rules import get_rule, rule_names
-    from router.vllm.settings import PluginSettingError, check_supported
+    from router.vllm.settings import unsupported
 
     reasons = {}
     for m in methods:
         if m in NOT_SERVED:
             reasons[m] = "a specroute-loop baseline vLLM's loop has no counterpart of"
         elif m in rule_names() or m in routers:
-            try:
-                check_supported(get_rule(m) if m in rule_names() else routers[m], "policy")
-            except PluginSettingError as err:
-                reasons[m] = str(err)
+            reasons[m] = unsupported(get_rule(m) if m in rule_names() else routers[m], "policy")
+    reasons = {m: why for m, why in reasons.items() if why}
     if reasons and explicit:
         m = next(iter(reasons))
         raise ConfigError(f"engine vllm cannot decode online method {m} ({reasons[m]}): drop it from online_methods")

@@ -160,17 +160,11 @@ def choose_online_methods(trained: dict, out: Path, engine: str = "torch") -> li
 
 
 def _decodes(router, engine: str) -> bool:
-    if router.offline_only:
-        return False
     if engine != "vllm":
-        return True
-    from router.vllm.settings import PluginSettingError, check_supported
+        return not router.offline_only
+    from router.vllm.settings import unsupported
 
-    try:
-        check_supported(router)
-    except PluginSettingError:
-        return False
-    return True
+    return unsupported(router) is None  # offline-only routers included
 
 
 def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:

@@ -78,7 +78,7 @@ class ServedPair:
         llm = self.engine(role)
         extra = None if policy is None else {REQUEST_POLICY: str(policy[0]), REQUEST_ALPHA: float(policy[1])}
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        with _env(**{ENV_POLICY: "lossless"}):  # requests are checked against the plugin's settings when made
+        with environment(**{ENV_POLICY: "lossless"}):  # requests are checked against the plugin's settings when made
             if fresh:  # an engine's first calls build its CPU kernels per shape (measured: twice the time): untimed
                 warm = {**sampling, "max_new_tokens": min(WARM_UP_TOKENS, int(sampling["max_new_tokens"]))}
                 llm.generate(requests, [_params(warm, extra, i) for i in range(len(prompts))], use_tqdm=False)
@@ -109,9 +109,11 @@ class ServedPair:
         spec = None
         if role == "speculative":
             spec = {"method": "draft_model", "model": str(self.drafter), "num_speculative_tokens": self.gamma}
-        with _env(**IN_PROCESS, **{ENV_POLICY: "lossless"}):  # the plugin on; each request names its own policy
+        with environment(**IN_PROCESS, **{ENV_POLICY: "lossless"}):  # the plugin on; each request names its own policy
             self.counts = activate_in_process()
-            with _env(**{ENV_POLICY: ""}) if spec is None else nullcontext():  # it refuses an engine without drafts
+            with (
+                environment(**{ENV_POLICY: ""}) if spec is None else nullcontext()
+            ):  # it refuses an engine without drafts
                 return LLM(
                     model=str(self.drafter if role == "drafter" else self.verifier),
                     dtype=self.dtype,
@@ -178,7 +180,7 @@ def engine_note(pair: ServedPair) -> dict:
 
 
 @contextmanager
-def _env(**values: str):
+def environment(**values: str):
     """Environment variables set for a while, then as they were (an engine reads them when it is made)."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)

@@ -151,6 +151,15 @@ def check_supported(policy: DeferralPolicy, name: str = ENV_POLICY) -> None:
         )
 
 
+def unsupported(policy: DeferralPolicy, name: str = ENV_POLICY) -> str | None:
+    """Why the plugin cannot decide with `policy` (check_supported's line), or None where it can."""
+    try:
+        check_supported(policy, name)
+    except PluginSettingError as err:
+        return str(err)
+    return None
+
+
 def _alpha(policy: DeferralPolicy, text: str | None, name: str = ENV_ALPHA) -> float:
     if text is None or not text.strip():
         if getattr(policy, "alpha_range", ()) is None:
