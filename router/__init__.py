@@ -22,6 +22,8 @@ The machinery, by role:
   infra/       files, config, console, clock, distributed
 The front ends and exports:
   hf/          Hugging Face generate: cascade_generate, router folders as custom_generate folders
+  vllm/        the vLLM plugin (policies deciding acceptance in vLLM's speculative decoding) and vLLM engines
+               driven from specroute's commands (served.py)
   export/      the decision contract: decision module, golden vectors, ONNX, model card, Hub, custom_generate/
 Method: docs/method.md.
 """

