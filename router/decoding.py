@@ -15,7 +15,7 @@ import torch
 
 from router.infra import clock
 from router.machine.calibrate import MAX_GAMMA, AdaptiveGamma
-from router.engine.block import emit, speculative_block
+from router.engine.block import decode_block, emit
 from router.engine.block_size import block_drafts, check_block_size
 from router.engine.layout import CachedModel, model_cache, drop_trailing_holes, output_pad_id
 from router.engine.lookup import LookupCache, LookupDrafter
@@ -37,7 +37,7 @@ from router.engine.loop import (
 from router.engine.options import DecodeOptions
 from router.engine.prefix import SharedPrefix
 from router.engine.stats import Stats
-from router.policy import DeferralPolicy
+from router.policy import DeferralPolicy, judges_the_draft
 from router.rules import resolve_rule
 from router.tasks.prompts import StopStrings
 from router.targets import trusted_inputs
@@ -116,8 +116,8 @@ def generate(
                 stats.verifier_steps += 1
             else:
                 g = block_drafts(policy, g, remaining)
-                block, nxt = speculative_block(policy, alpha, *caches, layout, opts, gen, g, stats, carry)
-                kept = emit(stats, rows, active, block, nxt, judge="drafts" in policy.needs)  # on the host
+                block, nxt = decode_block(policy, alpha, *caches, layout, opts, gen, g, stats, carry)
+                kept = emit(stats, rows, active, block, nxt, judge=judges_the_draft(policy))  # on the host
                 if adaptive:
                     adaptive.update(sum(kept), sum(min(n + 1, block.g) for n in kept))
                 layout.keep_first(start, block.n_accepted)  # roll both caches back to the kept drafts

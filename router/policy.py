@@ -117,6 +117,16 @@ def _check_alpha(rule: "Rule", alpha: float) -> float:
     return float(alpha)
 
 
+JUDGE_FORMS = ("judge", "window")  # forms whose pi is the one-hot draft where they keep it, p's side where not
+
+
+def judges_the_draft(policy: "DeferralPolicy") -> bool:
+    """True when the policy's pi is a verdict on the drafted token (its form is a judge's or a window rule's):
+    its deferrals are the drafts it did not keep. Other policies defer where pi differs from q, whatever they
+    read (a custom policy may read the drafts and still return a distribution)."""
+    return policy.form in JUDGE_FORMS
+
+
 @runtime_checkable
 class DeferralPolicy(Protocol):
     """What the decoding loop, training and evaluation need of a deferral policy: a plug-in rule

@@ -192,3 +192,15 @@ def test_the_policy_interface_snippet_runs_as_written():
     allowed = (drafted >= 0.2 - 1e-4) | (new == p_raw.argmax(-1))
     assert bool(allowed[kept].all())
     assert bool((kept & (new != p_raw.argmax(-1))).any()), "it kept no draft the verifier would not choose"
+
+
+def test_code_and_tests_hold_no_tracker_history():
+    """Why code is as it is belongs in its comments; which ticket asked for it belongs in the tracker."""
+    folders = ("router", "eval", "train", "data_gen", "specroute", "tests", "benchmarks", "studies")
+    found = [
+        f"{path.relative_to(ROOT)}: {hit}"
+        for folder in folders
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in re.findall(r"(?i)\bissues? #?\d+", path.read_text())
+    ]
+    assert not found, found

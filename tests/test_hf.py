@@ -261,7 +261,7 @@ def test_a_router_refuses_another_pair_unless_told(tiny, batch, tmp_path, route)
         (dict(repetition_penalty=1.3), "repetition_penalty"),
         (dict(min_new_tokens=3), "min_new_tokens"),
         (dict(output_scores=True, return_dict_in_generate=True), "output_scores"),
-        # transformers keeps these to itself: the in-process route used to ignore them (issue 51)
+        # transformers keeps these to itself: the in-process route must pass them on
         (dict(streamer="STREAMER"), "streamer is not supported"),
         (dict(negative_prompt_ids="PROMPT"), "negative_prompt_ids is not supported"),
         (dict(assistant_confidence_threshold=0.5), "assistant_confidence_threshold=0.5"),

@@ -1,4 +1,4 @@
-"""Issue 51, the third reliability round, outside the sandbox: nothing lost and nothing silent (a refused
+"""Reliability outside the sandbox: nothing lost and nothing silent (a refused
 command writes nothing a rerun trusts, record folders can be moved, a manifest short of a shard, a point file
 at odds with its receipts, a truncated label file and stale golden vectors are errors naming the file and
 the fix, no API writes a router into another stage's folder) and one-line messages before any model loads."""

@@ -1,4 +1,4 @@
-"""Attacks on the sandbox's verdict, its timeout and its memory cap (issue 51's third reliability round): a
+"""Attacks on the sandbox's verdict, its timeout and its memory cap: a
 failing program must never be judged passed, nothing may outlive the timeout, and memory the address-space
 limit does not count must be refused. Each attack runs in every isolation this machine supports (bubblewrap,
 unshare, and the namespace-less python mode); those it cannot run skip, saying why."""

@@ -1,6 +1,6 @@
 """One block of the speculative cascade, read top to bottom (docs/method.md, "The decoding loop").
 
-`speculative_block` runs the block's steps in order: draft g tokens (one drafter forward each), verify
+`decode_block` runs the block's steps in order: draft g tokens (one drafter forward each), verify
 them (one verifier forward scores every draft and the bonus position), decide (the policy's pi at each
 draft, from one `router.view.BlockView`), accept a prefix (speculative sampling towards pi), end the block
 (q and pi where each row's block ends: its first rejection, or the bonus position), draw the next token.
@@ -55,7 +55,7 @@ class Block:
         return self.n_accepted == self.g
 
 
-def speculative_block(
+def decode_block(
     policy: DeferralPolicy,
     alpha: float,
     drafter_cache: CachedModel,

@@ -5,8 +5,7 @@ policy reads is in its `needs` (router/policy.py); nothing here looks further in
 
 from __future__ import annotations
 
-import warnings
-
+from router.infra.warn import warn_caller
 from router.policy import DeferralPolicy
 
 
@@ -23,7 +22,7 @@ def check_block_size(policy: DeferralPolicy, gamma) -> None:
         )
     note = window_block_note(policy, gamma)
     if note:
-        warnings.warn(note, stacklevel=3)
+        warn_caller(note)  # at the user's generate call, not inside the loop
     least = policy.min_gamma
     if least <= 1:
         return

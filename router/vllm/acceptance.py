@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from router.engine.block import PI_EQUALS_Q_TOL, decide
-from router.policy import DeferralPolicy
+from router.policy import DeferralPolicy, judges_the_draft
 from router.reduce import fast_argmax
 from router.sampling import MIN_TEMPERATURE, process_logits
 from router.targets import DENOM_FLOOR, safe_normalize, trusted_inputs, tv_distance
@@ -220,7 +220,7 @@ def _emit(step: Drafted, q: torch.Tensor, pi: torch.Tensor, n: torch.Tensor) -> 
 def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Tensor]:
     """Deferred and evaluated drafts per request, counted as router.engine.block.emit counts them."""
     k = step.drafts.shape[1]
-    if policy.form == "judge":
+    if judges_the_draft(policy):
         d = step.drafts[..., None]
         deferred = pi.gather(-1, d).squeeze(-1) < 1  # (B, K) pi is the one-hot draft where kept
     else:
