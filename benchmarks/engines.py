@@ -11,7 +11,7 @@ and the verifier's argmax at every gold position, the largest feature difference
 and labels of examples both engines answered alike. Prints the CPU, torch's dtype and threads, llama.cpp's
 threads and why; writes JSON and CSV.
 
-    python benchmarks/engines.py [--tiny] [--examples 16] [--stages prefill decode gold consequence] [--threads 0]
+    python -m benchmarks.engines [--tiny] [--examples 16] [--stages prefill decode gold consequence] [--threads 0]
         [--dtype auto] [--judge] [--horizon 10] [--mismatches 8] [--budget 256] [--out runs/bench/engines]
 """
 
@@ -21,7 +21,6 @@ import argparse
 import csv
 import json
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -30,19 +29,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
-# train.py would stand in for the `eval` and `train` packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data_gen.config import GenConfig  # noqa: E402
-from data_gen.recorder import Recorder  # noqa: E402
-from data_gen.run import run_gen  # noqa: E402
-from router.engine.llamacpp import engine_note  # noqa: E402
-from router.infra.embedded import embedded_installed  # noqa: E402
-from router.machine.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype  # noqa: E402
-from router.pair import load_pair  # noqa: E402
-from router.labels import HARMLESS, IMPORTANT  # noqa: E402
-from router.records import load_records  # noqa: E402
-from router.tasks import metrics  # noqa: E402
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.run import run_gen
+from router.engine.llamacpp import engine_note
+from router.infra.embedded import embedded_installed
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
+from router.pair import load_pair
+from router.labels import HARMLESS, IMPORTANT
+from router.records import load_records
+from router.tasks import metrics
 
 ORDER = ("torch", "llamacpp", "llamacpp", "torch")  # ABBA
 RECORDING = ("gold", "consequence")

@@ -9,7 +9,7 @@ verifier pass over the substituted tokens), with --window W with window inputs (
 W drafter passes and one verifier pass over every mismatch's chain), and prints each recording's
 speed against the plain one.
 
-    python benchmarks/gen.py [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4] [--judge] [--window 6]
+    python -m benchmarks.gen [--tiny] [--task gsm8k] [--examples 16] [--batch-size 4] [--judge] [--window 6]
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -25,17 +24,14 @@ from pathlib import Path
 
 import torch
 
-# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
-# train.py would stand in for the `eval` and `train` packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data_gen.config import GenConfig  # noqa: E402
-from data_gen.recorder import Recorder  # noqa: E402
-from data_gen.plan import load_examples  # noqa: E402
-from data_gen.run import run_gen  # noqa: E402
-from router.engine.teacher import forward_tail  # noqa: E402
-from router.engine.layout import Layout, left_pad  # noqa: E402
-from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.infra.embedded import embedded_installed  # noqa: E402
+from data_gen.config import GenConfig
+from data_gen.recorder import Recorder
+from data_gen.plan import load_examples
+from data_gen.run import run_gen
+from router.engine.teacher import forward_tail
+from router.engine.layout import Layout, left_pad
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind
+from router.infra.embedded import embedded_installed
 
 
 def bare_pass(recorder: Recorder, batches) -> tuple[int, float]:

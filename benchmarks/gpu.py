@@ -18,7 +18,7 @@ with random weights (bf16 on cuda), so only the timings mean something. Per batc
 No CUDA graphs and no torch.compile are used (stated in the output). --tiny runs the same on CPU with tiny
 shapes (the default test run does: the GPU run cannot fail on a typo).
 
-    python benchmarks/gpu.py [--tiny] [--batches 1 8] [--gammas 1 2 3 4 5 6 7 8] [--records DIR] [--out PATH]
+    python -m benchmarks.gpu [--tiny] [--batches 1 8] [--gammas 1 2 3 4 5 6 7 8] [--records DIR] [--out PATH]
 """
 
 from __future__ import annotations
@@ -33,14 +33,12 @@ from pathlib import Path
 
 import torch
 
-# runs on a lent GPU machine where specroute is not installed (docs/benchmarks.md): the checkout's packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.decoding import generate  # noqa: E402
-from router.engine import layout as layout_module  # noqa: E402
-from router.engine.baselines import generate_autoregressive  # noqa: E402
-from router.machine.costs import block_seconds, measure_verify_curve, tokens_per_block  # noqa: E402
-from router.model import LearnedRouter, RouterConfig, RouterNet  # noqa: E402
-from router.rules import resolve_rule  # noqa: E402
+from router.decoding import generate
+from router.engine import layout as layout_module
+from router.engine.baselines import generate_autoregressive
+from router.machine.costs import block_seconds, measure_verify_curve, tokens_per_block
+from router.model import LearnedRouter, RouterConfig, RouterNet
+from router.rules import resolve_rule
 
 # the embedded pair's configs (router/infra/embedded.py's models), checked against them by tests/test_benchmarks.py
 QWEN = dict(vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6, hidden_act="silu")

@@ -10,7 +10,7 @@ the embedded verifier's Qwen2 architecture (Qwen2.5-Coder 1.5B) with random weig
 does (no model files), or tiny shapes with --tiny (the default tests run that). Both ways are timed
 interleaved in one process, median of --repeats forwards each, and their logits compared.
 
-    python benchmarks/gqa_attention.py [--tiny] [--dtype bfloat16|float32] [--batches 1 4 16]
+    python -m benchmarks.gqa_attention [--tiny] [--dtype bfloat16|float32] [--batches 1 4 16]
         [--prefix 900] [--queries 5] [--repeats 5] [--out PATH]
 
 Prints a table (ratio: enable_gqa over the default) and writes JSON.
@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-# runs on a lent GPU machine where specroute is not installed (docs/benchmarks.md): the checkout's packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling gpu.py, however this file is loaded
-from router.infra.files import write_json  # noqa: E402
-from gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment  # noqa: E402
-from router.machine.attention import FLAG  # noqa: E402
+from router.infra.files import write_json
+from benchmarks.gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment
+from router.machine.attention import FLAG
 
 
 def build_verifier(tiny: bool, dtype: torch.dtype):

@@ -9,7 +9,7 @@ over the vocabulary; the loop now also passes routers the logits, `router.featur
 and divides by the verifier's forward over gamma + 1 tokens at that batch
 (`router.machine.costs.measure_verify_curve`, the real model). Prints the CPU kind and dtype, writes JSON.
 
-    python benchmarks/router_cost.py --routers runs/demo/long/routers/{mlp,token,judge} [--batch 1 4]
+    python -m benchmarks.router_cost --routers runs/demo/long/routers/{mlp,token,judge} [--batch 1 4]
         [--gamma 5] [--rules token_v2 entropy_gate opt] [--tiny]
 """
 
@@ -17,27 +17,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
-# the checkout's packages first: run as a script, this folder comes first on sys.path, and its eval.py and
-# train.py would stand in for the `eval` and `train` packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router import reduce  # noqa: E402
-from router.machine.costs import measure_verify_curve  # noqa: E402
-from router.machine.hardware import DTYPE_CHOICES, cpu_kind  # noqa: E402
-from router.engine.loop import shared_vocab  # noqa: E402
-from router.model import load_router  # noqa: E402
-from router.infra.embedded import embedded_installed  # noqa: E402
-from router.pair import load_pair  # noqa: E402
+from router import reduce
+from router.machine.costs import measure_verify_curve
+from router.machine.hardware import DTYPE_CHOICES, cpu_kind
+from router.engine.loop import shared_vocab
+from router.model import load_router
+from router.infra.embedded import embedded_installed
+from router.pair import load_pair
 from router.rules import get_rule, resolve_rule
-from router.view import BlockView  # noqa: E402
+from router.view import BlockView
 from router.targets import trusted_inputs
-from router.pair import tiny_pair  # noqa: E402
+from router.pair import tiny_pair
 
 
 @contextmanager

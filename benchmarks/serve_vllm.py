@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.paired import bootstrap_mean
+
 PLUGIN_OFF = {"SPECROUTE_POLICY": ""}
 
 
@@ -132,14 +134,6 @@ def warm_up(engines: dict, plan: list[dict], prompts: list[str], stops: list[str
     for p in plan:
         decode_batch(engines[p["engine"]], prompts, 32, stops, p["extra"], None)
     print(f"warmed up in {time.perf_counter() - started:.0f} s", flush=True)
-
-
-def bootstrap_mean(values: np.ndarray, replicates: int, seed: int = 0) -> list[float]:
-    """95% percentile interval of a mean over prompts, prompts resampled (as eval/paired.py; this script cannot
-    import eval: benchmarks/eval.py takes its name when a script in this folder runs)."""
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), (replicates, len(values)))].mean(1)
-    return [float(x) for x in np.quantile(means, [0.025, 0.975])]
 
 
 def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int) -> dict:

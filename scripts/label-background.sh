@@ -16,7 +16,7 @@
 set -u
 cd "$(dirname "$0")/.."
 bin=${SPECROUTE_BIN:-.venv/bin}
-configs_dir=${LABEL_CONFIGS:-configs/gen}   # <config>.yaml files
+configs_dir=${LABEL_CONFIGS:-configs/studies/gen}   # <config>.yaml files
 records=${LABEL_RECORDS:-runs/records}      # <config>/ record folders
 files=${LABEL_FILES:-data/labels}           # <config>.jsonl.gz label files
 DEFAULT_STAGES="gsm8k-consequence:150 gsm8k-consequence:300 gsm8k-consequence:450 gsm8k-consequence:630 gsm8k-horizon:150 gsm8k-horizon:600 mbpp-consequence mbpp-horizon:250 gsm8k-horizon mbpp-horizon"
@@ -31,7 +31,7 @@ if [ "${1:-}" = export ]; then  # each folder's finished shards -> data/labels/<
     if [ ! -f "$folder/manifest.json" ]; then  # still recording: a snapshot of its finished shards
       source=$records/.export-$config
       rm -rf "$source"
-      "$bin/python" studies/snapshot_records.py "$folder" "$source" || { echo "== $config: nothing finished yet"; continue; }
+      "$bin/specroute" snapshot "$folder" "$source" || { echo "== $config: nothing finished yet"; continue; }
     fi
     "$bin/specroute" labels export "$source" "$files/$config.jsonl.gz" --add-only || exit 1
     [ "$source" = "$folder" ] || rm -rf "$source"

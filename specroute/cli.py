@@ -6,6 +6,8 @@ specroute train --config configs/train/tiny.yaml [key=value ...] fit and export 
 specroute eval --config configs/eval/tiny.yaml [key=value ...]  routers vs plug-in rules, offline + online
 specroute demo [--preset tiny|cpu|long|gpu] [--engine auto|torch|llamacpp] [--fresh]   the whole pipeline, resumable
 specroute rules                     list the deferral rules and their alpha ranges
+specroute snapshot SRC DST          a readable copy of a recording in progress (its finished shards)
+specroute best-router A B --records R --out O   the best cross-fitted router per fold vs the best rule
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from router.infra import clock
 from router.infra.quiet import command_output
 from router.engine.options import add_decode_flags
 from router.rules import get_rule, rule_names
+from specroute.folder_cmds import add_folder_parsers, cmd_best_router, cmd_snapshot
 from specroute.generate_cmd import add_generate_parser, cmd_generate
 
 
@@ -81,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the folder's golden vectors again from its current weights first (after you changed them)",
     )
     _labels_parser(sub)
+    add_folder_parsers(sub)
     prompts = sub.add_parser("prompts", help="held-out online prompts: the task's examples no record folder recorded")
     prompts.add_argument("folders", nargs="+", help="record folders of one task (the routers' and alphas' records)")
     prompts.add_argument("--output", required=True, help="the JSON-lines file to write (eval: prompts=FILE)")
@@ -143,7 +147,7 @@ def cmd_labels(args) -> int:
         if not (Path(args.folder) / "manifest.json").exists():
             raise ValueError(
                 f"{args.folder} has no manifest.json (a recording still in progress?): copy its finished shards "
-                f"with `python studies/snapshot_records.py {args.folder} SNAPSHOT` and export the snapshot"
+                f"with `specroute snapshot {args.folder} SNAPSHOT` and export the snapshot"
             )
         header = export_labels(args.folder, args.file, add_only=args.add_only)
         added = f" ({header['added']} examples added, the others kept as they were)" if args.add_only else ""
@@ -211,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         "export-onnx": cmd_export_onnx,
         "labels": cmd_labels,
         "prompts": cmd_prompts,
+        "snapshot": cmd_snapshot,
+        "best-router": cmd_best_router,
     }
     clock.pause_aware()  # Ctrl-Z / kill -TSTP pauses a long run without the pause counting in its latencies
     try:

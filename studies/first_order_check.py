@@ -1,6 +1,6 @@
 """How far the signed measure's first-order estimate is from a real decode: predicted against measured accuracy.
 
-    python studies/first_order_check.py --records runs/records/gsm8k-consequence-c --rule kl_gate --target 0.5 \
+    python -m studies.first_order_check --records runs/records/gsm8k-consequence-c --rule kl_gate --target 0.5 \
         --problems 100 --out runs/studies/first-order
 
 The signed measure (eval/crossfit.py, docs/method.md) predicts a policy's accuracy change from labels tested one
@@ -20,13 +20,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def parse(argv=None):

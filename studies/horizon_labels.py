@@ -1,6 +1,6 @@
 """Short-horizon (SelfJudge) scores against full-answer consequence labels, on the same mismatches.
 
-    python studies/horizon_labels.py runs/records/gsm8k-consequence-snap --out runs/studies/horizon
+    python -m studies.horizon_labels runs/records/gsm8k-consequence-snap --out runs/studies/horizon
 
 For every tested mismatch of a consequence record folder (IMPORTANT or HARMLESS, found by letting the
 verifier finish the whole answer), computes SelfJudge's score_H (data_gen/horizon.py, from the shared few-shot prefix's cache) for H in
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None, recorder=None) -> int:
     from router.labels import HARMLESS, IMPORTANT
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("records", help="a consequence record folder (with manifest; see studies/snapshot_records.py)")
+    parser.add_argument("records", help="a consequence record folder (with manifest; see `specroute snapshot`)")
     parser.add_argument("--out", default="runs/studies/horizon")
     parser.add_argument("--max-examples", type=int, default=None)
     args = parser.parse_args(argv)

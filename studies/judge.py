@@ -7,10 +7,10 @@ with 95% bootstrap intervals over test examples. The best rule of each view is c
 validation split, as is the variant reported as "best router". A learning curve retrains the
 chosen judge on growing shares of the training examples.
 
-    python studies/judge.py --records runs/judge/records/gsm8k [--out runs/judge/study-gsm8k]
+    python -m studies.judge --records runs/judge/records/gsm8k [--out runs/judge/study-gsm8k]
         [--variants judge-after,token] [--epochs 20] [--curve 0.25,0.5]
         [--test-records runs/judge/records/gsm8k]   # train pooled on --records, score one task
-    python studies/judge.py --records runs/records/gsm8k-window --variants judge-after,judge-window \
+    python -m studies.judge --records runs/records/gsm8k-window --variants judge-after,judge-window \
         --curve "" --paired judge-window,judge-after fly,entropy_gate   # the window judge vs the judge
 
 Writes study.json and study.csv (one row per variant, view) into --out and prints the tables.
@@ -47,7 +47,7 @@ VARIANTS = {  # name -> TrainConfig overrides
     "judge-after-pre": dict(**JUDGE, hidden_inputs=["after", "verifier"]),  # + its state before the draft
     "judge-all": dict(**JUDGE, hidden_inputs=["after", "verifier", "drafter"]),
     "judge-after-small": dict(**JUDGE, hidden_inputs=["after"], width=16, weight_decay=0.1),  # less capacity
-    # window judges (records with window >= 6, configs/gen/gsm8k-window.yaml): + the next 6 drafts' scores
+    # window judges (records with window >= 6, configs/studies/gen/gsm8k-window.yaml): + the next 6 drafts' scores
     "judge-window": dict(**JUDGE, hidden_inputs=["after"], follow=6),
     "judge-window-qp": dict(**JUDGE, follow=6),
     # the window judge trained on windows cut as blocks of 5 drafts cut them (the eval's gamma): follow_block

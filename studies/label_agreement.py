@@ -1,6 +1,6 @@
 """Two consequence labellings of the same examples side by side: cost per labelled mismatch and agreement.
 
-    python studies/label_agreement.py runs/records/gsm8k-horizon-16 runs/records/gsm8k-rejoin8-16 \
+    python -m studies.label_agreement runs/records/gsm8k-horizon-16 runs/records/gsm8k-rejoin8-16 \
         --out runs/studies/rejoin8
 
 REFERENCE is the full-answer search (branches decoded to their end), CANDIDATE a cheaper variant
@@ -11,7 +11,7 @@ walk different answers, and their later mismatches are different questions). Rep
 the confusion table (important/harmless in each), the share of the reference's mismatches the
 candidate labelled the same way, and the seconds and decoded branch tokens per labelled mismatch of
 each folder (from their manifests: `consequence_seconds` over every tested mismatch). A CANDIDATE
-with no tested mismatch but short-horizon scores (configs/gen/gsm8k-horizon.yaml) is compared by its
+with no tested mismatch but short-horizon scores (configs/studies/gen/gsm8k-horizon.yaml) is compared by its
 scores instead: ROC-AUC of the score against the reference's verdict on the same mismatches, and its
 seconds per scored mismatch. Writes agreement.json and the compared mismatches (agreement.csv) to --out.
 """
@@ -55,7 +55,7 @@ def tested_mismatches(folder: str) -> dict:
 
 def scored_mismatches(folder: str) -> dict:
     """{(example_id, position): (drafter token, answer prefix, horizon_score)} wherever a folder holds
-    a short-horizon score (e.g. configs/gen/gsm8k-horizon.yaml: every mismatch, none tested)."""
+    a short-horizon score (e.g. configs/studies/gen/gsm8k-horizon.yaml: every mismatch, none tested)."""
     return _mismatches(folder, "horizon_score", lambda x: float(x) if np.isfinite(x) else None)
 
 

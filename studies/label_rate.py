@@ -1,6 +1,6 @@
 """Labels per hour: what a labelling recording cost, per machine and dtype, from its shards' receipts.
 
-    python studies/label_rate.py runs/records/gsm8k-horizon runs/records/mbpp-horizon --out runs/studies/label-rate
+    python -m studies.label_rate runs/records/gsm8k-horizon runs/records/mbpp-horizon --out runs/studies/label-rate
 
 Every shard of a record folder writes `<shard>.counts.json` (data_gen/record_folder.py): the seconds its
 answers and searches took (`consequence_seconds`), its short-horizon scores (`horizon_seconds`), the

@@ -1,6 +1,6 @@
 """Out-of-fold learning curve: how the answer-level measure moves with the number of labelled examples.
 
-    python studies/learning_curve.py --config configs/train/judge-consequence.yaml \
+    python -m studies.learning_curve --config configs/studies/train/judge-consequence.yaml \
         records=[runs/records/gsm8k-consequence-snap] --shares 0.25 0.5 1.0 --out runs/studies/curve
 
 For each share s, trains the cross-fitted router of the config (cross_fit=K, default 5) with each fold

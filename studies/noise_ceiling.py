@@ -1,6 +1,6 @@
 """The noise ceiling of answer-level labels: re-draw a sample of them, then measure how predictable they are.
 
-    python studies/noise_ceiling.py --records runs/records/gsm8k-consequence-c --per-stratum 15 --k 4 \
+    python -m studies.noise_ceiling --records runs/records/gsm8k-consequence-c --per-stratum 15 --k 4 \
         --temperature 0.7 --out runs/studies/noise
 
 Samples problems of a consequence recording in four strata (data_gen/noise.py: verifier right with / without a
@@ -20,15 +20,12 @@ import argparse
 import csv
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from data_gen.noise import (  # noqa: E402
+from data_gen.noise import (
     STRATA,
     labelled_mismatches,
     problem_strata,
@@ -36,7 +33,7 @@ from data_gen.noise import (  # noqa: E402
     sample_problems,
     write_redrawn,
 )
-from router.labels import SIGNED_LABELS  # noqa: E402
+from router.labels import SIGNED_LABELS
 
 RULE_SCORES = ("kl_gate", "token_v3", "token_v2", "diff", "chow")  # defer scores whose AUC is set beside the ceiling
 

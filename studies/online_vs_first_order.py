@@ -1,6 +1,6 @@
 """How far the signed measure's first-order prediction is from an online run that exists, prompt by prompt.
 
-    python studies/online_vs_first_order.py runs/eval/gsm8k-signed-heldout \
+    python -m studies.online_vs_first_order runs/eval/gsm8k-signed-heldout \
         --records runs/records/gsm8k-consequence-all --out runs/studies/online-vs-first-order
 
 studies/first_order_check.py decodes its own sample with the recording's torch pair; this reads an online run
@@ -20,13 +20,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 REFERENCE = "verifier@0"
 
@@ -76,7 +73,7 @@ def point_scores(view, eval_dir: Path, points: list[str]) -> dict[str, tuple[np.
 
 def compare_point(view, ids, score, alpha, verdicts: dict, reference: dict, reps: int) -> tuple[dict, list[dict]]:
     """One point: per problem the predicted and the measured change, and their comparison."""
-    from first_order_check import compare, predicted_changes
+    from studies.first_order_check import compare, predicted_changes
 
     problems = sorted(set(verdicts) & set(reference) & set(ids.tolist()))
     if not problems:
@@ -92,7 +89,7 @@ def compare_point(view, ids, score, alpha, verdicts: dict, reference: dict, reps
 
 
 def main(argv=None) -> dict:
-    from first_order_check import _ids
+    from studies.first_order_check import _ids
     from router.offline.inputs import RecordView
 
     args = parse(argv)

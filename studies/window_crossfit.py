@@ -1,28 +1,28 @@
 """The window (or lag) judge against the plain judge, out of fold on every labelled example.
 
 Trains two cross-fitted judges (`cross_fit: K`, the same fold plan: same records and seed) on gold
-records with window inputs (configs/gen/gsm8k-window.yaml), one reading the next `follow` drafts of the
+records with window inputs (configs/studies/gen/gsm8k-window.yaml), one reading the next `follow` drafts of the
 block and/or the features of the `lag` positions before the drafted one (router/window/lag.py), one
 reading neither, then scores both out of fold in the greedy view (eval/crossfit.py): at each target
 rejection rate (fractions of the verifier's own), the share of emitted tokens equal to the gold one,
 each router minus the per-fold best rule, and the richer judge minus the plain judge, paired over the
 same resampled examples (95% percentile bootstrap over examples).
 
-    python studies/window_crossfit.py --records runs/records/gsm8k-window [--k 5] [--follow 6] [--lag 0]
+    python -m studies.window_crossfit --records runs/records/gsm8k-window [--k 5] [--follow 6] [--lag 0]
         [--hidden after] [--out runs/judge/window-crossfit]
-    python studies/window_crossfit.py --records runs/records/gsm8k-window --follow 0 --lag 2 \
+    python -m studies.window_crossfit --records runs/records/gsm8k-window --follow 0 --lag 2 \
         --out runs/judge/lag-crossfit
-    python studies/window_crossfit.py --records runs/records/mbpp-window --follow-block 5 \
+    python -m studies.window_crossfit --records runs/records/mbpp-window --follow-block 5 \
         --out runs/judge/window-crossfit-cut5    # the window judge as it decodes at gamma 5 (cut windows)
 
 With `--labels consequence` (record folders with consequence rows and window inputs, e.g.
-configs/gen/gsm8k-consequence.yaml) both judges learn the answer-level label instead (mode
+configs/studies/gen/gsm8k-consequence.yaml) both judges learn the answer-level label instead (mode
 consequence, target consequence) and are scored on the answer-level measure over the tested
 mismatches at matched rejection rates (eval/crossfit.py): the share of IMPORTANT mismatches kept (lower
 is better) and of HARMLESS ones kept (higher is better), paired the same way; window rules such as
 `fly` are among the rules the per-fold best rule is chosen from where the windows are wide enough.
 
-    python studies/window_crossfit.py --labels consequence --records runs/records/gsm8k-consequence-150 \
+    python -m studies.window_crossfit --labels consequence --records runs/records/gsm8k-consequence-150 \
         --out runs/judge/window-crossfit-consequence
 
 Writes crossfit.json and crossfit.csv into --out and prints the table.

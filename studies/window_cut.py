@@ -8,7 +8,7 @@ measures the rejection rate the same router gives at it on the same rows with th
 size --gamma: what it will do online, offline. A judge trained on uncut windows drifts there (it keeps
 far more than it was matched to); one trained with follow_block = gamma should stay put.
 
-    python studies/window_cut.py --records runs/records/mbpp-window --gamma 5 \
+    python -m studies.window_cut --records runs/records/mbpp-window --gamma 5 \
         --routers runs/judge/study-mbpp-window/routers/judge-window runs/judge/study-mbpp-window/routers/judge-window-cut5
 
 Writes window_cut.json and window_cut.csv into --out and prints the table.

@@ -229,8 +229,7 @@ def test_decode_benchmark_resumes_from_its_journal(tmp_path):
 
 
 def test_batch_fill_counts_the_slots_a_batch_pays_for():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from decode import batch_fill
+    batch_fill = load_script("decode").batch_fill
 
     assert batch_fill([[1, 2, 3], [1]], 2) == 4 / 6  # the short row waits for the long one
     assert batch_fill([[1, 2, 3], [1]], 1) == 1.0
@@ -410,24 +409,24 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
 @pytest.mark.parametrize(
     "script,args",
     [
-        ("gen.py", ["--tiny", "--examples", "2", "--batch-size", "2", "--judge", "--window", "2"]),
-        ("train.py", ["--tiny", "--rows", "4096"]),
-        ("eval.py", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
-        ("gqa_attention.py", ["--tiny", "--batches", "1", "2", "--repeats", "1"]),
+        ("gen", ["--tiny", "--examples", "2", "--batch-size", "2", "--judge", "--window", "2"]),
+        ("router_training", ["--tiny", "--rows", "4096"]),
+        ("online_grid", ["--tiny", "--prompts", "1", "--max-new-tokens", "6"]),
+        ("gqa_attention", ["--tiny", "--batches", "1", "2", "--repeats", "1"]),
     ],
 )
 def test_every_benchmark_script_runs_on_the_tiny_pair(tmp_path, script, args):
-    """A --tiny smoke run of the benchmark scripts no other test runs: each finishes and writes its JSON.
-    (gpu.py runs as __main__ in test_gpu_benchmark_needs_only_torch_transformers_numpy_safetensors and
+    """A --tiny smoke run of the benchmark scripts no other test runs, as docs/benchmarks.md runs them
+    (`python -m benchmarks.NAME` from the repository's top): each finishes and writes its JSON. (gpu.py runs as __main__ in test_gpu_benchmark_needs_only_torch_transformers_numpy_safetensors and
     drafter_step.py's main() in test_drafter_step_benchmark_compares_the_three_steps_on_the_same_tokens.)"""
     out = tmp_path / "result"
-    flag = ["--out", str(out.with_suffix(".json") if script != "gen.py" else out)]
+    flag = ["--out", str(out.with_suffix(".json") if script != "gen" else out)]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *args, *flag],
+        [sys.executable, "-m", f"benchmarks.{script}", *args, *flag],
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=tmp_path,
+        cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.with_suffix(".json").read_text())

@@ -127,15 +127,15 @@ def test_the_best_router_is_chosen_per_fold_on_validation_among_cross_fits(recor
     with pytest.raises(RouterError, match="other folds"):
         out_of_fold([good, other], [str(records)])
     assert "best router" not in out_of_fold_results([good, other], [str(records)], reps=50)
-    from helpers import study_module
+    from eval.best_router import table
+    from specroute import cli
 
-    study = study_module("best_router")
-    assert (
-        study.main([str(good), str(bad), "--records", str(records), "--reps", "50", "--out", str(tmp_path / "s")]) == 0
-    )
+    argv = ["best-router", str(good), str(bad), "--records", str(records), "--reps", "50", "--out", str(tmp_path / "s")]
+    assert cli.main(argv) == 0
     saved = json.loads((tmp_path / "s" / "best_router.json").read_text())["summaries"]["all-matched"]
     assert saved["routers"] == ["opt-copy", "opt-opposite"] and "best_router_per_fold" in saved["targets"]["0.5"]
-    assert "best_router |" in "\n".join(study.table(saved))
+    assert "best_router |" in "\n".join(table(saved))
+    assert cli.main(["best-router", str(good), "--records", str(records), "--out", str(tmp_path / "one")]) == 2
 
 
 def test_the_best_router_and_the_best_rule_are_each_the_best_on_validation():
@@ -347,11 +347,9 @@ def test_cross_fit_training_then_eval_out_of_fold(records, tmp_path, capsys):
     assert "### Out of fold: mlp-cf (2-fold cross-fitting" in report
 
 
-def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, monkeypatch):
-    """studies/snapshot_records.py: the finished shards of a folder without a manifest (a recording
-    still running) are copied with the manifest a finished run would write, and read like any folder."""
-    import importlib.util
-    import sys
+def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, capsys):
+    """`specroute snapshot`: the finished shards of a folder without a manifest (a recording still running) are
+    copied with the manifest a finished run would write, and read like any folder; bad requests are one line."""
     from pathlib import Path
 
     from data_gen.config import GenConfig
@@ -359,6 +357,7 @@ def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, 
     from router.infra.config import load_config
     from data_gen.prompts import unrecorded_prompts
     from router.records import load_records, read_examples, read_manifest
+    from specroute import cli
 
     root = Path(__file__).resolve().parents[1]
     src = tmp_path / "running"
@@ -366,24 +365,21 @@ def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, 
     shards = read_manifest(src).shards
     (src / "manifest.json").unlink()  # as if the run were still going: no manifest, one shard not yet written
     (src / shards[-1]["file"]).unlink()
-    spec = importlib.util.spec_from_file_location("snapshot_records", root / "studies/snapshot_records.py")
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
-    monkeypatch.setattr(sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "snap")])
-    assert study.main() == 0
+    assert cli.main(["snapshot", str(src), str(tmp_path / "snap")]) == 0
+    assert f"{len(shards) - 1} of {len(shards)} shards" in capsys.readouterr().out
     snap = read_manifest(tmp_path / "snap")
     assert [s["file"] for s in snap.shards] == [s["file"] for s in shards[:-1]]
     assert len(load_records(tmp_path / "snap")) == sum(s["rows"] for s in shards[:-1])
     assert not (src / "manifest.json").exists()  # the source is only read
-    monkeypatch.setattr(sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "snap")])
-    with pytest.raises(SystemExit, match="exists"):
-        study.main()
+    assert cli.main(["snapshot", str(src), str(tmp_path / "snap")]) == 2
+    assert "exists: name a new folder" in capsys.readouterr().err
+    assert cli.main(["snapshot", str(tmp_path), str(tmp_path / "s2")]) == 2  # not a recording
+    assert "no gen_config.json" in capsys.readouterr().err and not (tmp_path / "s2").exists()
     # a finished folder with shards left out: they become the held-out prompts of `specroute prompts`
     run_gen(load_config(GenConfig, root / "configs/gen/tiny.yaml", [f"output={src}", "max_examples=24"]))
     last = Path(shards[-1]["file"]).stem  # the last shard of its split: the others still number from 00000
-    argv = ["snapshot_records.py", str(src), str(tmp_path / "fit"), "--leave-out", last]
-    monkeypatch.setattr(sys, "argv", argv)
-    assert study.main() == 0
+    assert cli.main(["snapshot", str(src), str(tmp_path / "fit"), "--leave-out", last]) == 0
+    assert "`specroute prompts" in capsys.readouterr().out
     assert [s["file"] for s in read_manifest(tmp_path / "fit").shards] == [s["file"] for s in shards[:-1]]
     assert len(load_records(tmp_path / "fit")) == sum(s["rows"] for s in shards[:-1])
     recorded = {e["example_id"] for e in read_examples(tmp_path / "fit")}
@@ -393,11 +389,8 @@ def test_a_recording_in_progress_can_be_snapshotted_for_cross_fitting(tmp_path, 
     split = next(x["split"] for x in shards if sum(y["split"] == x["split"] for y in shards) > 1)
     first = f"{split}-00000"  # a gap in a split would make an unreadable folder: refused
     for pattern, refusal in (("x-*", "names no finished shard"), (first, "leaves a gap")):
-        monkeypatch.setattr(
-            sys, "argv", ["snapshot_records.py", str(src), str(tmp_path / "f2"), "--leave-out", pattern]
-        )
-        with pytest.raises(SystemExit, match=refusal):
-            study.main()
+        assert cli.main(["snapshot", str(src), str(tmp_path / "f2"), "--leave-out", pattern]) == 2
+        assert refusal in capsys.readouterr().err and not (tmp_path / "f2").exists()
 
 
 def test_learning_curve_study_pairs_its_points_out_of_fold(consequence_records, tmp_path):

@@ -86,8 +86,44 @@ def test_reference_is_generated_from_the_code():
     from specroute.reference import reference_markdown
 
     assert (ROOT / "docs" / "reference.md").read_text() == reference_markdown(), (
-        "docs/reference.md is stale: run `python -m specroute.reference > docs/reference.md`"
+        "docs/reference.md is stale: run `python -m specroute.reference --write`"
     )
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/rules.md"])
+def test_the_rule_tables_are_generated_from_the_registry(doc):
+    from specroute.reference import rules_table, with_rules_table
+
+    text = (ROOT / doc).read_text()
+    assert with_rules_table(text, doc) == text, (
+        f"{doc}'s rule table is stale: run `python -m specroute.reference --write`"
+    )
+    assert "\n".join(rules_table()) in text and text.count("| `token_v2` |") == 1
+
+
+def test_a_registered_rule_appears_in_the_generated_table():
+    from router.policy import Rule
+    from router.rules import register_rule, unregister_rule
+    from specroute.reference import rules_table
+
+    register_rule(Rule("halfway", "fixed", None, "pi = (p + q) / 2 | a test rule", pi=lambda q, p, *_: (p + q) / 2))
+    try:
+        assert "| `halfway` | fixed | unused | pi = (p + q) / 2 \\| a test rule |" in rules_table()
+    finally:
+        unregister_rule("halfway")
+    assert not any("halfway" in row for row in rules_table())
+
+
+def test_results_show_what_holds_now_and_link_every_archive():
+    """docs/results.md keeps the current figures (short); every earlier run lives in a topic archive it links."""
+    text = (ROOT / "docs" / "results.md").read_text()
+    assert len(text.splitlines()) <= 300
+    archives = sorted((ROOT / "docs" / "results" / "archive").glob("*.md"))
+    topics = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert archives and len(topics) == len(archives)
+    for archive in archives:
+        assert f"](results/archive/{archive.name})" in text, f"docs/results.md does not link {archive.name}"
+        assert "](../../results.md#" in archive.read_text()
 
 
 def test_reference_lists_every_field_of_every_config():
@@ -121,7 +157,7 @@ def _config_class(stage: str):
     return EvalConfig
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*/*.yaml")), ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").rglob("*.yaml")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_config_loads(path):
     from router.infra.config import load_config
 
@@ -204,3 +240,22 @@ def test_code_and_tests_hold_no_tracker_history():
         for hit in re.findall(r"(?i)\bissues? #?\d+", path.read_text())
     ]
     assert not found, found
+
+
+def test_the_one_folder_map_names_every_folder():
+    """docs/design.md's table is the folder map: every product folder and every folder of router/ is in it."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    table = text[text.index("## The folders") :].split("\n## ")[0]
+    folders = ["router", "data_gen", "train", "eval", "specroute", "configs", "benchmarks", "studies", "tests", "docs"]
+    folders += [f"router/{p.name}" for p in sorted((ROOT / "router").iterdir()) if (p / "__init__.py").exists()]
+    missing = [f for f in folders if f"`{f}/`" not in table]
+    assert not missing, f"docs/design.md's folder map leaves out {missing}"
+
+
+def test_the_studies_index_lists_every_study():
+    index = (ROOT / "studies" / "README.md").read_text()
+    listed = set(re.findall(r"^\| `(\w+)\.py` \|", index, flags=re.M))
+    scripts = {p.stem for p in (ROOT / "studies").glob("*.py")}
+    assert listed == scripts, f"studies/README.md lists {sorted(listed - scripts)} / misses {sorted(scripts - listed)}"
+    for link in re.findall(r"\]\(([^)]+)\)", index):
+        assert (ROOT / "studies" / link).exists(), link

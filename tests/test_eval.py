@@ -27,6 +27,8 @@ from router.offline.tradeoff import oracle_bound
 
 from helpers import online_point, synthetic_token_records
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="module")
 def hand_built(tmp_path_factory):
@@ -436,13 +438,16 @@ def test_eval_bad_input(tiny_pipeline, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "name", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "eval").glob("*.yaml"))
+    "path",
+    sorted(
+        str(p.relative_to(ROOT)) for p in [*ROOT.glob("configs/eval/*.yaml"), *ROOT.glob("configs/studies/eval/*.yaml")]
+    ),
 )
-def test_shipped_eval_configs_load(name):
+def test_shipped_eval_configs_load(path):
     from eval.config import EvalConfig
     from router.infra.config import load_config
 
-    cfg = load_config(EvalConfig, f"configs/eval/{name}.yaml", [])
+    cfg = load_config(EvalConfig, ROOT / path, [])
     assert cfg.records and cfg.output
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "studies"))
-import label_rate  # noqa: E402
+from studies import label_rate
 
 XEON = {"dtype": "bfloat16", "cpu": "Xeon, AMX, 2 threads"}
 EPYC = {"dtype": "float32", "cpu": "EPYC, AVX2, 2 threads"}

@@ -160,7 +160,7 @@ def test_the_cli_exports_and_shows_and_explains_a_recording_in_progress(setup, t
     )
     (Path(cfg.output) / "manifest.json").unlink()
     assert cli(["labels", "export", cfg.output, str(out)]) == 2
-    assert "snapshot_records.py" in capsys.readouterr().err
+    assert "specroute snapshot" in capsys.readouterr().err
     gold = tmp_path / "gold"
     setup("gold", max_examples=4, modes=["gold"])
     with pytest.raises(RecordsError, match="no consequence rows"):

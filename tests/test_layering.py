@@ -4,6 +4,8 @@ another, no module takes part in an import cycle, functions stay short, and the 
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,35 @@ def test_the_size_check_counts_bodies_without_docstrings(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text('def f():\n    """doc\n    more"""\n    a = 1\n    return a\n')
     assert list(_function_lengths(probe)) == [("f", 3)]
+
+
+SCRIPT_FOLDERS = ("benchmarks", "studies", "scripts")
+
+
+def test_no_script_name_stands_for_a_package():
+    """Run as `python benchmarks/x.py`, a script's folder comes first on sys.path: a script named like a package
+    (eval.py, train.py, vllm.py) would be imported in that package's place by every other import."""
+    import importlib.util
+
+    packages = {"router", "data_gen", "train", "eval", "specroute"}
+    clashes = []
+    for folder in SCRIPT_FOLDERS:
+        for path in sorted((ROOT / folder).glob("*.py")):
+            stem = path.stem
+            spec = importlib.util.find_spec(stem)
+            other = spec is not None and Path(spec.origin or "").resolve() != path.resolve()  # not the script itself
+            if stem in packages or stem in sys.stdlib_module_names or other:
+                clashes.append(f"{folder}/{path.name}")
+    assert not clashes, f"these scripts shadow a package or module of that name: {clashes}"
+
+
+def test_no_script_patches_sys_path():
+    """The scripts run as modules from the repository's top (`python -m benchmarks.NAME`) or with specroute
+    installed: none edits sys.path to find the packages."""
+    patched = [
+        str(path.relative_to(ROOT))
+        for folder in (*SCRIPT_FOLDERS, "router", "data_gen", "train", "eval", "specroute")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if re.search(r"sys\.path\.(insert|append)|sys\.path\s*\+?=", path.read_text())
+    ]
+    assert not patched, patched

@@ -20,6 +20,8 @@ from train.labels import labels
 
 from helpers import synthetic_token_records, write_split, write_synthetic_manifest
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def synthetic_records(folder, n_examples=60, positions=40, seed=0, hidden=0, all_positive=False):
     """Records whose gap is set by feature 0: deferring pays exactly where it exceeds 0.5."""
@@ -221,12 +223,16 @@ def test_datamodule_batches(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name", sorted(p.stem for p in (Path(__file__).parents[1] / "configs" / "train").glob("*.yaml"))
+    "path",
+    sorted(
+        str(p.relative_to(ROOT))
+        for p in [*ROOT.glob("configs/train/*.yaml"), *ROOT.glob("configs/studies/train/*.yaml")]
+    ),
 )
-def test_shipped_train_configs_load(name):
+def test_shipped_train_configs_load(path):
     from router.infra.config import load_config
 
-    cfg = load_config(TrainConfig, f"configs/train/{name}.yaml", [])
+    cfg = load_config(TrainConfig, ROOT / path, [])
     assert (cfg.router.head == "token") == (cfg.target == "token_label")
 
 
@@ -235,9 +241,9 @@ def test_architecture_keys_are_flat_dotted_or_a_mapping(tmp_path):
     RouterArch, later keys over earlier ones; unknown and ill-typed keys are refused by their full name."""
     from router.infra.config import ConfigError, load_config
 
-    flat = load_config(TrainConfig, "configs/train/judge-window.yaml", [])
+    flat = load_config(TrainConfig, "configs/studies/train/judge-window.yaml", [])
     assert flat.router.head == "judge" and flat.router.follow == 6
-    dotted = load_config(TrainConfig, "configs/train/judge-window.yaml", ["router.width=16", "lag=2"])
+    dotted = load_config(TrainConfig, "configs/studies/train/judge-window.yaml", ["router.width=16", "lag=2"])
     assert (dotted.router.width, dotted.router.lag, dotted.router.follow) == (16, 2, 6)
     yaml = tmp_path / "nested.yaml"
     yaml.write_text("records: [r]\nrouter: {head: judge, hidden_inputs: [after]}\nwidth: 8\n")

@@ -5,24 +5,21 @@ the same grid's time inside the drafter's and verifier's forwards.
 Runs `specroute eval` online-only on held-out prompts of an existing record folder (the embedded
 pair's GSM8K records by default; `--tiny` records and evaluates the tiny pair in seconds).
 
-    python benchmarks/eval.py [--records runs/records/gsm8k] [--prompts 3] [--max-new-tokens 48] [--tiny]
+    python -m benchmarks.online_grid [--records runs/records/gsm8k] [--prompts 3] [--max-new-tokens 48] [--tiny]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from eval.run import EvalConfig, run_eval
+from specroute import cli
+
 ROOT = Path(__file__).resolve().parents[1]
-# the checkout's packages first: run as a script, this folder comes first on sys.path, and this file
-# would stand in for the `eval` package it imports
-sys.path.insert(0, str(ROOT))
-from eval.run import EvalConfig, run_eval  # noqa: E402
-from specroute import cli  # noqa: E402
 
 
 def main() -> None:

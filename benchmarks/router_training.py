@@ -1,7 +1,7 @@
 """Router training throughput (records/s per arch on CPU) and router inference cost per decoding
 block as a fraction of one verifier forward, measured side by side in one run.
 
-    python benchmarks/train.py [--rows 1000000] [--tiny]
+    python -m benchmarks.router_training [--rows 1000000] [--tiny]
 Targets: one MLP epoch over 1M records in under a minute on 2 cores; router cost per block < 1%
 of a verifier forward on the embedded pair (tiny pair when it is not installed).
 """
@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from router.machine.hardware import cpu_kind  # noqa: E402
-from router.features import FEATURE_NAMES  # noqa: E402
-from router.model import LearnedRouter, RouterConfig, RouterNet  # noqa: E402
+from router.machine.hardware import cpu_kind
+from router.features import FEATURE_NAMES
+from router.model import LearnedRouter, RouterConfig, RouterNet
 
 
 def epoch_seconds(arch: str, rows: int, batch: int = 1024) -> float:
