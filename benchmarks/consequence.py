@@ -2,7 +2,7 @@
 
 Runs `data_gen.consequence.ConsequenceSearch` over the same batch of a task's examples once per
 --lookup value (0 = branches decoded one verifier token per pass; g > 0 = up to g drafts per pass
-looked up in the answer the branch departs from, router/engine/lookup.py), checks that every run finds
+looked up in the answer the branch departs from, router/loop/lookup.py), checks that every run finds
 the same answers, labels and branch verdicts, and prints seconds per example, branch tokens per
 verifier pass and the speed-up over the first value. Prints the CPU kind and dtype; writes JSON.
 

@@ -49,18 +49,18 @@ from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from router.infra import clock
-from router.engine.baselines import generate_autoregressive
+from router.loop.baselines import generate_autoregressive
 from router.infra.files import Journal
-from router.engine.layout import left_pad
-from router.engine.prefix import SharedPrefix
+from router.loop.layout import left_pad
+from router.loop.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, default_stops, prompt_text
 from router.decoding import generate
-from router.engine.options import DecodeOptions, add_decode_flags
+from router.loop.options import DecodeOptions, add_decode_flags
 from router.rules import resolve_rule
-from router.engine.loop import Rows, eos_ids
+from router.loop.common import Rows, eos_ids
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind
 from router.infra.embedded import embedded_installed
-from router.engine.llamacpp import engine_setting
+from router.backends.llamacpp import engine_setting
 from router.pair import adopt_records_identity, load_pair
 from router.records import read_manifest
 from router.pair import tiny_pair

@@ -32,7 +32,7 @@ import torch
 from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
-from router.engine.llamacpp import engine_note
+from router.backends.llamacpp import engine_note
 from router.infra.embedded import embedded_installed
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind, resolve_dtype
 from router.pair import load_pair
@@ -60,11 +60,11 @@ def task_prompts(tokenizer, task: str, n: int, limit: int | None) -> list[list[i
 
 def model_speeds(pairs: dict, prompts: list[list[int]], stage: str) -> list[dict]:
     """Rows of the prefill or decode stage: each measurement on both engines, ABBA, seconds summed."""
-    from router.engine.baselines import generate_autoregressive
-    from router.engine.layout import left_pad
-    from router.engine.loop import vocab_size
-    from router.engine.prefix import SharedPrefix
-    from router.engine.teacher import forward_tail, tail_layout
+    from router.loop.baselines import generate_autoregressive
+    from router.loop.layout import left_pad
+    from router.loop.common import vocab_size
+    from router.loop.prefix import SharedPrefix
+    from router.loop.teacher import forward_tail, tail_layout
 
     prefix = SharedPrefix.common(prompts)
     rows = []

@@ -28,8 +28,8 @@ from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.plan import load_examples
 from data_gen.run import run_gen
-from router.engine.teacher import forward_tail
-from router.engine.layout import Layout, left_pad
+from router.loop.teacher import forward_tail
+from router.loop.layout import Layout, left_pad
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind
 from router.infra.embedded import embedded_installed
 

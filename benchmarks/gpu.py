@@ -8,7 +8,7 @@ with random weights (bf16 on cuda), so only the timings mean something. Per batc
   and one drafter step (router.machine.costs);
 - specroute's time per block outside the model forwards for lossless, token_v2, fly, a cascade, a token and
   a judge router (random weights), at forced all-accept and all-reject blocks (the method's decision work
-  runs, its outcome is overridden), with every forward synchronised (router.engine.layout.SYNC_TIMING) so
+  runs, its outcome is overridden), with every forward synchronised (router.loop.layout.SYNC_TIMING) so
   model seconds hold the kernels' time; host-device synchronisations per block outside the forwards
   (.item/.tolist/bool/int/float of a tensor, torch.cuda.synchronize) are counted;
 - Hugging Face assisted generation at batch 1 on the same models (constant schedule, gamma drafts): its time
@@ -34,8 +34,8 @@ from pathlib import Path
 import torch
 
 from router.decoding import generate
-from router.engine import layout as layout_module
-from router.engine.baselines import generate_autoregressive
+from router.loop import layout as layout_module
+from router.loop.baselines import generate_autoregressive
 from router.machine.costs import block_seconds, measure_verify_curve, tokens_per_block
 from router.model import LearnedRouter, RouterConfig, RouterNet
 from router.rules import resolve_rule

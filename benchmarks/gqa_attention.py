@@ -45,7 +45,7 @@ def cached_forward(model, batch: int, prefix: int, queries: int):
     """A closure running one verification forward (B, Q) over a left-padded cached prefix (B, L)."""
     from transformers import DynamicCache
 
-    from router.engine.layout import cache_argument
+    from router.loop.layout import cache_argument
 
     arg = cache_argument(model)
     vocab = model.config.vocab_size

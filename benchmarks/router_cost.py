@@ -26,7 +26,7 @@ import torch
 from router import reduce
 from router.machine.costs import measure_verify_curve
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind
-from router.engine.loop import shared_vocab
+from router.loop.common import shared_vocab
 from router.model import load_router
 from router.infra.embedded import embedded_installed
 from router.pair import load_pair

@@ -51,7 +51,7 @@ def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
     """Median seconds of target() on one block (as generate() calls it: trusted softmax inputs) for
     MLP routers (cascade and token head) and the plug-in rule opt, and of one verifier forward
     over the same block, measured side by side."""
-    from router.engine.layout import CachedModel, Layout
+    from router.loop.layout import CachedModel, Layout
     from router.infra.embedded import embedded_installed
     from router.pair import load_pair
     from router.rules import get_rule

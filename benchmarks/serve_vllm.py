@@ -51,7 +51,7 @@ def pair_folders(kind: str, dtype: str) -> tuple[Path, Path]:
     import torch
 
     if kind == "tiny":
-        from router.engine.tiny import save_tiny_pair
+        from router.loop.tiny import save_tiny_pair
 
         return save_tiny_pair(Path(tempfile.mkdtemp(prefix="vllm-bench-")), hidden=128)
     from router.infra.embedded import embedded_path

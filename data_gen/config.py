@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from router.backends import DEFAULT_ENGINE
 from router.infra.config import ConfigError, check_minimum
 from router.machine.hardware import DTYPE_CHOICES
 from router.pair import check_engine
@@ -27,7 +28,8 @@ class GenConfig:
     verifier: str = "embedded:verifier"
     dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"  # cpu, cuda, cuda:1, ...
-    engine: str = "torch"  # torch (transformers) | llamacpp (the GGUF files in llama.cpp, on the CPU: docs/usage.md)
+    engine: str = DEFAULT_ENGINE  # torch (transformers) | llamacpp (the GGUF files in llama.cpp, on the CPU:
+    #   docs/usage.md); router.backends.ENGINES lists them
     threads: int = 0  # llamacpp: threads per model (0: the physical cores, 1 when the machine is loaded)
     verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
     chat: bool = False  # prompt = chat template around the bare question
@@ -52,7 +54,7 @@ class GenConfig:
     # consequence_horizon > 0: no branches, short-horizon labels only -- the cheap labelling at scale)
     consequence_batch_size: int = 4  # branches (and answers) decoded per batch
     consequence_lookup: int = 4  # branches decoded with drafts looked up in their answer, this many
-    # per verifier pass (router.engine.lookup; same tokens); 0: one token per pass
+    # per verifier pass (router.loop.lookup; same tokens); 0: one token per pass
     consequence_rejoin: int = 0  # > 0: a branch stops once it repeats this many consecutive tokens of the
     # answer it left, the answer's remainder spliced on (data_gen/rejoin.py; cheaper, approximate); 0: decode to the end
     consequence_horizon: int = 0  # > 0: also a short-horizon score of every mismatch (data_gen/horizon.py,

@@ -24,15 +24,15 @@ from typing import Callable
 import numpy as np
 import torch
 
-from router.engine.baselines import generate_autoregressive
+from router.loop.baselines import generate_autoregressive
 from router.decoding import generate
-from router.engine.layout import left_pad, model_device
-from router.engine.lookup import LookupDrafter
-from router.engine.loop import eos_ids
-from router.engine.prefix import SharedPrefix
+from router.loop.layout import left_pad, model_device
+from router.loop.lookup import LookupDrafter
+from router.loop.common import eos_ids
+from router.loop.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop
 from router.labels import AGREE, CONSEQUENCE_LABELS, HARMLESS, IMPORTANT, UNTESTED
-from router.engine.teacher import forward_tail, tail_layout
+from router.loop.teacher import forward_tail, tail_layout
 from data_gen.rejoin import RejoinStop
 
 
@@ -60,7 +60,7 @@ class Searched:
 
 
 ORIGINAL_TOKENS = 32  # the verifier's continuation kept at each tested mismatch (short-horizon labels)
-LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.engine.lookup)
+LOOKUP_STOP = 0.5  # a block of looked-up drafts ends where no row has a proposal (router.loop.lookup)
 
 
 class ConsequenceSearch:
@@ -168,7 +168,7 @@ class ConsequenceSearch:
         ending at EOS or a stop string, in batches. A start whose answer already ended (its last
         token is EOS, or a stop string closes it, or no budget is left) gets no continuation. With
         `references` (the answer each branch departs from) and `lookup` gamma, the branches are
-        decoded speculatively with drafts looked up in their references (router.engine.lookup): the same
+        decoded speculatively with drafts looked up in their references (router.loop.lookup): the same
         tokens, fewer verifier passes where a branch rejoins its answer. With `rejoin` R and the
         `departures` (the answer position each branch substitutes), a branch stops once it repeats R
         tokens of its reference and the reference's remainder is spliced on (data_gen/rejoin.py)."""

@@ -23,9 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data_gen.llamacpp_branches import LlamaCppRun
-from router.engine.layout import cache_argument, model_device, returned_cache
-from router.engine.llamacpp import is_llamacpp
+from router.loop.layout import cache_argument, model_device, returned_cache
+from router.backends import backend_of
 
 HORIZONS = (0, 5, 10, 20)
 MAX_BRANCH_TOKENS = 512  # tokens per tree-masked forward: bounds the 4D mask (N, cache + N) and the (N, V) logits
@@ -37,7 +36,7 @@ class _Cached:
     def __init__(self, verifier, seq: torch.Tensor, keep: int, prefix=None):
         """One forward over seq (1, L), keeping the log-probs of its last `keep` positions only (the
         answer's: the prompt's are never read, and a vocabulary-wide log-softmax over it is costly).
-        With a SharedPrefix (router.engine.prefix) that seq starts with, the forward starts from its
+        With a SharedPrefix (router.loop.prefix) that seq starts with, the forward starts from its
         cache: a few-shot prompt's shared examples are not prefilled again for every example."""
         self.model, self.arg = verifier, cache_argument(verifier)
         ids, start = seq[0].tolist(), None
@@ -120,7 +119,7 @@ def horizon_scores(
     if not mismatches:
         return np.zeros((0, len(horizons)))
     seq = torch.tensor([prompt + answer], device=model_device(verifier))
-    run = (LlamaCppRun if is_llamacpp(verifier) else _Cached)(
+    run = (backend_of(verifier).continuation_run or _Cached)(
         verifier, seq, len(answer) + 1, prefix
     )  # log-prob rows from the prompt's last position on
     most = max(horizons)

@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from router.features import lookahead_features
-from data_gen.llamacpp_branches import placed_tokens
-from router.engine.layout import Layout
-from router.engine.llamacpp import is_llamacpp
+from router.loop.layout import Layout
+from router.backends import backend_of
 from router.records import judge_column
 
 MAX_TREE = 512  # substituted tokens per row and forward: bounds the 4D mask (B, 1, M, L + M)
@@ -32,8 +31,9 @@ def tree_forward(
 
     `cache` holds the verifier's keys/values of all layout columns; the M new entries are cropped
     from it afterwards, so it can serve the next call."""
-    if is_llamacpp(cache):  # sequences forked at each column instead of a tree mask
-        return placed_tokens(cache, layout, cols, tokens)
+    placed = backend_of(cache).placed_tokens  # None: a tree-shaped mask, below (an engine may fork sequences)
+    if placed is not None:
+        return placed(cache, layout, cols, tokens)
     B, M = tokens.shape
     L = layout.length
     dtype = next(verifier.parameters()).dtype

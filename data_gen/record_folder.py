@@ -15,7 +15,7 @@ import numpy as np
 
 from data_gen.config import GenConfig
 from data_gen.consequence import label_counts
-from router.engine.layout import model_device
+from router.loop.layout import model_device
 from router.features import FEATURE_NAMES, TOKEN_CLASS_NAMES, token_class_table
 from router.infra.config import ConfigError, config_to_dict
 from router.infra.files import file_sha256, write_bytes, write_json

@@ -15,11 +15,11 @@ from data_gen.consequence import ConsequenceSearch, Searched, consequence_column
 from data_gen.label_store import LabelStore
 from data_gen.scoring import example_seed, score_batch
 from data_gen.tasks import Example
-from router.engine.baselines import generate_autoregressive
-from router.engine.layout import left_pad, model_device, tokenizer_pad_id
-from router.engine.llamacpp import engine_note, is_llamacpp
-from router.engine.loop import shared_vocab
-from router.engine.prefix import SharedPrefix
+from router.loop.baselines import generate_autoregressive
+from router.loop.layout import left_pad, model_device, tokenizer_pad_id
+from router.backends import backend_of, get_engine
+from router.loop.common import shared_vocab
+from router.loop.prefix import SharedPrefix
 from router.machine.hardware import DtypeChoice, resolve_dtype
 from router.pair import load_pair, same_files
 from router.infra import clock
@@ -30,15 +30,16 @@ from router.tasks.prompts import context_length, default_stops, fit_prompt, prom
 
 def _dtype(cfg: GenConfig, verifier, how: str) -> DtypeChoice | EngineChoice:
     """What the manifest says the rows were computed in: torch's dtype and why, or llama.cpp's note."""
-    if is_llamacpp(verifier):
-        return EngineChoice(engine_note(verifier))
+    note = backend_of(verifier).note(verifier)  # an engine's own note in place of torch's dtype
+    if note is not None:
+        return EngineChoice(note)
     if how == "loaded":
         return resolve_dtype(cfg.dtype, cfg.device)
     return DtypeChoice(next(verifier.parameters()).dtype, how)
 
 
 class EngineChoice(NamedTuple):
-    """DtypeChoice's place on llama.cpp (router.engine.llamacpp.engine_note)."""
+    """DtypeChoice's place on an engine that runs its files' own weight types (its backend's `note`)."""
 
     note: dict
 
@@ -81,12 +82,13 @@ class Recorder:
             self.stops = default_stops(cfg.task, cfg.chat) if cfg.stop is None else list(cfg.stop)
             if cfg.labels_from:
                 self.store = LabelStore(cfg.labels_from)
-                other_engine = is_llamacpp(verifier) and same_files(cfg.drafter) and same_files(cfg.verifier)
+                own = get_engine(backend_of(verifier).name).own_weights  # fingerprints of its files, not of torch's
+                other_engine = own and same_files(cfg.drafter) and same_files(cfg.verifier)
                 self.store.check(cfg, (drafter, verifier, tokenizer), other_engine_ok=other_engine)
 
     def share_prefix(self, examples: list[Example]) -> None:
         """Find the prompt prefix every example shares (a few-shot context): it is prefilled once
-        per model (`router.engine.prefix`) instead of once per batch."""
+        per model (`router.loop.prefix`) instead of once per batch."""
         prompts = [self.prompt_ids(ex) for ex in examples if ex.prompt.strip() or ex.question.strip()]
         self.prefix = SharedPrefix.common(prompts)
         if "consequence" in self.cfg.modes:

@@ -15,9 +15,9 @@ import torch
 from data_gen.judge import judge_inputs
 from data_gen.window import mismatch_windows, rollout_windows
 from router.features import FEATURE_NAMES, token_features
-from router.engine.layout import cache_argument, model_device
-from router.engine.prefix import SharedPrefix
-from router.engine.teacher import forward_tail, tail_layout
+from router.loop.layout import cache_argument, model_device
+from router.loop.prefix import SharedPrefix
+from router.loop.teacher import forward_tail, tail_layout
 
 
 def example_seed(seed: int, example_id: str, mode: str) -> int:
@@ -44,7 +44,7 @@ def score_batch(
     """Per example, a dict of per-position arrays in the record schema (minus id/task/split/mode);
     with judge, also the verifier's view of the drafted tokens (data_gen/judge.py); with window = W,
     the window column (data_gen/window.py; `rollout`: the continuations are the drafter's own). A
-    shared prompt prefix (`router.engine.prefix`) is read from its cache instead of being fed again."""
+    shared prompt prefix (`router.loop.prefix`) is read from its cache instead of being fed again."""
     layout, prefix, keep = tail_layout(prompts, continuations, pad_id, model_device(drafter), prefix)
     chains = bool(window) and not rollout  # the drafter continues after its argmax at every mismatch
     with torch.inference_mode():

@@ -22,9 +22,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from data_gen.llamacpp_branches import chain_scalars
-from router.engine.layout import Layout
-from router.engine.llamacpp import is_llamacpp
+from router.loop.layout import Layout
+from router.backends import backend_of
 from router.window.follow import DRAFT_SCALARS, draft_scalars, follow_window
 
 MAX_CHAIN_TOKENS = 256  # chain tokens per row and verifier pass: bounds the (M x W, V) logits
@@ -100,8 +99,9 @@ def mismatch_windows(
 
 def _score_chains(models, caches, cache_args, layout: Layout, part: list[list[tuple]], width: int, vocab: int):
     """Per row, (m, W, C) scalars of the drafter's greedy W tokens after each (t, d, column) of `part`."""
-    if is_llamacpp(caches[0]):  # sequences forked at each mismatch instead of tree masks
-        return chain_scalars(caches, layout, part, width)
+    forked = backend_of(caches[0]).chain_scalars  # None: tree-shaped masks, below (an engine may fork sequences)
+    if forked is not None:
+        return forked(caches, layout, part, width)
     (drafter, verifier), (d_cache, v_cache), (d_arg, v_arg) = models, caches, cache_args
     B, M = len(part), max(len(p) for p in part)
     device = layout.tokens.device

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from router.engine.options import DecodeOptions
+from router.backends import DEFAULT_ENGINE, bridge, get_engine
+from router.loop.options import DecodeOptions
 from router.infra.config import ConfigError, check_listed_once, check_minimum, check_numbers
 from router.machine.hardware import DTYPE_CHOICES
 from router.pair import check_engine
-from eval.served import check_served_options
 from router.records import RECORD_MODES
 from router.tasks.metrics import check_metric_settings
 
@@ -18,7 +18,7 @@ from router.tasks.metrics import check_metric_settings
 class EvalConfig(DecodeOptions):
     """What to evaluate. Every field can be set in YAML or as a `key=value` override; the decoding
     knobs (temperature, top_p, seed, max_new_tokens, stop, gamma, draft_stop, bonus_from) are
-    DecodeOptions' (router/engine/options.py: their defaults, help and checks). eval: stop null takes
+    DecodeOptions' (router/loop/options.py: their defaults, help and checks). eval: stop null takes
     the prompt format's; gamma auto is chosen once per run from the pair's measured costs and the
     records' acceptance rate (gamma.json)."""
 
@@ -50,7 +50,7 @@ class EvalConfig(DecodeOptions):
     verifier: str | None = None  # default: the records' verifier
     dtype: str = "auto"  # auto (bf16 where native, else float32), float32, bfloat16, float16
     device: str = "cpu"
-    engine: str = "torch"  # torch (transformers) | llamacpp (GGUF files in llama.cpp, on the CPU) | vllm (the
+    engine: str = DEFAULT_ENGINE  # torch (transformers) | llamacpp (GGUF files in llama.cpp, on the CPU) | vllm (the
     #   plugin in vLLM's engine, from .venv-vllm: the grid decoded where it is served; docs/usage.md)
     threads: int = 0  # llamacpp: threads per model (0: the physical cores, 1 when the machine is loaded)
     verifier_device_map: str | None = None  # e.g. auto: the verifier spread over the GPUs (accelerate)
@@ -96,9 +96,9 @@ class EvalConfig(DecodeOptions):
             raise ConfigError(f"cost_ratio (drafter/verifier seconds per token) must be > 0, got {self.cost_ratio}")
         if self.dtype not in DTYPE_CHOICES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPE_CHOICES)}, got {self.dtype!r}")
-        check_engine(self.engine, self.threads, self.device, self.verifier_device_map, serving=True)
-        if self.engine == "vllm":
-            check_served_options(self)
+        check_engine(self.engine, self.threads, self.device, self.verifier_device_map, served=True)
+        if not get_engine(self.engine).loop:  # a served engine's own loop: what it can run, said before loading
+            bridge(self.engine).check_options(self)
         check_metric_settings(self.metric, self.sandbox, self.device)
         if self.logger not in ("csv", "wandb"):
             raise ConfigError(f"logger must be csv or wandb, got {self.logger!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from router.backends import bridge, get_engine
 from router.infra.config import ConfigError
 from router.rules import get_rule, online_rules, rule_names
 
@@ -52,10 +53,8 @@ def online_methods(cfg, routers: dict) -> list[str]:
     if not cfg.online_methods and len(decodable) < len(routers):
         print(f"[specroute] online: leaving out the offline-only routers {sorted(set(routers) - set(decodable))} (gru)")
     methods = cfg.online_methods or [*_fitting_rules(cfg), *decodable, "token_cascade", "sequence_cascade"]
-    if cfg.engine == "vllm":
-        from eval.served import served_methods
-
-        methods = served_methods(methods, bool(cfg.online_methods), routers)
+    if not get_engine(cfg.engine).loop:  # a served engine decodes what its own loop can
+        methods = bridge(cfg.engine).methods(methods, bool(cfg.online_methods), routers)
     short = [m for m in methods if m in rule_names() and not _block_fits(cfg, m)]
     if short:
         raise ConfigError(

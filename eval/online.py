@@ -20,12 +20,13 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from router.backends import bridge
 from router.infra import clock
 from router.infra.distributed import Ranks, barrier, gather
-from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.loop.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
-from router.engine.layout import left_pad, tokenizer_pad_id
-from router.engine.prefix import SharedPrefix
+from router.loop.layout import left_pad, tokenizer_pad_id
+from router.loop.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop, fit_prompt, prompt_text, warn_truncated
 from router.infra.files import Journal
 from eval.points import (
@@ -81,10 +82,8 @@ def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: in
 
 
 def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict, ends: Ends):
-    if getattr(pair, "served", None) is not None:  # engine vllm: the batch as concurrent requests (eval/served.py)
-        from eval.served import decode_served, unpadded
-
-        return decode_served(pair, method, alpha, unpadded(ids, mask), cfg, ends.strings)
+    if getattr(pair, "served", None) is not None:  # a served engine: the batch as concurrent requests
+        return bridge(cfg.engine).decode(pair, method, alpha, unpadded(ids, mask), cfg, ends.strings)
     drafter, verifier, _ = pair
     common = dict(**cfg.sampling_kwargs(), attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
     if method == "verifier":
@@ -370,8 +369,8 @@ def _digest(prompt_ids: dict, key: tuple) -> str:
 
 def _score_outputs(pair, wanted: list[tuple], prompt_ids: dict, ends: Ends, batch_size: int) -> dict:
     """(summed verifier log-prob, tokens) of each (example_id, output ids), `batch_size` per pass."""
-    from router.engine.loop import shared_vocab
-    from router.engine.teacher import continuation_logprobs
+    from router.loop.common import shared_vocab
+    from router.loop.teacher import continuation_logprobs
 
     vocab = shared_vocab(pair.drafter, pair.verifier)
     scores = {w: (0.0, 0) for w in wanted if not w[1]}  # an empty output has nothing to score
@@ -384,3 +383,8 @@ def _score_outputs(pair, wanted: list[tuple], prompt_ids: dict, ends: Ends, batc
         sums = continuation_logprobs(pair.verifier, prompts, outputs, vocab, pad, ends.prefix)
         scores.update({key: (total, len(out)) for key, total, out in zip(chunk, sums, outputs)})
     return scores
+
+
+def unpadded(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """Each row's prompt tokens without the left padding. ids, mask: (B, T)"""
+    return [row[m.bool()].tolist() for row, m in zip(ids, mask)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from eval.paired import divergences
 from eval.tables import ci, markdown_table, plus_minus
+from router.backends import DEFAULT_ENGINE, ENGINES
 
 PAIRED_HEADER = [
     "method",
@@ -62,11 +63,8 @@ def online_sections(online: dict, cfg) -> list[str]:
 def _setting(online: dict, cfg) -> str:
     dtype = online["dtype"]
     where = dtype["cpu"] if cfg.device == "cpu" else cfg.device
-    if dtype.get("engine") == "llamacpp":  # threads beside every llama.cpp figure
-        kernels = f" ({dtype['kernels']} kernels)" if dtype.get("kernels") else ""
-        where += f", llama.cpp{kernels} with {dtype['threads']} threads ({dtype['threads_reason']})"
-    if dtype.get("engine") == "vllm":  # the plugin in vLLM's engine, every method through it
-        where += f", vLLM {dtype['vllm']} with {dtype['threads']} threads, {dtype['gamma']} drafts per step"
+    if dtype.get("setting"):  # an engine's own line: its threads (and kernels, drafts per step) beside every figure
+        where += f", {dtype['setting']}"
     return (
         f"{online['prompts']} held-out prompts, max {cfg.max_new_tokens} new tokens, batch {cfg.batch_size}; "
         f"latency per token relative to verifier-only (timed in the same run, or retimed: see warnings). Models in {dtype['dtype']} on {where} "
@@ -82,7 +80,8 @@ def _notes(online: dict) -> list[str]:
         parts += [f"**Timing warning**: {warning}.", ""]
     timed = online["timed_on"]
     if timed.get("elsewhere"):  # compared with this run's own fingerprint (eval.points.timed_on)
-        how = "llama.cpp" if online["dtype"].get("engine") == "llamacpp" else timed["dtype"]  # gguf: its own types
+        engine = ENGINES.get(online["dtype"].get("engine", DEFAULT_ENGINE))
+        how = engine.label if engine is not None and engine.own_weights else timed["dtype"]  # its files' own types
         parts += [
             f"Note: every online point was timed by an earlier run on {timed['machine']} ({how}) and reused as a "
             f"complete set; the numbers below are that machine's.",

@@ -40,7 +40,8 @@ from eval.prompts import online_examples
 from eval.points import OnlinePoint, add_relative_latency, table_forms, timed_on, timing_warnings
 from eval.report import print_eval_summary, write_report
 from eval.tables import write_curves_csv, write_per_prompt_csv
-from router.engine.options import DECODE_FIELDS
+from router.backends import DEFAULT_ENGINE
+from router.loop.options import DECODE_FIELDS
 from router.infra import clock
 from router.infra.config import ConfigError, config_to_dict
 from router.infra.console import wandb_offline
@@ -236,7 +237,7 @@ def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, st
         "prompts": [p.example_id for p in prompts],
         "routers": weights,
         "dtype": resolve_dtype(cfg.dtype, cfg.device).name,  # latency (and near-ties) depend on it
-        **({"engine": cfg.engine, "threads": cfg.threads} if cfg.engine != "torch" else {}),  # torch points keep theirs
+        **({"engine": cfg.engine, "threads": cfg.threads} if cfg.engine != DEFAULT_ENGINE else {}),  # as points were
         "machine": machine_kind(cfg.device),  # latencies measured on two machines are not comparable
         "stop": stops,
         "gammas": dict(cfg.gammas),  # narrowed to each point's own block size (eval.points.point_fingerprint)
@@ -257,7 +258,7 @@ def _fingerprint(cfg: EvalConfig, manifest: Manifest, prompts, routers: dict, st
 
 def _measure_cost_ratio(pair, prompt_ids: list[int]) -> float:
     """Drafter/verifier seconds per token over 16 greedy tokens each (offline-only runs)."""
-    from router.engine.baselines import generate_autoregressive
+    from router.loop.baselines import generate_autoregressive
 
     ids = torch.tensor([prompt_ids])
     spt = {}
@@ -285,7 +286,7 @@ def _run_online(
         check_metric_fields(cfg.metric or task, e["meta"], e["example_id"])
     grid = online_grid(cfg, match, verifier_rejection, routers)  # checked before loading any model
     pair = pair or load_eval_pair(cfg, manifest)
-    served = getattr(pair, "served", None)  # engine vllm: its engines reserve max_model_len tokens per request
+    served = getattr(pair, "served", None)  # a served engine reserves max_model_len tokens per request
     context = served.max_model_len if served else context_length(pair.drafter, pair.verifier)
     limit = prompt_limit(context, cfg.max_new_tokens, manifest.config.get("max_prompt_tokens"))
     chat = manifest.config.get("chat", False)

@@ -2,10 +2,10 @@
 
 `generate` decodes a batch of left-padded prompts block by block; one block (draft `gamma` tokens, verify
 them in one forward, the policy's `pi = decide(view, alpha)`, accept a prefix, draw the next token) reads
-top to bottom in `router/engine/block.py`. Each model keeps a KV cache that is rolled back on rejection,
+top to bottom in `router/loop/block.py`. Each model keeps a KV cache that is rolled back on rejection,
 never recomputing the accepted prefix, and rows of a batch accept different numbers of tokens (see
-`router/engine/layout.py`). What every loop shares (settings, checks, outputs) is in `router/engine/loop.py`,
-the counters in `router/engine/stats.py`; the baselines in `router/engine/baselines.py`.
+`router/loop/layout.py`). What every loop shares (settings, checks, outputs) is in `router/loop/common.py`,
+the counters in `router/loop/stats.py`; the baselines in `router/loop/baselines.py`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import torch
 
 from router.infra import clock
 from router.machine.calibrate import MAX_GAMMA, AdaptiveGamma
-from router.engine.block import decode_block, emit
-from router.engine.block_size import block_drafts, check_block_size
-from router.engine.layout import CachedModel, model_cache, drop_trailing_holes, output_pad_id
-from router.engine.lookup import LookupCache, LookupDrafter
-from router.engine.loop import (
+from router.loop.block import decode_block, emit
+from router.loop.block_size import block_drafts, check_block_size
+from router.loop.layout import CachedModel, model_cache, drop_trailing_holes, output_pad_id
+from router.loop.lookup import LookupCache, LookupDrafter
+from router.loop.common import (
     check_loop_objects,
     FROM_VERIFIER,
     GenerateOutput,
@@ -34,9 +34,9 @@ from router.engine.loop import (
     shared_vocab,
     vocab_size,
 )
-from router.engine.options import DecodeOptions
-from router.engine.prefix import SharedPrefix
-from router.engine.stats import Stats
+from router.loop.options import DecodeOptions
+from router.loop.prefix import SharedPrefix
+from router.loop.stats import Stats
 from router.policy import DeferralPolicy, judges_the_draft
 from router.rules import resolve_rule
 from router.tasks.prompts import StopStrings
@@ -72,7 +72,7 @@ def generate(
     target reads q). The default was chosen with measured numbers (docs/results.md, the exact bonus's
     cost). `stop` strings end a row like EOS
     (`router.tasks.prompts.StopStrings`); a `prefix` every prompt starts with is read from its cache
-    (`router.engine.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
+    (`router.loop.prefix.SharedPrefix`) instead of being prefilled again. `draft_stop` (in (0, 1)) ends a
     block early when the drafter is unsure of its draft in every row (as Hugging Face's assistant
     confidence threshold and llama.cpp's draft p_min do); None drafts gamma tokens every block.
     gamma="auto" chooses the block size before every block from the pair's measured costs on this
@@ -80,7 +80,7 @@ def generate(
     once per process, pair and batch size, about 30 s for the embedded pair on 2 CPU cores); where
     no block size is expected to beat the verifier alone, it decodes with the verifier alone
     (stats `verifier_steps`), whatever the rule: the verifier's quality at the verifier's speed.
-    `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.engine.lookup.LookupDrafter`
+    `drafter` is a causal LM sharing the verifier's tokenizer, or a `router.loop.lookup.LookupDrafter`
     (drafts looked up in a reference answer per row, no network; with rule="lossless" and greedy
     decoding the output is still exactly the verifier's). A learned router decodes only with the
     models it was trained on (their weight fingerprints, computed once per model object);
@@ -147,7 +147,7 @@ def _decoding_policy(rule, drafter, verifier, check_pair: bool, gamma) -> Deferr
 
 def _drafter_for(drafter, verifier, policy: DeferralPolicy, gamma) -> tuple[int, CachedModel | LookupCache]:
     """(shared vocabulary, what the loop drives as the drafter): a model's CachedModel, or a
-    LookupDrafter's drafts looked up in reference answers (router.engine.lookup; no network)."""
+    LookupDrafter's drafts looked up in reference answers (router.loop.lookup; no network)."""
     if not isinstance(drafter, LookupDrafter):
         vocab = shared_vocab(drafter, verifier)
         model = model_cache(drafter, vocab)

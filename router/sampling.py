@@ -21,7 +21,7 @@ def speculative_block(
     as ints; or, with a leading batch dimension, draft_tokens (B, gamma), q and pi (B, gamma+1, V) ->
     n_accepted (B,), next (B,) as tensors. `next` is the resampled token at the first rejection, or the
     bonus token from pi[gamma] when all drafts pass. The decoding loop runs the same two steps
-    (`accept_drafts`, `next_after`) in router/engine/block.py, with pi at the bonus position formed
+    (`accept_drafts`, `next_after`) in router/loop/block.py, with pi at the bonus position formed
     only when some row needs it."""
     one = draft_tokens.dim() == 1
     drafts, q_b, pi_b = (draft_tokens[None], q[None], pi[None]) if one else (draft_tokens, q, pi)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from router.infra import clock
 from router.infra.quiet import command_output
-from router.engine.options import add_decode_flags
+from router.loop.options import add_decode_flags
 from router.rules import get_rule, rule_names
+from specroute.presets import engine_choices
 from specroute.folder_cmds import add_folder_parsers, cmd_best_router, cmd_snapshot
 from specroute.generate_cmd import add_generate_parser, cmd_generate
 
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--engine",
         default="auto",
-        choices=["auto", "torch", "llamacpp", "vllm"],
+        choices=engine_choices(),
         help="what runs the models: auto prices the cpu preset's stages on torch, on llama.cpp (where "
         "llama-cpp-python is installed) and its evaluation in vLLM (where the demo runs in .venv-vllm) and runs "
         "each on the faster one; torch for the other presets; vllm: evaluate in vLLM, record on torch",

@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from router.backends import DEFAULT_ENGINE, backend_of, bridge, get_engine
 from router.infra.files import output_lock, write_json
 from router.infra.stage_folders import clear_output
 from specroute.estimate import (
@@ -73,7 +74,8 @@ def estimate(out: Path, p: Preset) -> Estimate | None:
     )
     load_seconds = time.perf_counter() - started
     costs = measure_pair_costs(pair.drafter, pair.verifier, p.online_batch)
-    served = _served_costs(first, pair, p) if p.eval_extra.get("engine") == "vllm" and left["eval"] else None
+    evaluation = p.eval_extra.get("engine", DEFAULT_ENGINE)
+    served = _served_costs(first, pair, p) if not get_engine(evaluation).loop and left["eval"] else None
     record_s, online_s, train_rows = 0.0, 0.0, 0
     for task in p.tasks:
         gold = _planned(configs[(task, "gold")], pair)
@@ -103,15 +105,16 @@ def _served_costs(gen_cfg, pair, p: Preset) -> dict:
     from data_gen.tasks import load_task
     from router.machine.hardware import resolve_dtype
     from router.pair import resolve_model_path
-    from router.vllm.served import ServedPair, measure_served_costs
 
     dtype = resolve_dtype(p.eval_extra.get("dtype", "auto"), p.eval_extra.get("device", "cpu")).dtype
     drafter, verifier = (Path(resolve_model_path(spec, dtype)[0]) for spec in (gen_cfg.drafter, gen_cfg.verifier))
     example = next(iter(load_task(p.tasks[0])))
     prompt = pair.tokenizer.encode(example.prompt, add_special_tokens=False)[-p.models.get("max_prompt_tokens", 1024) :]
     name = str(dtype).removeprefix("torch.")
-    served = ServedPair(drafter, verifier, name, gamma=int(p.eval_extra["gamma"]))
-    return {**measure_served_costs(served, prompt, p.online_batch), "dtype": name}
+    costs = bridge(p.eval_extra["engine"]).measure_costs(
+        drafter, verifier, name, int(p.eval_extra["gamma"]), prompt, p.online_batch
+    )
+    return {**costs, "dtype": name}
 
 
 def choose_engines(out: Path, p: Preset, candidates: tuple, threads: int) -> tuple[Preset, Estimate | None, dict]:
@@ -144,11 +147,9 @@ def _priced_in(cfg, pair) -> str:
     """What the models run in, as the estimate line says it: torch's dtype, or llama.cpp with its threads."""
     from router.machine.hardware import resolve_dtype
 
-    if cfg.engine == "llamacpp":
-        from router.engine.llamacpp import engine_setting
-
-        return f"{engine_setting(pair.verifier)} ({pair.verifier.threads_reason})"
-    return f"torch {resolve_dtype(cfg.dtype, cfg.device).name}"
+    if get_engine(cfg.engine).own_weights:  # its files' own weight types, with the threads and why
+        return f"{backend_of(pair.verifier).setting(pair.verifier)} ({pair.verifier.threads_reason})"
+    return f"{cfg.engine} {resolve_dtype(cfg.dtype, cfg.device).name}"
 
 
 def _work_left(out: Path, p: Preset) -> dict:

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from router.engine.options import DecodeOptions, add_decode_flags, options_from_flags
+from router.backends import DEFAULT_ENGINE, backend_of, engine_names, get_engine
+from router.loop.options import DecodeOptions, add_decode_flags, options_from_flags
 from router.machine.hardware import DTYPE_CHOICES
 from router.infra.stage_folders import OutputBusy, claim_output_file
 from router.rules import get_rule, rule_names
@@ -51,8 +52,8 @@ def add_generate_parser(sub) -> None:
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     g.add_argument(
         "--engine",
-        default="torch",
-        choices=("torch", "llamacpp"),
+        default=DEFAULT_ENGINE,
+        choices=engine_names(loop_only=True),
         help="torch (transformers) or llamacpp (the pair's GGUF files in llama.cpp, on the CPU; docs/usage.md)",
     )
     g.add_argument(
@@ -100,7 +101,6 @@ def render_marked(tokenizer, tokens: list[int], sources: list[int], color: bool)
 
 def cmd_generate(args) -> int:
     from router.decoding import generate
-    from router.engine.llamacpp import engine_setting
     from router.infra.console import summary_table
     from router.infra.files import write_json
     from router.pair import load_pair
@@ -118,11 +118,12 @@ def cmd_generate(args) -> int:
         try:
             check_pair_is((drafter, verifier, tokenizer), policy.trained_pair, f"router {args.router}")
         except ValueError as err:
-            if args.engine != "llamacpp":
+            engine = get_engine(args.engine)
+            if not engine.own_weights:
                 raise
             raise ValueError(
-                f"{err} (on llama.cpp a router trained on torch records of the embedded pair holds the same weights, "
-                f"from the same GGUF files: --no-pair-check decodes it)"
+                f"{err} (on {engine.label} a router trained on torch records of the embedded pair holds the same "
+                f"weights, from the same files: --no-pair-check decodes it)"
             ) from None
     limit = prompt_limit(context_length(drafter, verifier), opts.max_new_tokens)
     input_ids, mask = _encode(tokenizer, args.prompt, args.chat, limit, args.device)
@@ -137,7 +138,7 @@ def cmd_generate(args) -> int:
     marker = "highlighted" if color else "in [[double brackets]]"
     print(f"\n(plain text: kept drafter tokens; {marker}: tokens from the verifier step)")
     stats = dict(out.stats)
-    rows = _generate_rows(args, opts, stats, load_s, getattr(verifier, "dtype", None) or engine_setting(verifier))
+    rows = _generate_rows(args, opts, stats, load_s, backend_of(verifier).setting(verifier))
     result = {
         "written_by": "specroute generate",  # a rerun may replace this file; no other file is written over
         "args": vars(args),
@@ -235,7 +236,7 @@ def _generate_rows(args, opts, stats: dict, load_s: float, dtype) -> list[tuple[
 def _compare_with_verifier(verifier, tokenizer, input_ids, mask, stop, stops, opts, stats, result) -> list:
     """--compare: the verifier alone on the same prompt; its output goes into `result`, the speed-up
     into the returned summary rows."""
-    from router.engine.baselines import generate_autoregressive
+    from router.loop.baselines import generate_autoregressive
     from router.tasks.prompts import cut_at_stop
 
     base = generate_autoregressive(verifier, input_ids, attention_mask=mask, stop=stop, **opts.sampling_kwargs())

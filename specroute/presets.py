@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from router.backends import DEFAULT_ENGINE, ENGINES, engine_names, get_engine, installed
+
 ROUTERS = {
     "mlp": {"arch": "mlp"},
     "gru": {"arch": "gru", "window": 4},
@@ -86,9 +88,13 @@ def with_decoding(p: Preset, **decoding) -> Preset:
     return replace(p, eval_extra={**p.eval_extra, **given})
 
 
-ENGINE_CHOICES = ("auto", "torch", "llamacpp", "vllm")
-LLAMACPP_BY_DEFAULT = ("cpu",)  # presets whose stages may run on llama.cpp (or evaluate in vLLM) under --engine auto
+PRICED_PRESETS = ("cpu",)  # presets whose stages are priced on every installed engine under --engine auto
 SERVED_GAMMA = 4  # drafts per step in vLLM, which drafts a fixed number (gamma auto calibrates specroute's loop)
+
+
+def engine_choices() -> tuple[str, ...]:
+    """`--engine`'s choices: auto (priced per stage) and every registered engine (router.backends.ENGINES)."""
+    return ("auto", *engine_names())
 
 
 def engine_candidates(preset: str, engine: str) -> tuple[tuple[str, ...], str]:
@@ -98,30 +104,24 @@ def engine_candidates(preset: str, engine: str) -> tuple[tuple[str, ...], str]:
     several times faster in llama.cpp than in torch float32 on an AVX2 CPU, while torch's bf16 prefill on AMX
     records faster than llama.cpp); torch otherwise (tiny: seconds either way; long: its finished points were
     timed on torch; gpu: llama.cpp runs on the CPU here)."""
-    if engine not in ENGINE_CHOICES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINE_CHOICES)}, got {engine!r}")
+    if engine not in engine_choices():
+        raise ValueError(f"engine must be one of {', '.join(engine_choices())}, got {engine!r}")
     if engine != "auto":
         return (engine,), "as set (--engine)"
-    if preset not in LLAMACPP_BY_DEFAULT:
-        return ("torch",), f"the {preset} preset runs on torch (--engine llamacpp to change)"
-    found = ("torch",) + tuple(e for e, module in (("llamacpp", "llama_cpp"), ("vllm", "vllm")) if _installed(module))
-    if found == ("torch",):
-        return found, "llama-cpp-python is not installed (`bash scripts/setup.sh llamacpp` installs it)"
+    if preset not in PRICED_PRESETS:
+        return (DEFAULT_ENGINE,), f"the {preset} preset runs on {DEFAULT_ENGINE} (--engine to change)"
+    others = [e for e in engine_names() if e != DEFAULT_ENGINE]
+    found = (DEFAULT_ENGINE, *(e for e in others if installed(e)))
+    if found == (DEFAULT_ENGINE,):
+        setups = ", ".join(f"`{ENGINES[e].setup}` installs {ENGINES[e].label}" for e in others)
+        return found, f"no other engine is installed here ({setups})"
     return found, "each stage on the engine priced faster on this machine (--engine to fix one)"
-
-
-def _installed(module: str) -> bool:
-    try:
-        __import__(module)
-    except ImportError:
-        return False
-    return True
 
 
 def recording_engine(engine: str) -> str:
     """The engine a stage candidate records on: vLLM does not hand out the distributions a recording keeps, so a
     demo evaluating in vLLM records on torch."""
-    return "torch" if engine == "vllm" else engine
+    return engine if get_engine(engine).loop else DEFAULT_ENGINE
 
 
 def with_engines(p: Preset, recording: str, evaluation: str, threads: int = 0) -> Preset:
@@ -129,12 +129,15 @@ def with_engines(p: Preset, recording: str, evaluation: str, threads: int = 0) -
     llamacpp: the pair's GGUF files in llama.cpp with `threads` threads, 0: chosen from the machine, or vllm: the
     plugin in vLLM's engine, SERVED_GAMMA drafts per step where the preset calibrates gamma). Records made on
     torch decode on llama.cpp: the same weights (eval says so in a note)."""
-    llama = {"threads": threads}
-    models = {**p.models, "engine": recording, **(llama if recording == "llamacpp" else {})}
-    extra = {**p.eval_extra, "engine": evaluation, **(llama if evaluation == "llamacpp" else {})}
-    if evaluation == "vllm":
+
+    def threaded(engine: str) -> dict:
+        return {"threads": threads} if get_engine(engine).threads else {}
+
+    models = {**p.models, "engine": recording, **threaded(recording)}
+    extra = {**p.eval_extra, "engine": evaluation, **threaded(evaluation)}
+    if not get_engine(evaluation).loop:
         extra = _served(extra)
-    if recording == evaluation == "torch":  # as before engines existed: finished folders stay current
+    if recording == evaluation == DEFAULT_ENGINE:  # as before engines existed: finished folders stay current
         return p
     return replace(p, models=models, eval_extra=extra)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from router.backends import DEFAULT_ENGINE, bridge, get_engine
 from specroute.presets import ROUTERS, Preset
 
 
@@ -139,7 +140,7 @@ def train(out: Path, p: Preset, folders: dict) -> dict:
     return trained
 
 
-def choose_online_methods(trained: dict, out: Path, engine: str = "torch") -> list[str]:
+def choose_online_methods(trained: dict, out: Path, engine: str = DEFAULT_ENGINE) -> list[str]:
     """The best learned router that can decode (gru routers are offline-only; in vLLM, one whose inputs the
     plugin can give) and the best plug-in rule of each form, by *validation* area in the greedy view (online
     decoding is greedy; the test split stays untouched for the comparison), plus lossless."""
@@ -160,11 +161,9 @@ def choose_online_methods(trained: dict, out: Path, engine: str = "torch") -> li
 
 
 def _decodes(router, engine: str) -> bool:
-    if engine != "vllm":
+    if get_engine(engine).loop:
         return not router.offline_only
-    from router.vllm.settings import unsupported
-
-    return unsupported(router) is None  # offline-only routers included
+    return bridge(engine).decodes(router)  # what the served engine's loop can decide with
 
 
 def evaluate(out: Path, p: Preset, folders: dict, methods: list[str]) -> dict:

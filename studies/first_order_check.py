@@ -80,7 +80,7 @@ def decode(recorder, prompts: list[list[int]], rule, alpha: float, gamma: int, b
     from tqdm import tqdm
 
     from router.decoding import generate
-    from router.engine.layout import left_pad
+    from router.loop.layout import left_pad
 
     search, budget, answers = recorder.search, recorder.cfg.consequence_max_new_tokens, []
     started = time.perf_counter()

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from router.engine.layout import left_pad
-from router.engine.tiny import tiny_model
+from router.loop.layout import left_pad
+from router.loop.tiny import tiny_model
 from router.features import FEATURE_NAMES, token_features
 from router.records import Manifest, rows_to_table, write_manifest, write_shard
 

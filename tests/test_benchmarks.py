@@ -150,7 +150,7 @@ def test_decode_benchmark_runs_gamma_auto_where_speculation_does_not_pay(monkeyp
     import argparse
 
     from router.machine import calibrate
-    from router.engine.layout import left_pad
+    from router.loop.layout import left_pad
 
     bench = _decode_benchmark_module()
     drafter, verifier, _ = tiny
@@ -378,7 +378,7 @@ def test_hf_assisted_generation_starts_from_the_shared_prefix_caches_with_the_sa
 
     import torch
 
-    from router.engine.prefix import SharedPrefix
+    from router.loop.prefix import SharedPrefix
 
     bench = _decode_benchmark_module()
     drafter, verifier, _ = tiny

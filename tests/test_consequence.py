@@ -15,9 +15,9 @@ from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from router.tasks import metrics
 from router.decoding import generate
-from router.engine.loop import eos_ids
+from router.loop.common import eos_ids
 from router.model import load_router
-from router.engine.prefix import SharedPrefix
+from router.loop.prefix import SharedPrefix
 from router.labels import AGREE, HARMLESS, IMPORTANT, UNTESTED
 from router.records import load_records, read_manifest
 from router.pair import tiny_pair
@@ -278,7 +278,7 @@ def test_consequence_labels_join_an_existing_evaluation(recorded, pair, tmp_path
     """Labels recorded later for the same examples (a consequence-only folder) join an evaluation of
     the gold records: records=[gold, consequence] keeps the gold folder's prompts and curves, adds
     the catch table, and a router trained on the labels adds only its own online points."""
-    import router.pair as tiny_module
+    import router.backends.torch_models as tiny_module  # where load_pair builds the tiny pair
     from specroute import cli
 
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: pair)  # eval decodes the pair the records hold

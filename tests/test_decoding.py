@@ -5,12 +5,12 @@ import torch
 
 from helpers import StubLM, left_padded, tiny_qwen
 from router.pair import tiny_pair
-from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
-from router.engine.teacher import continuation_logprobs
+from router.loop.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.loop.teacher import continuation_logprobs
 from router.decoding import generate
-from router.engine.block_size import block_drafts
+from router.loop.block_size import block_drafts
 from router.rules import resolve_rule
-from router.engine.loop import FROM_DRAFTER, PADDING
+from router.loop.common import FROM_DRAFTER, PADDING
 
 PROMPTS = [[5, 17, 33, 41, 8], [9, 3], [11, 12, 13, 14, 15, 16, 17, 18]]
 NEW = 40
@@ -31,7 +31,7 @@ def hf_greedy(model, prompt, new=NEW):
 
 def test_new_tokens_are_each_rows_generated_tokens_without_end_padding():
     """GenerateOutput.new_tokens: the tokens after the (padded) prompt width, up to each row's end."""
-    from router.engine.loop import GenerateOutput
+    from router.loop.common import GenerateOutput
 
     prompts = torch.tensor([[0, 7, 8], [9, 10, 11]])  # left-padded to width 3
     new = torch.tensor([[1, 2, 3, 0], [4, 0, 0, 0]])  # row 1 ended after one token (0: the pad id)
@@ -464,7 +464,7 @@ def test_calibrated_gamma_follows_the_costs(near_pair):
 def test_the_drafter_rule_is_drafter_only_decoding_whatever_the_bonus_default(tiny, gamma, bonus_from):
     """rule="drafter" says pi = q: every token, the bonus ones included, is the drafter's (under the
     default bonus_from="verifier" a whole block's bonus token used to come from p)."""
-    from router.engine.baselines import generate_autoregressive
+    from router.loop.baselines import generate_autoregressive
 
     drafter, verifier, _ = tiny
     prompts = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])

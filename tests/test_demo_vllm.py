@@ -13,10 +13,10 @@ from specroute.stages import _decodes
 
 
 def test_vllm_is_an_evaluation_candidate_where_it_is_installed(monkeypatch):
-    monkeypatch.setattr(presets, "_installed", lambda module: True)
+    monkeypatch.setattr(presets, "installed", lambda engine: True)
     assert presets.engine_candidates("cpu", "auto")[0] == ("torch", "llamacpp", "vllm")
     assert presets.engine_candidates("tiny", "auto")[0] == ("torch",)
-    monkeypatch.setattr(presets, "_installed", lambda module: module == "vllm")
+    monkeypatch.setattr(presets, "installed", lambda engine: engine == "vllm")
     assert presets.engine_candidates("cpu", "auto")[0] == ("torch", "vllm")
     assert presets.engine_candidates("cpu", "vllm") == (("vllm",), "as set (--engine)")
 

@@ -209,7 +209,7 @@ def test_the_policy_interface_snippet_runs_as_written():
     """docs/rules.md's hand-written policy decodes through generate, keeping exactly the drafts it says."""
     import torch
 
-    from router.engine.loop import shared_vocab
+    from router.loop.common import shared_vocab
     from router.pair import tiny_pair
 
     snippet = re.findall(r"```python\n(.*?)```", (ROOT / "docs/rules.md").read_text(), re.S)

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from router.engine.baselines import generate_autoregressive
+from router.loop.baselines import generate_autoregressive
 from router.decoding import generate
-from router.engine.loop import PADDING
+from router.loop.common import PADDING
 from router.machine.hardware import resolve_dtype
 from router.infra.embedded import embedded_installed
 from router.pair import load_model, load_pair, model_fingerprint
@@ -76,8 +76,8 @@ def test_few_shot_gsm8k_shared_prefix_and_stop_strings(pair):
     the outputs of a full prefill, rows end at the next shot, and the metric reads the answer."""
     from data_gen.tasks import load_gsm8k
     from router.tasks.metrics import gsm8k_metric
-    from router.engine.layout import left_pad
-    from router.engine.prefix import SharedPrefix
+    from router.loop.layout import left_pad
+    from router.loop.prefix import SharedPrefix
     from router.tasks.prompts import StopStrings, cut_at_stop, default_stops
 
     drafter, verifier, tok = pair
@@ -119,7 +119,7 @@ def test_consequence_search_on_real_gsm8k(pair):
     from data_gen.consequence import ConsequenceSearch
     from data_gen.tasks import load_gsm8k
     from router.tasks.metrics import gsm8k_metric
-    from router.engine.prefix import SharedPrefix
+    from router.loop.prefix import SharedPrefix
     from router.tasks.prompts import default_stops
     from router.labels import HARMLESS, IMPORTANT
 

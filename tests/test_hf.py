@@ -14,7 +14,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from router.decoding import generate
-from router.engine.layout import left_pad
+from router.loop.layout import left_pad
 from router.hf import CascadeGenerateOutput, GenerationSettingError, cascade_generate
 from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router
 from router.pair import pair_identity

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from data_gen.horizon import HORIZONS, horizon_scores
-from router.engine.prefix import SharedPrefix
+from router.loop.prefix import SharedPrefix
 
 
 def _plain(verifier, prompt, answer, t, d, h):

@@ -8,12 +8,12 @@ from data_gen.judge import judge_inputs
 from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
-from router.engine.layout import cache_argument
-from router.engine.teacher import forward_tail
+from router.loop.layout import cache_argument
+from router.loop.teacher import forward_tail
 from router.features import TOKEN_CLASS_NAMES, class_bits, lookahead_features
-from router.engine.layout import Layout, left_pad
+from router.loop.layout import Layout, left_pad
 from router.records import Manifest, RecordsError, load_records, read_manifest, read_token_classes, require_judge
-from router.engine.tiny import ByteTokenizer
+from router.loop.tiny import ByteTokenizer
 
 
 def direct_view(verifier, prefix: list[int], token: int, vocab: int):

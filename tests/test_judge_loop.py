@@ -166,7 +166,7 @@ def test_views_give_gap_closed_with_intervals_over_examples(judge_router):
 
 
 def test_eval_runs_a_judge_offline_and_online(judge_router, tmp_path, monkeypatch):
-    import router.pair as tiny_module
+    import router.backends.torch_models as tiny_module  # where load_pair builds the tiny pair
     from eval.run import EvalConfig, run_eval
 
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: tiny_pair(seed=2))  # the records' pair

@@ -220,3 +220,41 @@ def test_no_script_patches_sys_path():
         if re.search(r"sys\.path\.(insert|append)|sys\.path\s*\+?=", path.read_text())
     ]
     assert not patched, patched
+
+
+def _engine_names_in_code(path: Path) -> list[str]:
+    """String literals that are a non-default engine's name, and names of one engine's own objects."""
+    import io
+    import tokenize
+
+    from router.backends import DEFAULT_ENGINE, ENGINES
+
+    names = {n for n in ENGINES if n != DEFAULT_ENGINE}
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+        if tok.type == tokenize.STRING and tok.string.strip("\"'") in names:
+            found.append(f"{tok.string} line {tok.start[0]}")
+        elif tok.type == tokenize.NAME and re.search(r"(?i)llamacpp|llama_cpp|vllm", tok.string):
+            found.append(f"{tok.string} line {tok.start[0]}")
+    return found
+
+
+def test_no_product_module_outside_the_backends_names_an_engine():
+    """Engines are declared in router/backends/ and asked through it; the vLLM plugin (router/vllm/) runs
+    policies inside vLLM's own loop and is its own place."""
+    allowed = (ROOT / "router" / "backends", ROOT / "router" / "vllm")
+    found = {
+        str(path.relative_to(ROOT)): hits
+        for pkg in PACKAGES
+        for path in modules_of(pkg)
+        if not any(path.is_relative_to(a) for a in allowed) and (hits := _engine_names_in_code(path))
+    }
+    assert not found, found
+
+
+def test_the_engine_name_check_sees_a_literal_and_an_engine_object(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text('if cfg.engine == "llamacpp":\n    from router.backends.llamacpp import is_llamacpp\n')
+    assert len(_engine_names_in_code(probe)) == 3
+    probe.write_text('engine = DEFAULT_ENGINE  # llamacpp in a comment is prose\nnote = "runs on llama.cpp"\n')
+    assert _engine_names_in_code(probe) == []

@@ -1,4 +1,4 @@
-"""The llama.cpp engine on a tiny GGUF pair the tests write themselves (router/engine/tiny_gguf.py): the GGUF
+"""The llama.cpp engine on a tiny GGUF pair the tests write themselves (router/backends/tiny_gguf.py): the GGUF
 holds the torch model's numbers, the loop's primitives (logits at every position, rollback, hidden states) and
 generate are exact against llama.cpp's own greedy decoding. In CI llama-cpp-python is installed by the test
 command (scripts/setup.sh) and these tests must run; elsewhere they skip when it is missing."""
@@ -12,10 +12,11 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("llama_cpp")
 
 from router.decoding import generate  # noqa: E402
-from router.engine.baselines import generate_autoregressive  # noqa: E402
-from router.engine.layout import Layout  # noqa: E402
-from router.engine.llamacpp import LlamaCppLM  # noqa: E402
-from router.pair import tiny_gguf_pair, tiny_pair  # noqa: E402
+from router.loop.baselines import generate_autoregressive  # noqa: E402
+from router.loop.layout import Layout  # noqa: E402
+from router.backends.llamacpp import LlamaCppLM  # noqa: E402
+from router.backends.llamacpp_backend import tiny_gguf_pair  # noqa: E402
+from router.pair import tiny_pair  # noqa: E402
 
 SEED = 2
 
@@ -178,7 +179,7 @@ def test_eval_decodes_online_on_llama_cpp_from_torch_records(tmp_path, capsys, m
     assert "kernels) with 1 threads (as set" in report and "reused as a complete set" not in report  # timed here
     # prompts sharing a few-shot-like context: llama.cpp keeps it in its contexts (no torch cache is made), and
     # the verifier's outputs equal plain llama.cpp decoding of each whole prompt
-    from router.engine.baselines import generate_autoregressive
+    from router.loop.baselines import generate_autoregressive
     from router.pair import load_pair
     from router.records import read_heldout
 
@@ -254,7 +255,7 @@ def test_a_shared_prefix_is_readied_in_a_kept_context_before_any_batch(pair):
     """SharedPrefix.ready on llama.cpp decodes the prefix into a context the model keeps (timed in the prefix's
     seconds); the first batch starting from it leases that context and decodes only its rows' remainders, and its
     tokens equal plain decoding of the whole prompts."""
-    from router.engine.prefix import SharedPrefix
+    from router.loop.prefix import SharedPrefix
 
     _, verifier = pair
     head = list(range(3, 43))  # 40 shared tokens

@@ -17,10 +17,11 @@ from data_gen.consequence import ConsequenceSearch  # noqa: E402
 from data_gen.horizon import horizon_scores  # noqa: E402
 from data_gen.scoring import score_batch  # noqa: E402
 from router.decoding import generate  # noqa: E402
-from router.engine.llamacpp import LlamaCppLM, choose_threads  # noqa: E402
-from router.engine.llamacpp_lib import PREFIX_SEQ  # noqa: E402
-from router.engine.prefix import SharedPrefix  # noqa: E402
-from router.pair import tiny_gguf_pair, tiny_pair  # noqa: E402
+from router.backends.llamacpp import LlamaCppLM, choose_threads  # noqa: E402
+from router.backends.llamacpp_lib import PREFIX_SEQ  # noqa: E402
+from router.loop.prefix import SharedPrefix  # noqa: E402
+from router.backends.llamacpp_backend import tiny_gguf_pair  # noqa: E402
+from router.pair import tiny_pair  # noqa: E402
 
 SEED, NOISE = 2, 0.05  # a drafter that often disagrees with the verifier: mismatches to label
 
@@ -128,7 +129,7 @@ def test_the_fork_primitive_sees_only_the_rows_first_cells(pairs):
     """A forked sequence holds its row's tokens before `at`: the logits of a token placed there equal a fresh
     decode of the row's first `at` tokens followed by that token."""
     _, (_, lv, _) = pairs
-    from router.engine.layout import Layout
+    from router.loop.layout import Layout
 
     row = [5, 17, 33, 41, 8, 60, 61]
     cache = lv.kv_cache(259)
@@ -144,7 +145,7 @@ def test_the_fork_primitive_sees_only_the_rows_first_cells(pairs):
 
 def test_threads_follow_the_machine(monkeypatch):
     """threads=0 takes the physical cores, or 1 when other work is running; a number given is kept."""
-    from router.engine import llamacpp_lib
+    from router.backends import llamacpp_lib
 
     assert choose_threads(3) == (3, "as set (threads=N)")
     assert 1 <= llamacpp_lib.physical_cores() <= os.cpu_count()

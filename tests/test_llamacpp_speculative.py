@@ -69,8 +69,8 @@ def test_the_tool_decodes_the_tiny_pair_greedily(tmp_path):
     if os.environ.get("CI") != "true":
         pytest.importorskip("llama_cpp")
     from eval.llamacpp_speculative import run_speculative
-    from router.engine.tiny import BYTE_OFFSET
-    from router.pair import tiny_gguf_pair
+    from router.loop.tiny import BYTE_OFFSET
+    from router.backends.llamacpp_backend import tiny_gguf_pair
     from tests.test_llamacpp import llama_greedy
 
     drafter, verifier = tiny_gguf_pair(tmp_path, 2)
@@ -118,6 +118,6 @@ def test_the_build_is_chosen_from_the_cpus_flags(tmp_path, flags, variant):
 def test_the_engine_note_names_the_builds_kernels():
     if os.environ.get("CI") != "true":
         pytest.importorskip("llama_cpp")
-    from router.engine.llamacpp_lib import kernels
+    from router.backends.llamacpp_lib import kernels
 
     assert kernels().split("+")[0] in ("AVX512", "AVX2", "AVX", "SSE3", "generic")

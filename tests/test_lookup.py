@@ -1,15 +1,15 @@
-"""Drafts looked up in a reference answer (router/engine/lookup.py): the verifier's greedy output exactly,
+"""Drafts looked up in a reference answer (router/loop/lookup.py): the verifier's greedy output exactly,
 in fewer verifier passes when the output repeats the reference."""
 
 import numpy as np
 import pytest
 import torch
 
-from router.engine.baselines import generate_autoregressive
+from router.loop.baselines import generate_autoregressive
 from router.decoding import generate
-from router.engine.layout import left_pad
-from router.engine.lookup import LookupDrafter
-from router.engine.prefix import SharedPrefix
+from router.loop.layout import left_pad
+from router.loop.lookup import LookupDrafter
+from router.loop.prefix import SharedPrefix
 from router.pair import tiny_pair
 
 

@@ -239,7 +239,7 @@ def test_generate_decodes_with_a_router_folder_on_its_own_pair_only(tmp_path, ca
     models other than the ones it was trained on (named both ways), unless the check is turned off."""
     import torch
 
-    import router.pair as tiny_module
+    import router.backends.torch_models as tiny_module  # where load_pair builds the tiny pair
     from router.decoding import generate
     from router.pair import tiny_pair
     from router.model import LearnedRouter, RouterConfig, RouterNet, load_router, save_router

@@ -8,12 +8,12 @@ import torch
 from helpers import left_padded
 from data_gen.scoring import score_batch
 from router.tasks.metrics import mbpp_metric
-from router.engine.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
+from router.loop.baselines import generate_autoregressive, generate_sequence_cascade, generate_token_cascade
 from router.decoding import generate
-from router.engine.loop import PADDING
-from router.engine.prefix import SharedPrefix
+from router.loop.common import PADDING
+from router.loop.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings, cut_at_stop, default_stops
-from router.engine.tiny import ByteTokenizer
+from router.loop.tiny import ByteTokenizer
 from router.pair import tiny_pair
 
 HEAD = [(7 * i) % 90 + 3 for i in range(40)]  # a 40-token "few-shot context" every prompt starts with

@@ -163,7 +163,7 @@ def test_cli_reports_bad_settings_in_one_line(capsys):
 def test_lossy_is_exact_at_the_drafter_end_and_finite_in_float16():
     import torch
 
-    from router.engine.options import DecodeOptions
+    from router.loop.options import DecodeOptions
     from router.rules import get_rule
 
     q = torch.tensor([[0.5, 0.3, 0.2]])
@@ -329,7 +329,7 @@ def test_eval_refuses_another_pair_than_the_records_and_mixed_pairs(tmp_path, ti
     with pytest.raises(RecordsError, match="come from different model pairs"):
         run_eval(EvalConfig(records=[cfg.output, cfg2.output], output=str(tmp_path / "e1"), **base))
     # models that are not the records' pair (as a drafter=/verifier= override loads): refused
-    import router.pair as tiny_module
+    import router.backends.torch_models as tiny_module  # where load_pair builds the tiny pair
 
     monkeypatch.setattr(tiny_module, "tiny_pair", lambda *a, **k: other)
     with pytest.raises(ValueError, match=r"the loaded drafter and verifier differ from the ones the records"):

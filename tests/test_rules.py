@@ -190,8 +190,8 @@ def test_trusted_inputs_skip_content_checks_only_inside_the_block():
 
 def test_mixture_is_the_static_ensemble_and_decodes_its_mode_greedily():
     """pi = w p + (1 - w) q with w = alpha (0 drafter, 1 lossless); at temperature 0 the loop takes
-    the mode of the raw mixture (router.engine.block.decide), not a mix of one-hots."""
-    from router.engine.block import decide
+    the mode of the raw mixture (router.loop.block.decide), not a mix of one-hots."""
+    from router.loop.block import decide
     from router.view import BlockView
 
     def policy_target(rule, alpha, q, p, q_raw, p_raw, greedy):

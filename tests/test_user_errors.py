@@ -100,7 +100,7 @@ def test_the_python_api_names_wrong_arguments(tiny):
     ids = torch.tensor([[5, 6, 7]])
     for kwargs, said in (
         (dict(stop=["\n"]), r"stop= takes StopStrings.build\(tokenizer, \[...\]\)"),
-        (dict(prefix=[5, 6]), "prefix= takes a router.engine.prefix.SharedPrefix"),
+        (dict(prefix=[5, 6]), "prefix= takes a router.loop.prefix.SharedPrefix"),
         (dict(alpha="0.3"), r"rule opt: alpha must be a number, got '0.3' \(str\)"),
         (dict(seed=-1), r"seed must be an integer in \[0, 2\*\*63\)"),
     ):

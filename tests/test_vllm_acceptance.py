@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from router.engine.block import decide
+from router.loop.block import decide
 from router.rules import get_rule
 from router.sampling import accept_drafts, next_after, process_logits
 from router.view import BlockView

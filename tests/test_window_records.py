@@ -10,8 +10,8 @@ from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from data_gen.window import mismatch_windows, rollout_windows
-from router.engine.layout import Layout, cache_argument, left_pad
-from router.engine.teacher import forward_tail
+from router.loop.layout import Layout, cache_argument, left_pad
+from router.loop.teacher import forward_tail
 from router.records import load_records, read_manifest
 from router.window.follow import DRAFT_SCALARS, block_window, draft_scalars, window_of_rows
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from router.backends import DEFAULT_ENGINE
 from router.infra.config import config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, save_router
@@ -178,7 +179,9 @@ def _trained_on(cfg: TrainConfig, train: RecordSplit, manifests: list[Manifest],
         "records": [str(r) for r in cfg.records],
         "tasks": sorted({m.task for m in manifests}),
         "models": {role: manifests[0].models.get(role, {}).get("name") for role in ("drafter", "verifier")},
-        "engine": sorted({m.dtype.get("engine", "torch") for m in manifests}),  # what computed the records' numbers
+        "engine": sorted(
+            {m.dtype.get("engine", DEFAULT_ENGINE) for m in manifests}
+        ),  # what computed the records' numbers
         "target": cfg.target,
         "loss": cfg.loss,
         "train_rows": len(train),

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from router.engine.options import DecodeOptions
+from router.loop.options import DecodeOptions
 from router.hf.settings import (
     GenerationSettingError,
     caller_arguments,
@@ -180,7 +180,7 @@ def _attention_mask(model_kwargs: dict, input_ids: torch.Tensor) -> torch.Tensor
     if cache is not None and hasattr(cache, "get_seq_length") and cache.get_seq_length() > 0:
         raise GenerationSettingError(
             "a prefilled KV cache cannot be continued: specroute keeps the drafter's and the verifier's caches "
-            "in step itself; pass the whole prompt (for a shared prefix see router.engine.prefix.SharedPrefix)"
+            "in step itself; pass the whole prompt (for a shared prefix see router.loop.prefix.SharedPrefix)"
         )
     mask = model_kwargs.get("attention_mask")
     return None if mask is None else mask.to(input_ids.device).long()
@@ -188,7 +188,7 @@ def _attention_mask(model_kwargs: dict, input_ids: torch.Tensor) -> torch.Tensor
 
 def _check_eos(model, generation_config) -> None:
     """The loop stops at the model's EOS ids; a call asking for other ones is refused."""
-    from router.engine.loop import eos_ids
+    from router.loop.common import eos_ids
 
     asked = generation_config.eos_token_id
     asked = set(asked if isinstance(asked, (list, tuple)) else [] if asked is None else [asked])

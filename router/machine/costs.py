@@ -3,7 +3,7 @@
 A speculative cascade pays off only where a drafter step and a verifier pass over a few tokens are
 cheap relative to a verifier step, and those ratios differ between machines by several times (bf16
 on AMX vs float32 on AVX2; compute-bound prefill vs memory-bound decoding). `measure_pair_costs`
-times, with the real models and the real decoding code (`router.engine.layout.model_cache`, on either engine): a prefill
+times, with the real models and the real decoding code (`router.loop.layout.model_cache`, on either engine): a prefill
 (seconds per prompt token, the cost of recording and of reading prompts), one drafter step, and
 verifier passes over 1 and over gamma + 1 tokens, at a given batch size. The demo builds its time
 estimate from them. `measure_verify_curve` times verifier passes over 1..n tokens, and
@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from router.engine.layout import CachedModel, Layout, model_cache, model_device
-from router.engine.loop import vocab_size
+from router.loop.layout import CachedModel, Layout, model_cache, model_device
+from router.loop.common import vocab_size
 
 PROBE_CONTEXT = 64  # prompt tokens per row of the probe (the prefill timing and the steps' context)
 

@@ -3,7 +3,7 @@
 vLLM hands over, per request, the drafts it made, the drafter's logits at each (captured by the plugin's
 drafting hook), the verifier's logits there and the bonus token it sampled
 from the verifier at the position after the last draft. This module does what one block of specroute's
-loop does after verification (router/engine/block.py): scale q and p as `router.sampling.process_logits`
+loop does after verification (router/loop/block.py): scale q and p as `router.sampling.process_logits`
 does, take the policy's pi from a `BlockView`, accept a prefix by speculative sampling toward pi
 (`router.sampling.accept_drafts`), and end with the residual's token at the first rejection or vLLM's
 bonus token (pi = p there: bonus_from="verifier"). Requests have different numbers of drafts: they are
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from router.engine.block import PI_EQUALS_Q_TOL, decide
+from router.loop.block import PI_EQUALS_Q_TOL, decide
 from router.policy import DeferralPolicy, judges_the_draft
 from router.reduce import fast_argmax
 from router.sampling import MIN_TEMPERATURE, process_logits
@@ -218,7 +218,7 @@ def _emit(step: Drafted, q: torch.Tensor, pi: torch.Tensor, n: torch.Tensor) -> 
 
 
 def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Tensor]:
-    """Deferred and evaluated drafts per request, counted as router.engine.block.emit counts them."""
+    """Deferred and evaluated drafts per request, counted as router.loop.block.emit counts them."""
     k = step.drafts.shape[1]
     if judges_the_draft(policy):
         d = step.drafts[..., None]

@@ -44,7 +44,7 @@ def _has_vllm() -> bool:
 
 @dataclass
 class Decoded:
-    """One decoding call's outputs as eval reads router.engine's: each row's new tokens and the call's stats."""
+    """One decoding call's outputs as eval reads router.loop's: each row's new tokens and the call's stats."""
 
     rows: list
     stats: dict
@@ -175,6 +175,7 @@ def engine_note(pair: ServedPair) -> dict:
         "vllm": vllm.__version__,
         "threads": pair.threads,
         "gamma": pair.gamma,
+        "setting": f"vLLM {vllm.__version__} with {pair.threads} threads, {pair.gamma} drafts per step",
         "load_seconds": {k: round(v, 1) for k, v in pair.load_seconds.items()},
     }
 
@@ -200,7 +201,7 @@ def _counts_now(counts) -> dict:
 
 
 def _stats(role: str, rows: list, seconds: float, before: dict, after: dict) -> dict:
-    """The call's measurements under router.engine's names: verifier forwards per row (its prefill and each
+    """The call's measurements under router.loop's names: verifier forwards per row (its prefill and each
     verification step; one per token without drafts), the drafts the acceptance evaluated, rejected and
     deferred. vLLM does not split its wall time by model (the time parts stay 0)."""
     made = {k: after[k] - before[k] for k in COUNTED}

@@ -15,7 +15,7 @@ import torch
 from scipy.stats import chisquare
 
 from router.decoding import generate
-from router.engine.tiny import save_tiny_pair
+from router.loop.tiny import save_tiny_pair
 from router.pair import load_pair
 from router.rules import get_rule
 from router.sampling import process_logits

@@ -1,4 +1,4 @@
-"""`specroute eval engine=vllm` (eval/served.py, router/vllm/served.py): the online grid decoded in vLLM with the
+"""`specroute eval engine=vllm` (router/vllm/grid.py, router/vllm/served.py): the online grid decoded in vLLM with the
 plugin, on records and a router made with specroute's own commands on the tiny pair saved as Hugging Face
 folders. The references decode what the torch engine decodes; each cascade point decodes what specroute's loop
 decodes from vLLM's first (prefill) token with the same policy, alpha and gamma; what vLLM cannot decode is
@@ -15,7 +15,7 @@ import torch
 from eval.online import prepare_prompts
 from eval.prompts import online_examples
 from router.decoding import generate
-from router.engine.tiny import save_tiny_pair
+from router.loop.tiny import save_tiny_pair
 from router.infra.config import load_config
 from router.model import load_router
 from router.pair import load_pair

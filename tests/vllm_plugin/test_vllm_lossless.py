@@ -8,7 +8,7 @@ pytest.importorskip("vllm", reason="the vLLM tests run in .venv-vllm (bash scrip
 
 from test_vllm_engine import PROMPTS, _engine, _greedy, _shutdown  # noqa: E402
 
-from router.engine.tiny import save_tiny_pair  # noqa: E402
+from router.loop.tiny import save_tiny_pair  # noqa: E402
 
 
 def test_lossless_equals_vllms_own_speculative_decoding_and_the_verifier_alone(tmp_path, monkeypatch):

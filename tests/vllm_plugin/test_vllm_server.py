@@ -19,7 +19,7 @@ pytest.importorskip("vllm", reason="the vLLM tests run in .venv-vllm (bash scrip
 
 from test_vllm_engine import GAMMA, _specroute  # noqa: E402  (the same reference decode)
 
-from router.engine.tiny import save_tiny_pair  # noqa: E402
+from router.loop.tiny import save_tiny_pair  # noqa: E402
 from router.pair import load_pair  # noqa: E402
 
 RULE, ALPHA = "token_v2", 0.4

@@ -1,6 +1,6 @@
 """The tiny random pair as GGUF files llama.cpp loads: tests and CI run the llama.cpp engine without the real pair.
 
-`write_tiny_gguf(model, path)` writes a tiny Qwen2 (router/engine/tiny.py) in llama.cpp's layout: architecture
+`write_tiny_gguf(model, path)` writes a tiny Qwen2 (router/loop/tiny.py) in llama.cpp's layout: architecture
 `qwen2`, every tensor in float32 under llama.cpp's qwen2 names (Qwen2 needs no q/k permutation), and a
 `llama` (SentencePiece-style) tokenizer over the byte vocabulary: <pad>, <s>, </s> as CONTROL tokens, then
 the 256 bytes as BYTE tokens <0x00>..<0xFF>, so token ids are the ByteTokenizer's. `router.pair.tiny_gguf_pair`
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from router.engine.tiny import BYTE_OFFSET, TINY_VOCAB
+from router.loop.tiny import BYTE_OFFSET, TINY_VOCAB
 
 # transformers' Qwen2 parameter (inside model.layers.{i}.) -> llama.cpp's tensor (inside blk.{i}.)
 LAYER_TENSORS = {

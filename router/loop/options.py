@@ -79,7 +79,7 @@ class DecodeOptions:
         return torch.Generator(device=device).manual_seed(self.seed)
 
     def sampling_kwargs(self) -> dict:
-        """The keywords every loop takes, the baselines included (`router.engine.baselines`)."""
+        """The keywords every loop takes, the baselines included (`router.loop.baselines`)."""
         return {name: getattr(self, name) for name in SAMPLING_FIELDS}
 
     def generate_kwargs(self) -> dict:

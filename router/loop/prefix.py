@@ -6,7 +6,7 @@ prefill is most of a prompt's cost (GSM8K's 5-shot prompts share 709 of their ~7
 token ids and, per model, the KV cache over them, computed on first use; every batch that starts
 with them then starts from a copy of that cache and feeds only the rest of its prompts, as a
 server with prompt caching does. The layout puts the prefix in the first columns and left-pads
-the remainders after it: position ids come from the mask (`router.engine.layout.Layout`), so every token
+the remainders after it: position ids come from the mask (`router.loop.layout.Layout`), so every token
 keeps the position it has without the prefix, and the outputs equal an uncached run up to float
 rounding (the matmul shapes differ).
 """
@@ -18,8 +18,8 @@ import copy
 import torch
 
 from router.infra import clock
-from router.engine.layout import Layout, left_pad, returned_cache
-from router.engine.llamacpp import is_llamacpp
+from router.loop.layout import Layout, left_pad, returned_cache
+from router.backends import backend_of
 
 MIN_SHARED_TOKENS = 32  # below this a shared prefix saves less than the cache copies cost
 
@@ -62,15 +62,9 @@ class SharedPrefix:
         return Layout(torch.cat([head, rest_ids], 1), torch.cat([torch.ones_like(head), rest_mask], 1))
 
     def ready(self, model) -> None:
-        """Make the model's state over the prefix now, timed in `seconds`, so no batch pays for it: a torch
-        model's KV cache (`cache_for`), a llama.cpp model's prefix sequence in a context it keeps between
-        batches (`LlamaCppLM.warm_prefix`)."""
-        if is_llamacpp(model):
-            started = clock.now()
-            model.warm_prefix(self.ids)
-            self.seconds += clock.now() - started
-        else:
-            self.cache_for(model, 1)
+        """Make the model's state over the prefix now, timed in `seconds`, so no batch pays for it (its
+        backend's `warm_prefix`: torch keeps the KV cache of `cache_for`, an engine its own state)."""
+        backend_of(model).warm_prefix(self, model)
 
     def cache_for(self, model, batch: int):
         """A fresh copy of the model's cache over the prefix, repeated for `batch` rows."""

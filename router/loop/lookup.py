@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from router.infra import clock
-from router.engine.layout import Layout
+from router.loop.layout import Layout
 
 MATCH_LOGIT = 40.0  # a proposal's logit (the others 0): probability 1 to float precision
 

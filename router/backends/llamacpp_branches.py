@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from router.engine.layout import Layout
-from router.engine.llamacpp import LlamaCppCache
-from router.engine.teacher import forward_tail
+from router.loop.layout import Layout
+from router.backends.llamacpp import LlamaCppCache, feed_tail
 from router.window.follow import draft_scalars
 
 
@@ -90,9 +89,7 @@ class LlamaCppRun:
         if prefix is not None and not (prefix.covers([seq[0].tolist()]) and keep <= seq.shape[1] - len(prefix)):
             prefix = None
         layout = Layout(seq, torch.ones_like(seq))
-        logits, _, self.cache = forward_tail(
-            verifier, layout, keep, verifier.vocab_size, False, cache=True, prefix=prefix
-        )
+        logits, _, self.cache = feed_tail(verifier, layout, keep, verifier.vocab_size, False, cache=True, prefix=prefix)
         self.logp = logits[0].log_softmax(-1)  # (keep, V): row i predicts token L - keep + i + 1
 
     def feed_many(self, branches: list[tuple[int, list[int]]]) -> list[torch.Tensor]:

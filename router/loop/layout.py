@@ -44,7 +44,7 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
 
 def model_device(model) -> torch.device:
     """Where a model's inputs go: its parameters' device; the CPU for an engine without torch parameters
-    (router.engine.llamacpp)."""
+    (router.backends.llamacpp)."""
     params = getattr(model, "parameters", None)
     return next(params()).device if callable(params) else torch.device("cpu")
 
@@ -156,7 +156,7 @@ class CachedModel:
         return logits
 
     def start_from(self, prefix, batch: int) -> None:
-        """Begin with a copy of the model's cache over a shared prefix (`router.engine.prefix`), which
+        """Begin with a copy of the model's cache over a shared prefix (`router.loop.prefix`), which
         fills the layout's first len(prefix) columns."""
         self.cache = prefix.cache_for(self.model, batch)
         self.n_cached = len(prefix)
@@ -175,7 +175,7 @@ class CachedModel:
 
 def model_cache(model, vocab: int):
     """The loop's KV cache over `model`: the engine's own where the model brings one (`kv_cache`, e.g.
-    router.engine.llamacpp.LlamaCppLM), else a CachedModel over a transformers model."""
+    router.backends.llamacpp.LlamaCppLM), else a CachedModel over a transformers model."""
     return model.kv_cache(vocab) if callable(getattr(model, "kv_cache", None)) else CachedModel(model, vocab)
 
 

@@ -1,6 +1,7 @@
-"""`specroute eval engine=vllm`: the online grid decoded in vLLM, with the plugin deciding each speculative
-method's acceptance (router/vllm/served.py), so routers and rules are compared in the engine they will be
-served in, with vLLM's batching behind each decoding call (`batch_size` concurrent requests).
+"""vLLM's bridge to specroute's commands (router.backends.ENGINES names it): `specroute eval engine=vllm` decodes
+its online grid here, with the plugin deciding each speculative method's acceptance (router/vllm/served.py), so
+routers and rules are compared in the engine they will be served in, with vLLM's batching behind each decoding
+call (`batch_size` concurrent requests); the demo prices its evaluation with `measure_costs`.
 
 The torch pair is loaded as for the other engines: it checks the records' pair, tokenizes, and scores the
 outputs' verifier log-probabilities afterwards (one teacher-forced pass, the same for every engine). vLLM
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch
 
 from router.infra.config import ConfigError
-from router.pair import Pair, resolve_model_path
+from router.loading import Pair, resolve_model_path
 
 # specroute-loop baselines with no counterpart in vLLM's loop (a cascade per token or per sequence, no drafts)
 NOT_SERVED = ("token_cascade", "sequence_cascade")
@@ -26,7 +27,7 @@ class PairServedByVllm(Pair):
     """The torch pair, plus `served` (router.vllm.served.ServedPair) and `router_folders` {name: folder}."""
 
 
-def check_served_options(cfg) -> None:
+def check_options(cfg) -> None:
     """vLLM installed here, and the decoding options its loop with the plugin runs: a fixed block size, the
     verifier's bonus token."""
     from router.vllm.served import vllm_missing
@@ -49,14 +50,14 @@ def check_served_options(cfg) -> None:
         raise ConfigError("engine vllm drafts whole blocks: leave draft_stop unset (null)")
 
 
-def served_methods(methods: list[str], explicit: bool, routers: dict) -> list[str]:
+def methods(names: list[str], explicit: bool, routers: dict) -> list[str]:
     """The online methods vLLM decodes. The default grid leaves out what it cannot (said once); a method named
     in online_methods that it cannot decode is refused, naming the reason."""
     from router.rules import get_rule, rule_names
     from router.vllm.settings import unsupported
 
     reasons = {}
-    for m in methods:
+    for m in names:
         if m in NOT_SERVED:
             reasons[m] = "a specroute-loop baseline vLLM's loop has no counterpart of"
         elif m in rule_names() or m in routers:
@@ -67,7 +68,7 @@ def served_methods(methods: list[str], explicit: bool, routers: dict) -> list[st
         raise ConfigError(f"engine vllm cannot decode online method {m} ({reasons[m]}): drop it from online_methods")
     if reasons:
         print(f"[specroute] online (engine vllm): leaving out {sorted(reasons)} (vLLM's loop cannot decode them)")
-    return [m for m in methods if m not in reasons]
+    return [m for m in names if m not in reasons]
 
 
 def serve_pair(pair: Pair, cfg, drafter: str, verifier: str, dtype: torch.dtype) -> PairServedByVllm:
@@ -97,7 +98,7 @@ def _hf_folder(spec: str, dtype: torch.dtype) -> Path:
     return Path(path)
 
 
-def decode_served(pair: PairServedByVllm, method: str, alpha: float, rows: list[list[int]], cfg, stops: list):
+def decode(pair: PairServedByVllm, method: str, alpha: float, rows: list[list[int]], cfg, stops: list):
     """One batch of prompts (token ids) decoded by vLLM for one grid point."""
     sampling = {**cfg.sampling_kwargs(), "stop": stops}
     if method in ("verifier", "drafter"):
@@ -106,6 +107,23 @@ def decode_served(pair: PairServedByVllm, method: str, alpha: float, rows: list[
     return pair.served.decode("speculative", rows, sampling, (policy, alpha))
 
 
-def unpadded(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
-    """Each row's prompt tokens without the left padding. ids, mask: (B, T)"""
-    return [row[m.bool()].tolist() for row, m in zip(ids, mask)]
+def note(pair: PairServedByVllm) -> dict:
+    """What eval's report says of the engine beside every figure (router.vllm.served.engine_note)."""
+    from router.vllm.served import engine_note
+
+    return engine_note(pair.served)
+
+
+def decodes(policy) -> bool:
+    """True when the plugin can decide with this rule or router inside vLLM's loop."""
+    from router.vllm.settings import unsupported
+
+    return unsupported(policy) is None
+
+
+def measure_costs(drafter: Path, verifier: Path, dtype: str, gamma: int, prompt: list[int], batch: int) -> dict:
+    """Seconds per decoding step in vLLM of the verifier, the drafter and lossless speculative decoding through
+    the plugin, at `batch` concurrent requests on `prompt` (router.vllm.served.measure_served_costs)."""
+    from router.vllm.served import ServedPair, measure_served_costs
+
+    return measure_served_costs(ServedPair(drafter, verifier, dtype, gamma=gamma), prompt, batch)

@@ -1,7 +1,7 @@
 """What every decoding loop shares: input checks, per-row outputs and stats.
 
-The speculative cascade (`router.decoding.generate`) and the baselines (`router.engine.baselines`) all
-decode a batch of left-padded prompts with KV-cached models (`router.engine.layout`), emit tokens per row
+The speculative cascade (`router.decoding.generate`) and the baselines (`router.loop.baselines`) all
+decode a batch of left-padded prompts with KV-cached models (`router.loop.layout`), emit tokens per row
 until EOS or the length limit, drop finished rows from the batch and report the same statistics.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import torch
 
 from router.infra import clock
-from router.engine.layout import CachedModel, Layout, keep_rows
-from router.engine.prefix import SharedPrefix, start_layout
+from router.loop.layout import CachedModel, Layout, keep_rows
+from router.loop.prefix import SharedPrefix, start_layout
 from router.tasks.prompts import StopStrings
-from router.engine.options import DecodeOptions
+from router.loop.options import DecodeOptions
 from router.sampling import sample
 
 FROM_DRAFTER, FROM_VERIFIER, PADDING = 0, 1, -1  # values of GenerateOutput.sources
@@ -130,7 +130,7 @@ def first_layout(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, prefix: SharedPrefix | None, pad: int, *models: CachedModel
 ) -> Layout:
     """The first layout of a loop, its models' caches starting from the shared prefix when every
-    prompt has it (`router.engine.prefix`), else empty."""
+    prompt has it (`router.loop.prefix`), else empty."""
     layout, used = start_layout(input_ids, attention_mask, prefix, pad)
     if used is not None:
         for m in models:
@@ -206,7 +206,7 @@ def check_loop_objects(stop, prefix) -> None:
         )
     if prefix is not None and not isinstance(prefix, SharedPrefix):
         raise ValueError(
-            f"prefix= takes a router.engine.prefix.SharedPrefix (the shared prompt start, prefilled once), got "
+            f"prefix= takes a router.loop.prefix.SharedPrefix (the shared prompt start, prefilled once), got "
             f"{type(prefix).__name__}: build one with SharedPrefix(ids) or SharedPrefix.common(prompts), or leave prefix out"
         )
 

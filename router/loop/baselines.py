@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 
 from router.infra import clock
-from router.engine.layout import model_cache, output_pad_id
-from router.engine.options import DecodeOptions
-from router.engine.loop import (
+from router.loop.layout import model_cache, output_pad_id
+from router.loop.options import DecodeOptions
+from router.loop.common import (
     FROM_DRAFTER,
     FROM_VERIFIER,
     GenerateOutput,
@@ -29,7 +29,7 @@ from router.engine.loop import (
     one_model_step,
     vocab_size,
 )
-from router.engine.prefix import SharedPrefix
+from router.loop.prefix import SharedPrefix
 from router.tasks.prompts import StopStrings
 from router.targets import chow_defer
 from router.sampling import sample

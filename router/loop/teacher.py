@@ -1,15 +1,15 @@
 """Teacher-forced forward passes over (prompt, continuation) batches: the one setup that recording
 (data_gen.scoring) and evaluation (eval's log-probability pass) both use, so both read the same
-logits for the same tokens. A shared prompt prefix (router.engine.prefix) is read from its cache.
+logits for the same tokens. A shared prompt prefix (router.loop.prefix) is read from its cache.
 """
 
 from __future__ import annotations
 
 import torch
 
-from router.engine.layout import Layout, cache_argument, left_pad, model_device, returned_cache
-from router.engine.llamacpp import is_llamacpp
-from router.engine.prefix import SharedPrefix, start_layout
+from router.loop.layout import Layout, left_pad, model_device
+from router.backends import backend_of
+from router.loop.prefix import SharedPrefix, start_layout
 
 
 def forward_tail(
@@ -17,36 +17,9 @@ def forward_tail(
 ):
     """Logits (B, keep, V) of the last `keep` columns, their last hidden states if asked, and the
     KV cache of every column if asked (else None). With a shared prefix, the layout's first
-    len(prefix) columns come from its cache and only the rest is fed. A llama.cpp model
-    (router.engine.llamacpp) returns its LlamaCppCache as the cache."""
-    if is_llamacpp(model):
-        return _llamacpp_forward(model, layout, keep, vocab, hidden, cache, prefix)
-    start = len(prefix) if prefix is not None else 0
-    past = {cache_argument(model): prefix.cache_for(model, layout.tokens.shape[0])} if prefix is not None else {}
-    out = model(
-        input_ids=layout.tokens[:, start:],
-        attention_mask=layout.mask,
-        position_ids=layout.pos[:, start:],
-        use_cache=cache or prefix is not None,
-        logits_to_keep=keep,
-        output_hidden_states=hidden,
-        **past,
-    )
-    states = out.hidden_states[-1][:, -keep:] if hidden else None  # (B, keep, H)
-    kv = returned_cache(out) if cache else None
-    return out.logits[:, -keep:, :vocab], states, kv
-
-
-def _llamacpp_forward(model, layout: Layout, keep: int, vocab: int, hidden: bool, cache: bool, prefix):
-    run = model.kv_cache(vocab)
-    run.want_hidden = hidden
-    if prefix is not None:
-        run.start_from(prefix, layout.tokens.shape[0])
-    logits = run.feed(layout, layout.length, keep)  # (B, keep, V)
-    states = run.last_hidden if hidden else None
-    if not cache:
-        run.close()  # the context goes back to the model, its prefix kept for the next batch
-    return logits, states, run if cache else None
+    len(prefix) columns come from its cache and only the rest is fed. The model's backend does it
+    (router/backends/): an engine's own cache object is the returned cache there."""
+    return backend_of(model).forward_tail(model, layout, keep, vocab, hidden, cache, prefix)
 
 
 def tail_layout(

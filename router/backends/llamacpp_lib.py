@@ -1,4 +1,4 @@
-"""llama.cpp's low-level calls the engine makes (router/engine/llamacpp.py): loading the bindings, a context of
+"""llama.cpp's low-level calls the engine makes (router/backends/llamacpp.py): loading the bindings, a context of
 many sequences, and one `llama_decode` of tokens placed on any sequences at any positions.
 
 A context (`Context`) is opened once per model and kept between batches (`LlamaCppLM.lease`): opening one

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from router.engine.layout import CachedModel, Layout
-from router.engine.loop import FROM_DRAFTER, FROM_VERIFIER, Rows
-from router.engine.options import DecodeOptions
-from router.engine.stats import Stats
+from router.loop.layout import CachedModel, Layout
+from router.loop.common import FROM_DRAFTER, FROM_VERIFIER, Rows
+from router.loop.options import DecodeOptions
+from router.loop.stats import Stats
 from router.policy import DeferralPolicy
 from router.reduce import fast_argmax
 from router.sampling import accept_drafts, next_after, sample

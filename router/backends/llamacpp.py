@@ -2,7 +2,7 @@
 
 `LlamaCppLM(path)` loads a GGUF file; pass it to `router.decoding.generate` (or the baselines) as the drafter
 and/or the verifier, as a transformers model is passed. The loop drives every model through the same cache
-interface (`router.engine.layout.CachedModel`: feed the new columns of the batch's layout, get logits at the
+interface (`router.loop.layout.CachedModel`: feed the new columns of the batch's layout, get logits at the
 last `keep`, roll back, drop rows); `LlamaCppCache` is that interface on llama.cpp. Each row of the batch is
 one llama.cpp sequence of one context, so a batch is one `llama_decode` call with logits at every position
 asked for; a rolled-back draft is removed from its sequence (`llama_memory_seq_rm`) before the next feed,
@@ -10,8 +10,8 @@ which is where llama.cpp differs from torch's masked holes: its sequences have n
 stay contiguous. Hidden states (for routers that read them) are llama.cpp's embeddings with no pooling,
 the final normed layer, as transformers' last hidden state. A shared prompt prefix is decoded once into a
 sequence of its own and copied into each row (`start_from`); contexts are kept between batches, prefix and all
-(router/engine/llamacpp_lib.py). Recording places tokens where a row has others through forked sequences
-(`LlamaCppCache.fork`/`extend`/`drop`; data_gen/llamacpp_branches.py).
+(router/backends/llamacpp_lib.py). Recording places tokens where a row has others through forked sequences
+(`LlamaCppCache.fork`/`extend`/`drop`; router/backends/llamacpp_branches.py).
 
 llama-cpp-python is optional (`bash scripts/setup.sh llamacpp` builds it, about 12 CPU-minutes); threads are
 printed beside every figure measured with it (`threads`).
@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from router.engine.llamacpp_lib import (
+from router.backends.llamacpp_lib import (
     kernels,
     LLAMA_CPP_PYTHON,
     MAX_SEQUENCES,
@@ -62,6 +62,7 @@ def engine_note(model: "LlamaCppLM") -> dict:
         "engine": "llamacpp",
         "threads": model.threads,
         "threads_reason": model.threads_reason,
+        "setting": f"llama.cpp ({kernels()} kernels) with {model.threads} threads ({model.threads_reason})",
     }
 
 
@@ -121,7 +122,7 @@ class LlamaCppLM:
         self._fingerprint = fingerprint
 
     def kv_cache(self, vocab: int) -> "LlamaCppCache":
-        """The loop's cache over this model (router.engine.layout.model_cache calls it)."""
+        """The loop's cache over this model (router.loop.layout.model_cache calls it)."""
         return LlamaCppCache(self, vocab)
 
     def lease(self, tokens: int) -> Context:
@@ -140,7 +141,7 @@ class LlamaCppLM:
             ) from None
 
     def warm_prefix(self, ids: list[int]) -> None:
-        """Decode a shared prompt prefix into a kept context's prefix sequence now (router.engine.prefix.
+        """Decode a shared prompt prefix into a kept context's prefix sequence now (router.loop.prefix.
         SharedPrefix.ready), so the first batch that starts from it does not pay for it."""
         context = self.lease(len(ids) + ROW_ROOM)
         try:
@@ -166,6 +167,19 @@ class LlamaCppLM:
             self.model = None
 
 
+def feed_tail(model: "LlamaCppLM", layout, keep: int, vocab: int, hidden: bool, cache: bool, prefix):
+    """router.loop.teacher.forward_tail on llama.cpp: the model's LlamaCppCache is the returned cache."""
+    run = model.kv_cache(vocab)
+    run.want_hidden = hidden
+    if prefix is not None:
+        run.start_from(prefix, layout.tokens.shape[0])
+    logits = run.feed(layout, layout.length, keep)  # (B, keep, V)
+    states = run.last_hidden if hidden else None
+    if not cache:
+        run.close()  # the context goes back to the model, its prefix kept for the next batch
+    return logits, states, run if cache else None
+
+
 def hold_prefix(context: Context, ids: tuple[int, ...], vocab: int) -> None:
     """Make the context's prefix sequence hold `ids` (decoded unless it holds them already)."""
     if context.prefix != ids:
@@ -175,7 +189,7 @@ def hold_prefix(context: Context, ids: tuple[int, ...], vocab: int) -> None:
 
 
 class LlamaCppCache:
-    """`router.engine.layout.CachedModel`'s interface on llama.cpp: row b of the layout is sequence `rows[b]`,
+    """`router.loop.layout.CachedModel`'s interface on llama.cpp: row b of the layout is sequence `rows[b]`,
     holding the row's first `kv_len[b]` real tokens at positions 0..kv_len[b] - 1. Branches forked from a row
     (`fork`, `extend`, `drop`) are further sequences sharing its first cells: how recording places a token or a
     short continuation where the row has another (judge inputs, window chains, short-horizon labels), as torch

@@ -1,5 +1,5 @@
 """The speculative loop's counters (`Stats`), and how a block's time is split between the policy and the
-drafter's bonus forward. `generate` returns them as the dict `GenerateOutput.stats` (router/engine/loop.py
+drafter's bonus forward. `generate` returns them as the dict `GenerateOutput.stats` (router/loop/common.py
 adds the derived rates); docs/usage.md lists the keys.
 """
 
