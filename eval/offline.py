@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from router.inputs import greedy_view_only
 from router.machine.costs import block_seconds, tokens_per_block
 from router.model import LearnedRouter, RouterError
 from router.labels import IMPORTANT
@@ -80,7 +81,7 @@ def method_curves(data: RecordView, routers: dict[str, LearnedRouter]) -> dict[s
     rnd.top1 = q_top1.mean() + rnd.deferral * (p_top1.mean() - q_top1.mean())
     out["random"] = rnd
     for name, router in routers.items():
-        if router.cfg.follow:  # a window judge: windows are recorded for the argmax only (greedy view)
+        if greedy_view_only(router.cfg):  # e.g. a window judge: windows are recorded for the argmax only
             continue
         if router.cfg.head == "judge":  # its pi depends on the draft: Monte Carlo over the recorded samples
             out[name] = method_sweeps(data, {name: router}, ("t1",))["t1"][name].curve()

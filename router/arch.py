@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from router.features import CANDIDATE_FEATURE_NAMES, FEATURE_NAMES, JUDGE_FEATURE_NAMES
+from router.inputs import judge_input_needs, judge_input_width, unknown_inputs
 from router.policy import Needs
 from router.records import SCHEMA_VERSION, Manifest
-from router.window.follow import FOLLOW_FEATURE_NAMES
-from router.window.lag import LAG_FEATURE_NAMES
-from router.window.running import RUNNING_NAMES
 
 ARCHS = ("linear", "mlp", "gru")
 HEADS = ("cascade", "token", "judge")
@@ -46,6 +44,8 @@ class RouterArch:
     # (router/window/lag.py), at most 8
     running: bool = False  # judge: also read the answer so far (means of the verifier's confidence, agreement,
     # TV and entropy over every earlier position, and their count: router/window/running.py)
+    extra_inputs: dict = field(default_factory=dict)  # judge: inputs added with router.inputs.register_input,
+    # {name: size} (docs/rules.md, "Adding a router input")
 
     def __post_init__(self):
         if self.arch not in ARCHS:
@@ -84,6 +84,19 @@ class RouterArch:
                 f"running (inputs summed over the answer so far) is true or false and needs head: judge, got "
                 f"{self.running!r} with head {self.head}"
             )
+        self._check_extra_inputs()
+
+    def _check_extra_inputs(self) -> None:
+        if not isinstance(self.extra_inputs, dict):
+            raise RouterError(f"extra_inputs is a mapping {{name: size}}, got {self.extra_inputs!r}")
+        unknown = unknown_inputs(self)
+        if unknown:
+            raise RouterError(f"extra_inputs names {unknown}: register them first (router.inputs.register_input)")
+        bad = {k: v for k, v in self.extra_inputs.items() if isinstance(v, bool) or not isinstance(v, int) or v < 0}
+        if bad:
+            raise RouterError(f"extra_inputs sizes are integers >= 0, got {bad}")
+        if any(self.extra_inputs.values()) and self.head != "judge":
+            raise RouterError(f"extra_inputs {self.extra_inputs} are a judge's inputs: use them with head: judge")
 
 
 @dataclass
@@ -123,14 +136,7 @@ class RouterConfig(RouterArch):
     def position_dim(self) -> int:
         """Width of the per-position input: features (the judge's own for that head), then hidden
         states in hidden_inputs order."""
-        base = (
-            len(JUDGE_FEATURE_NAMES)
-            + self.follow * len(FOLLOW_FEATURE_NAMES)
-            + self.lag * len(LAG_FEATURE_NAMES)
-            + self.running * len(RUNNING_NAMES)
-            if self.head == "judge"
-            else len(self.feature_names)
-        )
+        base = len(JUDGE_FEATURE_NAMES) + judge_input_width(self) if self.head == "judge" else len(self.feature_names)
         return base + sum(self.hidden_sizes[r] for r in self.hidden_inputs)
 
     @property
@@ -163,6 +169,5 @@ def router_needs(cfg: RouterConfig) -> Needs:
     others q at the bonus position; a window judge its follow window, a lag judge the positions before."""
     head = {"drafts", "lookahead"} if cfg.head == "judge" else {"bonus_q"}
     hidden = {f"hidden_{role}" for role in cfg.hidden_inputs}
-    return Needs(
-        {"logits", *head, *hidden}, follow=cfg.follow, lag=cfg.lag, follow_block=cfg.follow_block, running=cfg.running
-    )
+    sized = judge_input_needs(cfg)  # what its extra inputs need the loop to provide (router/inputs.py)
+    return Needs({"logits", *head, *hidden, *sized.pop("inputs", ())}, **sized)

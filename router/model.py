@@ -47,9 +47,7 @@ from router.records import SCHEMA_VERSION
 from router.reduce import fast_topk_ids
 from router.targets import cascade_mix, keep_drafts, token_mix, tv_distance
 from router.view import BlockView
-from router.window.follow import follow_features
-from router.window.lag import LagBefore, LagHistory, block_lags, lag_features
-from router.window.running import RUNNING_COLUMNS, block_running, running_features
+from router.inputs import judge_inputs
 
 # the config side lives in router/arch.py; these names stay importable from here, the public module
 __all__ = [
@@ -211,9 +209,9 @@ class LearnedRouter(RouterHubMixin):
     @torch.no_grad()
     def judge_scores(self, view: BlockView) -> torch.Tensor:
         """Predicted gap (...) of keeping each drafted token (...) rather than the verifier's choice, from the
-        view's drafts and lookahead; a window judge (cfg.follow > 0) also reads each draft's FollowWindow, a
-        lag judge (cfg.lag > 0) the positions before each: a LagBefore for a block (B, g), or each position's
-        LagHistory (router/window/lag.py)."""
+        view's drafts and lookahead, then the extra inputs its config switches on (router/inputs.py: a window
+        judge each draft's FollowWindow, a lag judge a LagBefore for a block (B, g) or each position's
+        LagHistory, a running judge the answer so far)."""
         reader = f"router {self.name} (a judge)"
         drafts, next_p_raw = view.read("drafts", reader, RouterError), view.read("next_p_raw", reader, RouterError)
         q_raw, p_raw = view.q_raw, view.p_raw
@@ -228,41 +226,12 @@ class LearnedRouter(RouterHubMixin):
             shifted_lookahead(p_raw, next_p_raw, position, view.get("next_p_logits")),
             class_bits(self.net.token_classes, drafts),
         )
-        if self.cfg.follow:
-            follow = view.read("follow", f"router {self.name} (a window judge)", RouterError)
-            x = torch.cat([x, follow_features(follow, self.cfg.follow).to(x.dtype)], -1)
-        if self.cfg.lag:
-            x = torch.cat([x, self._lag_inputs(view.get("lag"), position)], -1)
-        if self.cfg.running:
-            x = torch.cat([x, self._running_inputs(view.get("lag"), position)], -1)
+        for spec in judge_inputs(self.cfg):  # its extra inputs, each as router/inputs.py declares it
+            x = torch.cat(
+                [x, spec.online(view, position, self.cfg, f"router {self.name}", RouterError).to(x.dtype)], -1
+            )
         x = torch.cat([x, *self._hidden_parts(view, x.shape[:-1])], -1)  # (..., D)
         return self.net(x.reshape(-1, x.shape[-1])).reshape(drafts.shape)
-
-    def _lag_inputs(self, lag, position: torch.Tensor) -> torch.Tensor:
-        """(..., L * len(LAG_FEATURE_NAMES)): from each position's LagHistory, or from the LagBefore of a block
-        and the block's own position features (B, g, F)."""
-        if isinstance(lag, LagHistory) and lag.values.shape[-2] == self.cfg.lag:
-            return lag_features(lag.values, lag.valid).to(position.dtype)
-        if isinstance(lag, LagBefore) and position.dim() == 3 and lag.feats.shape[1] == self.cfg.lag:
-            return lag_features(*block_lags(lag.feats, lag.valid, position)).to(position.dtype)
-        raise RouterError(
-            f"router {self.name} is a lag judge reading {self.cfg.lag} positions back: pass lag=LagBefore (feats "
-            f"(B, {self.cfg.lag}, F), valid) for a block (B, g, V) or a LagHistory per position "
-            f"(router.window.lag; router.decoding.generate does)"
-        )
-
-    def _running_inputs(self, lag, position: torch.Tensor) -> torch.Tensor:
-        """(..., len(RUNNING_NAMES)): from each position's sums in a LagHistory, or from a block's LagBefore sums
-        and the block's own position features (B, g, F)."""
-        if isinstance(lag, LagHistory) and lag.sums is not None:
-            return running_features(lag.sums, lag.count).to(position.dtype)
-        if isinstance(lag, LagBefore) and lag.sums is not None and position.dim() == 3:
-            return running_features(*block_running(lag.sums, lag.count, position)).to(position.dtype)
-        raise RouterError(
-            f"router {self.name} reads the answer so far: pass lag=LagBefore(..., sums (B, {len(RUNNING_COLUMNS)}), "
-            f"count (B,)) for a block (B, g, V), or a LagHistory with sums and count per position "
-            f"(router.window.running; router.decoding.generate does)"
-        )
 
     def _hidden_parts(self, view: BlockView, lead: tuple) -> list[torch.Tensor]:
         parts = []

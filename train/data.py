@@ -43,10 +43,7 @@ class RecordSplit(RecordView):
         max_rows: int | None = None,
         head: str = "cascade",
         examples: set | None = None,
-        follow: int = 0,
-        lag: int = 0,
-        follow_block: int = 0,
-        running: bool = False,
+        arch=None,
     ):
         if (head == "token") != (target == TOKEN_TARGET):
             raise ValueError(
@@ -66,23 +63,15 @@ class RecordSplit(RecordView):
                 f"consequence-mode rows only: use target {' or '.join(ANSWER_TARGETS)} with mode consequence"
             )
         super().__init__(folders, split, mode, tuple(hidden_inputs), max_rows, examples)
-        self.head, self.window, self.hidden_inputs, self.follow = head, window, tuple(hidden_inputs), follow
-        self.lag, self.follow_block, self.running = lag, follow_block, running
+        self.head, self.window, self.hidden_inputs = head, window, tuple(hidden_inputs)
+        self.arch = arch  # which extra judge inputs it reads (router/inputs.py); None: none
         self.y = self.cand.labels.astype(np.float32) if head == "token" else labels(self.cols, target)  # (N,) | (N, K)
         self.w = self.cand.q.astype(np.float32) if head == "token" else weights(self.cols, target)
 
     def batch_inputs(self, idx: np.ndarray, window: int | None = None) -> np.ndarray:
         """What the router being trained reads for these rows (a GRU's `window` positions each, or `window`)."""
-        return self.inputs(
-            idx,
-            self.head,
-            self.window if window is None else window,
-            self.hidden_inputs,
-            follow=self.follow,
-            lag=self.lag,
-            follow_block=self.follow_block,
-            running=self.running,
-        )
+        window = self.window if window is None else window
+        return self.inputs(idx, self.head, window, self.hidden_inputs, arch=self.arch)
 
     def flat_inputs(self, idx: np.ndarray) -> np.ndarray:
         """Inputs without GRU windows, one row per position or per token-head candidate: (n [* K], D)."""
@@ -171,10 +160,7 @@ class RecordDataModule(L.LightningDataModule):
         head: str = "cascade",
         max_train_rows: int | None = None,
         examples: dict | None = None,
-        follow: int = 0,
-        lag: int = 0,
-        follow_block: int = 0,
-        running: bool = False,
+        arch=None,
     ):
         """examples: {"train": ids, "validation": ids} to fit on those examples of every split (a
         cross-fitting fold) instead of the records' train and validation splits."""
@@ -187,10 +173,7 @@ class RecordDataModule(L.LightningDataModule):
             hidden_inputs=hidden_inputs,
             window=window,
             head=head,
-            follow=follow,
-            lag=lag,
-            follow_block=follow_block,
-            running=running,
+            arch=arch,
         )
         self.batch_size, self.seed, self.max_train_rows = batch_size, seed, max_train_rows
         self.train: RecordSplit | None = None

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from router.inputs import judge_inputs
 from router.backends import DEFAULT_ENGINE
 from router.infra.config import config_to_dict
 from router.features import FEATURE_NAMES, JUDGE_FEATURE_NAMES
@@ -118,10 +119,7 @@ def _data_module(cfg: TrainConfig, examples: dict | None) -> RecordDataModule:
         cfg.router.head,
         cfg.max_train_rows,
         examples,
-        cfg.router.follow,
-        cfg.router.lag,
-        cfg.router.follow_block,
-        cfg.router.running,
+        cfg.router,
     )
 
 
@@ -272,12 +270,7 @@ def print_train_summary(cfg: TrainConfig, metrics: dict) -> None:
     r, pl = metrics["router"], metrics["plugins"]
     hidden = f" + {cfg.router.hidden_inputs} hidden" if cfg.router.hidden_inputs else ""
     n_features = len(JUDGE_FEATURE_NAMES if cfg.router.head == "judge" else FEATURE_NAMES)
-    cut = f" (cut as in blocks of {cfg.router.follow_block})" if cfg.router.follow_block else ""
-    extra = (
-        (f" + {cfg.router.follow} following drafts{cut}" if cfg.router.follow else "")
-        + (f" + {cfg.router.lag} lagged positions" if cfg.router.lag else "")
-        + (" + the answer so far" if cfg.router.running else "")
-    )
+    extra = "".join(f" + {spec.describe(cfg.router) or spec.name}" for spec in judge_inputs(cfg.router))
     rows = [
         ("router", f"{cfg.router.arch}, {cfg.router.head} head, on {n_features} features{extra}{hidden}"),
         ("rows", f"train {metrics['train_rows']}, validation {metrics['val_rows']}"),

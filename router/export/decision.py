@@ -14,6 +14,7 @@ exports. Inputs, per scored position n (all float32 but the draft ids):
                               each exists (router/window/lag.py: the engine carries them across blocks)
   running_sums (N, R), running_count (N,)   running judge only: the sums of RUNNING_SOURCES over every position
                               before it in the answer, and how many there are (router/window/running.py)
+  <an input's own>            an input registered with router.inputs.register_input, its `export_names`
   hidden_<role> (N, H)        the hidden states the router reads (`hidden_inputs` order)
 Outputs: cascade: score (N,), tv (N,), defer (N,) = score > alpha * tv; token: candidates (N, K) (the
 drafter's top K), score (N, K), keep (N, K) = score <= alpha; judge: score (N,), keep (N,) = score <= alpha.
@@ -26,9 +27,8 @@ import torch
 from torch import nn
 
 from router.features import FEATURE_NAMES
+from router.inputs import judge_inputs
 from router.view import BlockView
-from router.window.follow import FollowWindow
-from router.window.lag import LagHistory
 
 TV = FEATURE_NAMES.index("tv")
 OUTPUTS = {"cascade": ("score", "tv", "defer"), "token": ("candidates", "score", "keep"), "judge": ("score", "keep")}
@@ -37,9 +37,7 @@ OUTPUTS = {"cascade": ("score", "tv", "defer"), "token": ("candidates", "score",
 def input_names(cfg) -> list[str]:
     """The decision's inputs, in call order, for a RouterConfig."""
     judge = ["drafts", "next_p_logits"] if cfg.head == "judge" else []
-    judge += ["follow_values", "follow_valid"] if getattr(cfg, "follow", 0) else []
-    judge += ["lag_values", "lag_valid"] if getattr(cfg, "lag", 0) else []
-    judge += ["running_sums", "running_count"] if getattr(cfg, "running", False) else []
+    judge += [name for spec in judge_inputs(cfg) for name in spec.export_names(cfg)]  # router/inputs.py
     return ["q_logits", "p_logits", "alpha", *judge, *(f"hidden_{role}" for role in cfg.hidden_inputs)]
 
 
@@ -81,18 +79,10 @@ class Decision(nn.Module):
             drafts, next_p_logits, *rest = rest
             next_p_logits = next_p_logits.float()
             inputs.update(drafts=drafts, next_p_raw=next_p_logits.softmax(-1), next_p_logits=next_p_logits)
-            if self.cfg.follow:  # the window of the drafts after each: values (N, W, C), valid (N, W) as 1/0
-                values, valid, *rest = rest
-                at = values.new_zeros(values.shape[0], values.shape[-1])
-                inputs["follow"] = FollowWindow(at, values.float(), valid > 0.5)
-            if self.cfg.lag:  # each position's predecessors: values (N, L, F), valid (N, L) as 1/0
-                values, valid, *rest = rest
-                inputs["lag"] = LagHistory(values.float(), valid > 0.5)
-            if self.cfg.running:  # the answer so far: sums (N, R), count (N,)
-                sums, count, *rest = rest
-                lag = inputs.get("lag") or LagHistory(
-                    sums.new_zeros(len(sums), 0, len(FEATURE_NAMES)), sums.new_zeros(len(sums), 0)
-                )
-                inputs["lag"] = LagHistory(lag.values, lag.valid, sums.float(), count.float())
+            for spec in judge_inputs(self.cfg):  # each extra input's tensors, in input_names order
+                n = len(spec.export_names(self.cfg))
+                if n:
+                    spec.export_view(rest[:n], self.cfg, inputs)
+                    rest = rest[n:]
         hidden = {f"hidden_{role}": h for role, h in zip(self.cfg.hidden_inputs, rest)}
         return BlockView.unchecked(q_raw, p_raw, q_raw, p_raw, **inputs, **hidden)

@@ -16,7 +16,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from router.features import position_stats
+from router.inputs import judge_inputs
 from router.infra.files import file_sha256
 from router.export.decision import Decision, input_names, output_names
 
@@ -42,12 +42,8 @@ def golden_inputs(cfg, seed: int = 0, net=None) -> dict[str, torch.Tensor]:
         half = torch.arange(POSITIONS) < POSITIONS // 2
         out["drafts"] = torch.where(half, q_logits.argmax(-1), sampled)  # greedy drafts, then sampled ones
         out["next_p_logits"] = 3 * torch.randn(POSITIONS, vocab, generator=g)
-    if getattr(cfg, "follow", 0):
-        out.update(_follow_inputs(cfg.follow, g))
-    if getattr(cfg, "lag", 0):
-        out.update(_lag_inputs(cfg.lag, g))
-    if getattr(cfg, "running", False):
-        out.update(_running_inputs(g))
+    for spec in judge_inputs(cfg):  # each extra input's seeded values, in its order (router/inputs.py)
+        out.update(spec.golden(cfg, g, POSITIONS, VOCAB))
     start = cfg.position_dim - sum(cfg.hidden_sizes[r] for r in cfg.hidden_inputs)  # hidden states come last
     for role in cfg.hidden_inputs:
         width = cfg.hidden_sizes[role]
@@ -57,49 +53,6 @@ def golden_inputs(cfg, seed: int = 0, net=None) -> dict[str, torch.Tensor]:
         out[f"hidden_{role}"] = noise
         start += width
     return out
-
-
-def _follow_inputs(width: int, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """Window judge inputs: plausible DRAFT_SCALARS of W followers, the last ones of some positions cut."""
-    p_max = 0.2 + 0.8 * torch.rand(POSITIONS, width, generator=g)
-    agree = (torch.rand(POSITIONS, width, generator=g) < 0.7).float()
-    p_draft = torch.where(agree > 0, p_max, p_max * torch.rand(POSITIONS, width, generator=g))
-    entropy = 1.1 * torch.rand(POSITIONS, width, generator=g) * (1 - p_max)
-    kept = torch.randint(0, width + 1, (POSITIONS, 1), generator=g)  # followers inside the block
-    valid = (torch.arange(width)[None] < kept).float()  # (N, W)
-    values = torch.stack([p_draft, agree, entropy, p_max], -1) * valid[..., None]  # (N, W, C)
-    return {"follow_values": values, "follow_valid": valid}
-
-
-def _running_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
-    """Running judge inputs: sums of RUNNING_SOURCES over 0..200 earlier positions with plausible means (the
-    first position has none)."""
-    count = torch.randint(0, 201, (POSITIONS,), generator=g).float()
-    count[0] = 0
-    means = torch.stack(
-        [
-            0.3 + 0.7 * torch.rand(POSITIONS, generator=g),  # p_max
-            torch.rand(POSITIONS, generator=g),  # argmax agreement
-            0.5 * torch.rand(POSITIONS, generator=g),  # tv
-            2.0 * torch.rand(POSITIONS, generator=g),  # p_entropy
-        ],
-        -1,
-    )  # (N, R)
-    return {"running_sums": means * count[:, None], "running_count": count}
-
-
-def _lag_inputs(lag: int, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """Lag judge inputs: the position features of L earlier positions from seeded logits, the oldest of some
-    positions missing (near the answer's start)."""
-    base = torch.randn(POSITIONS, lag, VOCAB, generator=g)
-    q_logits, p_logits = (
-        2 * base + torch.randn(base.shape, generator=g),
-        2 * base + 0.3 * torch.randn(base.shape, generator=g),
-    )
-    values = position_stats(q_logits.softmax(-1), p_logits.softmax(-1))[0]  # (N, L, F)
-    kept = torch.randint(0, lag + 1, (POSITIONS, 1), generator=g)
-    valid = (torch.arange(lag)[None] < kept).float()  # (N, L)
-    return {"lag_values": values * valid[..., None], "lag_valid": valid}
 
 
 def _alphas(cfg, outputs: tuple) -> torch.Tensor:

@@ -15,9 +15,12 @@ with the same functions (`router.features`).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
+from router.inputs import judge_inputs
 from router.features import FEATURE_NAMES, class_bits, judge_features
 from router.features import recorded_candidate_features
 from router.model import LearnedRouter, RouterError, RouterNet, check_router_pair
@@ -31,9 +34,8 @@ from router.records import (
     require_judge,
 )
 from router.offline.tradeoff import CANDIDATE_COLUMNS, candidates_from_columns
-from router.window.follow import FollowWindow, block_followers, cut_window, follow_features, window_of_rows
-from router.window.lag import lag_features, lag_history, predecessor_rows
-from router.window.running import running_features, running_history
+from router.window.follow import FollowWindow, block_followers, cut_window, window_of_rows
+from router.window.lag import predecessor_rows
 
 JUDGE_COLUMNS = (
     "draft_token",
@@ -216,25 +218,13 @@ class RecordView:
         return cut_window(window, torch.from_numpy(self._followers[block][np.asarray(idx)]))
 
     def judge_inputs(
-        self,
-        idx: np.ndarray,
-        hidden: tuple = (),
-        drafted: str = "argmax",
-        follow: int = 0,
-        lag: int = 0,
-        follow_block: int = 0,
-        running: bool = False,
+        self, idx: np.ndarray, hidden: tuple = (), drafted: str = "argmax", arch=None, **sizes
     ) -> np.ndarray:
         """(len(idx), D) a judge's inputs for the drafted token at these rows (router.features.judge_features),
-        then (follow > 0) the window of the drafts after it (router.window.follow.follow_features; cut as in
-        blocks of `follow_block` drafts if > 0), then
-        (lag > 0) the features of the `lag` rows before it on its trajectory (router.window.lag), then (running)
-        the sums over every row before it on its trajectory (router.window.running)."""
-        if follow and drafted != "argmax":
-            raise RecordsError(
-                "windows are recorded for the drafter's argmax only (data_gen/window.py): a window judge is scored "
-                "in the greedy view"
-            )
+        then the extra inputs `arch` switches on (router/inputs.py, in its order: a window of the drafts after it,
+        the `lag` rows before it on its trajectory, the sums over every row before it...), then hidden states.
+        `arch` is a RouterArch (or RouterConfig); keyword sizes (follow=4, lag=2, running=True...) stand for one."""
+        arch = input_settings(arch, **sizes)
         j, c = self.judge_columns(), self.cols
         d = self.drafted(drafted)[idx]
         look = j[judge_column(drafted, "lookahead")][idx]
@@ -252,14 +242,8 @@ class RecordView:
             t(np.asarray(look)),
             class_bits(t(self.token_classes), t(np.asarray(d, np.int64))),
         ).numpy()
-        if follow:
-            x = np.concatenate([x, follow_features(self.follow_windows(idx, follow, follow_block), follow).numpy()], -1)
-        if lag:
-            history, valid = lag_history(self.features, self.traj, idx, lag)
-            x = np.concatenate([x, lag_features(t(history), t(valid)).numpy()], -1)
-        if running:
-            sums, count = running_history(self.features, self.traj, idx)
-            x = np.concatenate([x, running_features(t(sums), t(count)).numpy()], -1)
+        for spec in judge_inputs(arch):  # each as router/inputs.py declares it, in its order
+            x = np.concatenate([x, spec.offline(self, idx, arch, drafted).astype(x.dtype, copy=False)], -1)
         h = self.hidden(idx, tuple(hidden), drafted)
         return x if h is None else np.concatenate([x, h], -1)
 
@@ -270,20 +254,26 @@ class RecordView:
         window: int = 1,
         hidden: tuple = (),
         drafted: str = "argmax",
-        follow: int = 0,
-        lag: int = 0,
-        follow_block: int = 0,
-        running: bool = False,
+        arch=None,
+        **sizes,
     ) -> np.ndarray:
-        """What a router with this head, GRU window (1 for other archs) and hidden inputs reads
-        (a judge: for the drafted token `drafted`, with the window of `follow` drafts after it, cut as in
-        blocks of `follow_block` drafts if > 0, the features of the `lag` positions before it and, with `running`,
-        the answer so far)."""
+        """What a router with this head, GRU window (1 for other archs) and hidden inputs reads (a judge: for
+        the drafted token `drafted`, with the extra inputs `arch` or the keyword sizes switch on)."""
         if head == "judge":
-            return self.judge_inputs(idx, hidden, drafted, follow, lag, follow_block, running)
+            return self.judge_inputs(idx, hidden, drafted, arch, **sizes)
         if head == "token":
             return self.candidate_inputs(idx, hidden)
         return self.window_inputs(idx, window, hidden) if window > 1 else self.position_inputs(idx, hidden)
+
+
+def input_settings(arch=None, **sizes):
+    """The object whose settings say which extra inputs a judge reads: `arch` itself, or the keyword sizes
+    (follow=4, follow_block=2, lag=2, running=True, extra_inputs={...}) over no inputs at all."""
+    if arch is not None and sizes:
+        raise TypeError("give an arch or keyword input sizes, not both")
+    if arch is not None:
+        return arch
+    return SimpleNamespace(**{"follow": 0, "follow_block": 0, "lag": 0, "running": False, "extra_inputs": {}, **sizes})
 
 
 def input_window(net: RouterNet) -> int:
@@ -316,6 +306,6 @@ def router_scores(
     parts, cfg = [], router.cfg
     for start in range(0, len(view), batch):
         idx = np.arange(start, min(start + batch, len(view)))
-        x = view.inputs(idx, cfg.head, window, hidden, drafted, cfg.follow, cfg.lag, cfg.follow_block, cfg.running)
+        x = view.inputs(idx, cfg.head, window, hidden, drafted, cfg)
         parts.append(net(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))))
     return torch.cat(parts).double().numpy()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from router.inputs import greedy_view_only
 from router.offline.inputs import RecordView, router_scores
 from router.rules import get_rule, offline_rules, window_offline_rules
 from router.targets import ratio_score
@@ -168,7 +169,7 @@ def method_sweeps(view: RecordView, routers: dict, views=VIEWS) -> dict[str, dic
             score = rule.offline_score(c, cand)
             t1[name] = token_sweep(score, cand, index, n_ex) if rule.form == "token" else sweep(score)
         for name, router in routers.items():
-            if not router.cfg.follow:  # a window judge's windows are recorded for the argmax only: greedy view
+            if not greedy_view_only(router.cfg):  # e.g. a window judge's windows: recorded for the argmax only
                 t1[name] = _t1_router_sweep(router, view, name, index, n_ex)
         out["t1"] = t1
     return out
