@@ -40,7 +40,7 @@ from router.machine.costs import block_seconds, measure_verify_curve, tokens_per
 from router.model import LearnedRouter, RouterConfig, RouterNet
 from router.rules import resolve_rule
 
-# the embedded pair's configs (router/infra/embedded.py's models), checked against them by tests/test_benchmarks.py
+# the embedded pair's configs (router/infra/embedded.py's models), checked against them by tests/benchmarks/test_benchmarks.py
 QWEN = dict(vocab_size=151936, max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1e6, hidden_act="silu")
 PAIR_SHAPES = {
     "drafter": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14),

@@ -11,6 +11,7 @@ import torch
 from router.loop.layout import left_pad
 from router.loop.tiny import tiny_model
 from router.features import FEATURE_NAMES, token_features
+from router.policy import Needs
 from router.records import Manifest, rows_to_table, write_manifest, write_shard
 
 VOCAB = 96
@@ -272,3 +273,135 @@ def one_rule_online_eval(rec, *extra: str) -> list[str]:
         "online_rejection_targets=[0.5]",
         *extra,
     ]
+
+
+# --- a tiny answer-level recording: the custom QA task, a verdict the tests control, its GenConfig ---
+
+CONSEQUENCE_BUDGET, CONSEQUENCE_MISMATCHES = 14, 3  # answer tokens and branches per example in tiny recordings
+
+
+def length_metric(text: str, meta: dict) -> dict:
+    """A verdict the test controls: 'correct' when the answer's character codes do not sum to a multiple of 3."""
+    total = sum(map(ord, text))
+    return {"quality": float(total % 3 != 0), "answer": str(total % 3)}
+
+
+def qa_data(tmp_path, n: int):
+    """n addition questions in a jsonl file (the custom task tiny_gen_config reads)."""
+    import json
+
+    rows = [
+        {"id": f"q{i}", "question": f"Question {i}: what is {i} plus {i}?\nAnswer:", "answer": f" {2 * i}."}
+        for i in range(n)
+    ]
+    data = tmp_path / "qa.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def tiny_gen_config(tmp_path, data, **kw):
+    """The GenConfig of a tiny recording of the custom QA task `data` on the tiny pair (gold and consequence
+    rows, judge inputs, the length3 verdict), with `kw` over it."""
+    from data_gen.config import GenConfig
+
+    base = dict(
+        task="custom",
+        data_path=str(data),
+        prompt_field="question",
+        reference_field="answer",
+        id_field="id",
+        drafter="tiny:drafter",
+        verifier="tiny:verifier",
+        dtype="float32",
+        batch_size=3,
+        examples_per_shard=4,
+        output=str(tmp_path / "rec"),
+        modes=["gold", "consequence"],
+        metric="length3",
+        consequence_max_new_tokens=CONSEQUENCE_BUDGET,
+        consequence_max_mismatches=CONSEQUENCE_MISMATCHES,
+        consequence_batch_size=2,
+        split_fractions=[0.6, 0.4, 0.0],
+        max_continuation_tokens=20,
+        judge=True,
+    )
+    return GenConfig(**{**base, **kw})
+
+
+def consequence_recording(tmp_path, pair, n: int = 10, **kw):
+    """A tiny consequence recording of n questions made with `pair` (length3 verdicts); returns its config."""
+    import pytest
+
+    from data_gen.recorder import Recorder
+    from data_gen.run import run_gen
+    from router.tasks import metrics
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(metrics.METRICS, "length3", length_metric)
+        cfg = tiny_gen_config(tmp_path, qa_data(tmp_path, n), **kw)
+        run_gen(cfg, Recorder(cfg, *pair))
+    return cfg
+
+
+# --- policies that record what the decoding loop gives them (lag and running inputs) ---
+
+PROBE_LAG = 2  # positions a LagProbe reads back
+
+
+class LagProbe:
+    """A lossless lag policy that keeps what the loop gives it."""
+
+    name, form, needs = "lag-probe", "judge", Needs({"drafts", "lookahead"}, lag=PROBE_LAG)
+
+    def __init__(self):
+        self.seen = []
+
+    def check_alpha(self, alpha):
+        return float(alpha)
+
+    def decide(self, view, alpha):
+        from router.features import position_stats
+
+        self.seen.append((view.drafts.clone(), view.read("lag"), position_stats(view.q_raw, view.p_raw)[0]))
+        return view.p
+
+
+class RunningProbe(LagProbe):
+    """A lossless running policy that keeps what the loop gives it."""
+
+    name, needs = "running-probe", Needs({"drafts", "lookahead"}, running=True)
+
+
+class ViewStats:
+    """A probe that reads the block's position features from the view (BlockView.position_stats), as a learned
+    router does: the loop's carry then takes them from there instead of computing them again."""
+
+    def decide(self, view, alpha):
+        self.seen.append((view.drafts.clone(), view.read("lag"), view.position_stats()[0]))
+        return view.p
+
+
+def count_block_feature_passes(monkeypatch) -> list:
+    """The position-feature passes router/window/lag.py makes over a block (B, g, V) or its lag gather (B, L, V)."""
+    import router.window.lag as lag_module
+
+    passes, real = [], lag_module.position_stats
+
+    def counted(q_raw, p_raw, *rest):
+        if q_raw.dim() == 3:
+            passes.append(tuple(q_raw.shape))
+        return real(q_raw, p_raw, *rest)
+
+    monkeypatch.setattr(lag_module, "position_stats", counted)
+    return passes
+
+
+def teacher_forced_features(drafter, verifier, ids: list[int], start: int) -> torch.Tensor:
+    """(T, F) the position features of every answer token of ids (answer from `start`), no cache."""
+    from router.features import position_stats
+
+    x = torch.tensor([ids])
+    q = drafter(x).logits[0, start - 1 : -1].float().softmax(-1)
+    p = verifier(x).logits[0, start - 1 : -1].float().softmax(-1)
+    vocab = min(q.shape[-1], p.shape[-1])
+    return position_stats(q[:, :vocab], p[:, :vocab])[0]

@@ -258,3 +258,12 @@ def test_the_engine_name_check_sees_a_literal_and_an_engine_object(tmp_path):
     assert len(_engine_names_in_code(probe)) == 3
     probe.write_text('engine = DEFAULT_ENGINE  # llamacpp in a comment is prose\nnote = "runs on llama.cpp"\n')
     assert _engine_names_in_code(probe) == []
+
+
+def test_the_unit_tier_names_only_test_modules_that_exist():
+    """A moved or renamed module would silently drop out of `pytest -m unit`."""
+    from conftest import UNIT_MODULES
+
+    root = Path(__file__).resolve().parents[1]
+    missing = sorted(name for name in UNIT_MODULES if not (root / name).is_file())
+    assert not missing, f"conftest.UNIT_MODULES names missing files: {missing}"

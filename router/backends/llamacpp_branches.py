@@ -3,7 +3,7 @@ data_gen/judge.py, window.py and horizon.py, where torch puts a token at a posit
 with a tree-shaped attention mask. llama.cpp masks by sequence instead: each placed token or continuation is
 decoded on a sequence forked from its row at that position (`LlamaCppCache.fork`: the row's cells before it,
 shared, not copied), all forks of a chunk in one llama_decode, and the forks are dropped afterwards. The
-numbers are the same as torch's up to llama.cpp's batch-split rounding (tests/test_llamacpp_records.py).
+numbers are the same as torch's up to llama.cpp's batch-split rounding (tests/router/backends/test_llamacpp_records.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ program (the candidate followed by its tests) in a module `__main__` whose `__na
 harnesses' `exec(program, {})` runs it (its `if __name__ == "__main__":` block is skipped), and writes the parent's one-time token to the
 result file only when the program ran to its end.
 
-Why a pass cannot be faked through Python (tests/test_sandbox_verdict.py, the attacks on the verdict):
+Why a pass cannot be faked through Python (tests/router/tasks/test_sandbox_verdict.py, the attacks on the verdict):
 - the exit and write calls the verdict needs are bound before the program runs (a function's default
   arguments), so rebinding `os._exit`, `os.write`, `posix.*` or `traceback.print_exception` changes nothing:
   any exception, `SystemExit` included, ends in the original `_exit(1)`;
