@@ -4,13 +4,15 @@ specroute's plugin with each policy, side by side on held-out GSM8K prompts (run
 Three engines stay up together: the verifier alone, vLLM's speculative decoding with the plugin off, and one with
 the plugin on, where each request names its policy (`specroute_policy` / `specroute_alpha`). The prompts go in
 batches of `--batch` concurrent requests; every batch is decoded by every method before the next batch, in an
-order that rotates batch by batch, so a change in the machine's load lands on all methods alike. Per method:
-tokens/s, time per token against the verifier with a 95% bootstrap interval over prompts (a prompt's time is its
-batch's, shared by its tokens), vLLM's acceptance rate, GSM8K accuracy and its paired difference against the
-verifier (bootstrap over prompts), and the plugin's overhead (plugin lossless / vLLM lossless, the same tokens).
+order that rotates batch by batch, so a change in the machine's load lands on all methods alike; every timed
+call finds only the prompts' shared prefix cached (the plugin's methods share one engine and the same prompts).
+Per method: tokens/s, time per token against the baseline (the verifier alone where it runs, else vLLM's own
+lossless) with a 95% bootstrap interval over the paired batches (a prompt's time is its batch's), vLLM's
+acceptance rate, GSM8K accuracy and its paired difference against the baseline (bootstrap over prompts), and the
+plugin's overhead (plugin lossless / vLLM lossless, the same tokens).
 Prints the CPU, dtype and threads; writes JSON. A journal per batch lets a cut run resume.
 
-    .venv-vllm/bin/python benchmarks/serve_vllm.py [--pair embedded|tiny] [--tiny] [--prompts 50] [--batch 8] [--gamma 4]
+    .venv-vllm/bin/python -m benchmarks.serve_vllm [--pair embedded|tiny] [--tiny] [--prompts 50] [--batch 8] [--gamma 4]
         [--max-tokens 256] [--methods verifier vllm-lossless plugin:lossless plugin:token_v2@0.3 ...]
         [--dtype bfloat16] [--out runs/bench/serve_vllm.json]
 """
@@ -106,12 +108,19 @@ def method_plan(methods: list[str]) -> list[dict]:
     return plan
 
 
-def decode_batch(llm, prompts: list[str], max_tokens: int, stops: list[str], extra, counts: Path | None) -> dict:
+def decode_batch(
+    llm, prompts: list[str], max_tokens: int, stops: list[str], extra, counts: Path | None, shared=None
+) -> dict:
     """One batch through one engine: seconds, texts, tokens; with the plugin, its drafts and accepted drafts
-    (its counts file: vLLM's metrics registry is one per process, held by the last engine started)."""
+    (its counts file: vLLM's metrics registry is one per process, held by the last engine started). The call
+    finds only `shared` (token ids every prompt starts with) cached: the plugin's methods share one engine and
+    decode the same prompts, and none may find its prompts cached by the one before."""
     from vllm import SamplingParams
 
+    from router.vllm.served import cache_only_the_shared_prefix
+
     params = SamplingParams(temperature=0, max_tokens=max_tokens, stop=stops, extra_args=extra)
+    cache_only_the_shared_prefix(llm, shared)
     start = time.perf_counter()
     outs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - start
@@ -126,6 +135,15 @@ def decode_batch(llm, prompts: list[str], max_tokens: int, stops: list[str], ext
     }
 
 
+def shared_prefix(llm, prompts: list[str]) -> list[int]:
+    """The token ids every prompt starts with (the 5-shot context), as eval's router.loop.prefix finds them."""
+    from router.loop.prefix import SharedPrefix
+
+    tokenizer = llm.get_tokenizer()
+    prefix = SharedPrefix.common([tokenizer(p).input_ids for p in prompts])
+    return prefix.ids if prefix is not None else []
+
+
 def warm_up(engines: dict, plan: list[dict], prompts: list[str], stops: list[str]) -> None:
     """One untimed batch of 32 tokens per method: an engine's first calls build its CPU kernels for each shape
     (measured: the first batch of 8 took twice the second), which would otherwise land on whichever method
@@ -136,26 +154,22 @@ def warm_up(engines: dict, plan: list[dict], prompts: list[str], stops: list[str
     print(f"warmed up in {time.perf_counter() - started:.0f} s", flush=True)
 
 
-def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int) -> dict:
-    """Per method: tokens/s, time per token vs the verifier (bootstrap over prompts), acceptance, accuracy."""
-    from router.tasks.metrics import gsm8k_metric
+def baseline_of(plan: list[dict]) -> str:
+    """What every ratio is against: the verifier alone where it runs, else vLLM's own lossless, else the first."""
+    names = [p["name"] for p in plan]
+    return next((n for n in ("verifier", "vllm-lossless") if n in names), names[0])
 
-    per = {p["name"]: {"tokens": [], "seconds": [], "correct": [], "drafts": 0.0, "accepted": 0.0} for p in plan}
-    for batch in batches:
-        for name, got in batch["methods"].items():
-            total = max(sum(got["tokens"]), 1)
-            per[name]["tokens"] += got["tokens"]
-            per[name]["seconds"] += [got["seconds"] * t / total for t in got["tokens"]]  # a prompt's share
-            per[name]["drafts"] += got["drafts"]
-            per[name]["accepted"] += got["accepted"]
-            ids = batch["examples"]
-            per[name]["correct"] += [gsm8k_metric(t, examples[i].meta)["quality"] for t, i in zip(got["texts"], ids)]
-    base = per.get("verifier")
+
+def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int) -> dict:
+    """Per method: tokens/s, time per token against the baseline (bootstrap over batches: a prompt's time is its
+    batch's), acceptance, accuracy and its paired difference against the baseline (bootstrap over prompts)."""
+    per = _per_method(plan, batches, examples)
+    base = per[baseline_of(plan)]
     out = {}
     for name, v in per.items():
         tok, sec, ok = (np.asarray(v[k], np.float64) for k in ("tokens", "seconds", "correct"))
-        row = {
-            "prompts": len(tok),
+        out[name] = {
+            "prompts": len(ok),
             "tokens": int(tok.sum()),
             "tokens_per_s": float(tok.sum() / sec.sum()),
             "seconds_per_token": float(sec.sum() / tok.sum()),
@@ -163,31 +177,56 @@ def summarise(plan: list[dict], batches: list[dict], examples: list, replicates:
             "accuracy": float(ok.mean()),
             "accuracy_ci": bootstrap_mean(ok, replicates),
         }
-        if base is not None and name != "verifier":
-            btok, bsec, bok = (np.asarray(base[k], np.float64) for k in ("tokens", "seconds", "correct"))
-            rng = np.random.default_rng(0)
-            idx = rng.integers(0, len(tok), (replicates, len(tok)))
-            ratio = (sec[idx].sum(1) / tok[idx].sum(1)) / (bsec[idx].sum(1) / btok[idx].sum(1))
-            row["time_per_token_vs_verifier"] = row["seconds_per_token"] / float(bsec.sum() / btok.sum())
-            row["time_per_token_vs_verifier_ci"] = [float(x) for x in np.quantile(ratio, [0.025, 0.975])]
-            row["accuracy_minus_verifier"] = float(ok.mean() - bok.mean())
-            row["accuracy_minus_verifier_ci"] = bootstrap_mean(ok - bok, replicates)
-        out[name] = row
+        if v is not base:
+            out[name].update(_against(v, base, replicates))
     if "plugin:lossless" in out and "vllm-lossless" in out:
-        own, plug = per["vllm-lossless"], per["plugin:lossless"]
         out["plugin_overhead"] = {
             "plugin_lossless_over_vllm_lossless": out["plugin:lossless"]["seconds_per_token"]
             / out["vllm-lossless"]["seconds_per_token"],
-            "same_tokens": own["tokens"] == plug["tokens"],
+            "same_tokens": per["vllm-lossless"]["row_tokens"] == per["plugin:lossless"]["row_tokens"],
         }
     return out
+
+
+def _per_method(plan: list[dict], batches: list[dict], examples: list) -> dict:
+    """Per method, per batch: tokens and seconds; per prompt: tokens and correctness; drafts and accepted."""
+    from router.tasks.metrics import gsm8k_metric
+
+    keys = ("tokens", "seconds", "correct", "row_tokens")
+    per = {p["name"]: {**{k: [] for k in keys}, "drafts": 0.0, "accepted": 0.0} for p in plan}
+    for batch in batches:
+        for name, got in batch["methods"].items():
+            v = per[name]
+            v["tokens"].append(sum(got["tokens"]))
+            v["seconds"].append(got["seconds"])
+            v["row_tokens"] += got["tokens"]
+            v["drafts"] += got["drafts"]
+            v["accepted"] += got["accepted"]
+            v["correct"] += [
+                gsm8k_metric(t, examples[i].meta)["quality"] for t, i in zip(got["texts"], batch["examples"])
+            ]
+    return per
+
+
+def _against(v: dict, base: dict, replicates: int) -> dict:
+    """Time per token over the baseline's with a bootstrap over the paired batches; accuracy minus the
+    baseline's with a bootstrap over prompts."""
+    tok, sec, ok = (np.asarray(v[k], np.float64) for k in ("tokens", "seconds", "correct"))
+    btok, bsec, bok = (np.asarray(base[k], np.float64) for k in ("tokens", "seconds", "correct"))
+    idx = np.random.default_rng(0).integers(0, len(tok), (replicates, len(tok)))  # (replicates, batches)
+    ratio = (sec[idx].sum(1) / tok[idx].sum(1)) / (bsec[idx].sum(1) / btok[idx].sum(1))
+    return {
+        "time_per_token_vs_baseline": float((sec.sum() / tok.sum()) / (bsec.sum() / btok.sum())),
+        "time_per_token_vs_baseline_ci": [float(x) for x in np.quantile(ratio, [0.025, 0.975])],
+        "accuracy_minus_baseline": float(ok.mean() - bok.mean()),
+        "accuracy_minus_baseline_ci": bootstrap_mean(ok - bok, replicates),
+    }
 
 
 def main(argv=None) -> None:
     args = _args(argv)
     args.pair = "tiny" if args.tiny else args.pair
     from router.machine.hardware import cpu_kind
-    from router.tasks.prompts import default_stops
 
     plan = method_plan(args.methods)
     examples = held_out_prompts(args.prompts)
@@ -198,18 +237,48 @@ def main(argv=None) -> None:
     journal = out.with_suffix(".batches.jsonl")
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}
     done = _resume(journal, settings)
+    if len(done) < -(-len(examples) // args.batch):  # a finished journal is summarised without starting engines
+        engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, out.with_suffix(".counts.json"))
+        decode_all(engines, plan, examples, args, done, journal)
+    summary = summarise(plan, done, examples, args.replicates)
+    import torch
+
+    report = {
+        "settings": settings,
+        "machine": {"cpu": cpu_kind(), "threads": torch.get_num_threads(), "dtype": dtype},
+        "pair": {"drafter": str(drafter), "verifier": str(verifier)},
+        "baseline": baseline_of(plan),
+        "methods": summary,
+    }
+    out.write_text(json.dumps(report, indent=2))
+    _print(report)
+
+
+def start_engines(plan: list[dict], pair: tuple, gamma: int, dtype: str, counts: Path) -> dict:
+    """The engines the plan's methods decode on: the verifier alone, vLLM's own speculative decoding (the
+    plugin off), the plugin's (writing its counts to `counts`)."""
+    drafter, verifier = pair
     needed = {p["engine"] for p in plan}
     os.environ["SPECROUTE_POLICY"] = "lossless"  # requests are checked against the plugin's settings here
     engines = {}
     started = time.perf_counter()
-    counts = out.with_suffix(".counts.json")
     for kind in ("verifier", "vllm-lossless", "plugin"):
         if kind in needed:
             plugin_env = {"SPECROUTE_POLICY": "lossless", "SPECROUTE_STATS": str(counts), "SPECROUTE_STATS_EVERY": "0"}
             env = plugin_env if kind == "plugin" else PLUGIN_OFF
-            engines[kind] = start_engine(verifier, None if kind == "verifier" else drafter, args.gamma, dtype, env)
+            engines[kind] = start_engine(verifier, None if kind == "verifier" else drafter, gamma, dtype, env)
+    engines["counts"] = counts
     print(f"engines up in {time.perf_counter() - started:.0f} s", flush=True)
+    return engines
+
+
+def decode_all(engines: dict, plan: list[dict], examples: list, args, done: list[dict], journal: Path) -> None:
+    """Every batch not in the journal, by every method in a rotating order, appended to `done` and the journal."""
+    from router.tasks.prompts import default_stops
+
     stops = default_stops("gsm8k", chat=False)
+    counts = engines.pop("counts")
+    shared = shared_prefix(next(iter(engines.values())), [ex.prompt for ex in examples])
     warm_up(engines, plan, [ex.prompt for ex in examples[: args.batch]], stops)
     for b, start in enumerate(range(0, len(examples), args.batch)):
         if b < len(done):
@@ -218,15 +287,11 @@ def main(argv=None) -> None:
         order = plan[b % len(plan) :] + plan[: b % len(plan)]  # rotate: no method always goes first
         result = {"examples": ids, "methods": {}}
         for p in order:
-            got = decode_batch(
-                engines[p["engine"]],
-                [examples[i].prompt for i in ids],
-                args.max_tokens,
-                stops,
-                p["extra"],
-                counts if p["engine"] == "plugin" else None,
+            prompts = [examples[i].prompt for i in ids]
+            mine = counts if p["engine"] == "plugin" else None
+            result["methods"][p["name"]] = decode_batch(
+                engines[p["engine"]], prompts, args.max_tokens, stops, p["extra"], mine, shared
             )
-            result["methods"][p["name"]] = got
         done.append(result)
         with open(journal, "a") as f:
             f.write(json.dumps(result) + "\n")
@@ -235,17 +300,6 @@ def main(argv=None) -> None:
             + ", ".join(f"{n} {sum(g['tokens']) / g['seconds']:.2f} tok/s" for n, g in result["methods"].items()),
             flush=True,
         )
-    summary = summarise(plan, done, examples, args.replicates)
-    import torch
-
-    report = {
-        "settings": settings,
-        "machine": {"cpu": cpu_kind(), "threads": torch.get_num_threads(), "dtype": dtype},
-        "pair": {"drafter": str(drafter), "verifier": str(verifier)},
-        "methods": summary,
-    }
-    out.write_text(json.dumps(report, indent=2))
-    _print(report)
 
 
 def _resume(journal: Path, settings: dict) -> list[dict]:
@@ -263,26 +317,27 @@ def _print(report: dict) -> None:
     print(
         f"\nvLLM CPU backend, {m['cpu']} (torch threads {m['threads']}), {m['dtype']}, batch {report['settings']['batch']}"
     )
+    base = report["baseline"]
     print(
-        f"{'method':<28}{'tok/s':>8}{'time/tok vs verifier [95%]':>30}{'accept':>8}{'GSM8K':>7}{'minus verifier [95%]':>26}"
+        f"{'method':<28}{'tok/s':>8}{'time/tok vs ' + base + ' [95%]':>36}{'accept':>8}{'GSM8K':>7}{'minus it [95%]':>26}"
     )
     for name, r in report["methods"].items():
         if name == "plugin_overhead":
             continue
-        vs = r.get("time_per_token_vs_verifier")
+        vs = r.get("time_per_token_vs_baseline")
         vs_text = (
-            f"{vs:.3f} [{r['time_per_token_vs_verifier_ci'][0]:.3f}, {r['time_per_token_vs_verifier_ci'][1]:.3f}]"
+            f"{vs:.3f} [{r['time_per_token_vs_baseline_ci'][0]:.3f}, {r['time_per_token_vs_baseline_ci'][1]:.3f}]"
             if vs
             else "1"
         )
-        diff = r.get("accuracy_minus_verifier")
+        diff = r.get("accuracy_minus_baseline")
         diff_text = (
-            f"{diff:+.3f} [{r['accuracy_minus_verifier_ci'][0]:+.3f}, {r['accuracy_minus_verifier_ci'][1]:+.3f}]"
+            f"{diff:+.3f} [{r['accuracy_minus_baseline_ci'][0]:+.3f}, {r['accuracy_minus_baseline_ci'][1]:+.3f}]"
             if diff is not None
             else "-"
         )
         acc = f"{r['acceptance']:.3f}" if r["acceptance"] is not None else "-"
-        print(f"{name:<28}{r['tokens_per_s']:>8.2f}{vs_text:>30}{acc:>8}{r['accuracy']:>7.3f}{diff_text:>26}")
+        print(f"{name:<28}{r['tokens_per_s']:>8.2f}{vs_text:>36}{acc:>8}{r['accuracy']:>7.3f}{diff_text:>26}")
     if "plugin_overhead" in report["methods"]:
         o = report["methods"]["plugin_overhead"]
         print(

@@ -83,7 +83,7 @@ def prepare_prompts(tokenizer, examples: list[dict], chat: bool, max_prompts: in
 
 def _decode_batch(pair, method: str, alpha: float, ids: torch.Tensor, mask: torch.Tensor, cfg, rules: dict, ends: Ends):
     if getattr(pair, "served", None) is not None:  # a served engine: the batch as concurrent requests
-        return bridge(cfg.engine).decode(pair, method, alpha, unpadded(ids, mask), cfg, ends.strings)
+        return bridge(cfg.engine).decode(pair, method, alpha, unpadded(ids, mask), cfg, ends.strings, ends.prefix)
     drafter, verifier, _ = pair
     common = dict(**cfg.sampling_kwargs(), attention_mask=mask, stop=ends.stop, prefix=ends.prefix)
     if method == "verifier":

@@ -98,13 +98,15 @@ def _hf_folder(spec: str, dtype: torch.dtype) -> Path:
     return Path(path)
 
 
-def decode(pair: PairServedByVllm, method: str, alpha: float, rows: list[list[int]], cfg, stops: list):
-    """One batch of prompts (token ids) decoded by vLLM for one grid point."""
+def decode(pair: PairServedByVllm, method: str, alpha: float, rows: list[list[int]], cfg, stops: list, prefix=None):
+    """One batch of prompts (token ids) decoded by vLLM for one grid point; `prefix` (router.loop.prefix's
+    SharedPrefix, or None): the prompt prefix every prompt shares, found cached as on the other engines."""
     sampling = {**cfg.sampling_kwargs(), "stop": stops}
+    shared = prefix.ids if prefix is not None else None
     if method in ("verifier", "drafter"):
-        return pair.served.decode(method, rows, sampling)
+        return pair.served.decode(method, rows, sampling, shared=shared)
     policy = pair.router_folders.get(method, method)  # a router by its folder, a rule by its name
-    return pair.served.decode("speculative", rows, sampling, (policy, alpha))
+    return pair.served.decode("speculative", rows, sampling, (policy, alpha), shared=shared)
 
 
 def note(pair: PairServedByVllm) -> dict:

@@ -68,10 +68,12 @@ class ServedPair:
     threads: int = 0  # the threads vLLM decodes with, once an engine started
     counts: object = None  # the plugin's counts in this process (router/vllm/counts.py), once an engine started
 
-    def decode(self, role: str, prompts: list[list[int]], sampling: dict, policy: tuple | None = None) -> Decoded:
+    def decode(
+        self, role: str, prompts: list[list[int]], sampling: dict, policy: tuple | None = None, shared=None
+    ) -> Decoded:
         """`prompts` (token ids, unpadded) decoded together by one engine, as concurrent requests. `sampling`:
         temperature, top_p, seed, max_new_tokens, stop (texts); `policy`: (rule name or router folder, alpha)
-        for the speculative engine."""
+        for the speculative engine; `shared`: token ids every prompt of the run starts with, found cached."""
         from vllm.inputs import TokensPrompt
 
         fresh = role not in self.engines
@@ -84,6 +86,7 @@ class ServedPair:
                 llm.generate(requests, [_params(warm, extra, i) for i in range(len(prompts))], use_tqdm=False)
             before = _counts_now(self.counts)
             params = [_params(sampling, extra, i) for i in range(len(prompts))]
+            cache_only_the_shared_prefix(llm, shared)
             start = time.perf_counter()
             outs = llm.generate(requests, params, use_tqdm=False)
             seconds = time.perf_counter() - start
@@ -132,6 +135,21 @@ class ServedPair:
             llm.llm_engine.engine_core.shutdown()
         self.engines.clear()
         gc.collect()
+
+
+def cache_only_the_shared_prefix(llm, shared: list[int] | None) -> None:
+    """Before a timed call: empty the engine's prefix cache, then prefill `shared` (the prompt prefix every
+    prompt of the run shares, e.g. a few-shot context) untimed, so the call finds exactly that cached, as the
+    other engines' shared prefix (router.loop.prefix) and a server with prompt caching do. One speculative engine
+    decodes every method of a grid on the same prompts: without emptying, every method after the first found its
+    prompts' whole prefill cached and looked faster for its place in the order."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    if not llm.reset_prefix_cache():
+        raise RuntimeError("vLLM did not empty its prefix cache (requests still running): time no call now")
+    if shared:
+        llm.generate([TokensPrompt(prompt_token_ids=list(shared))], SamplingParams(max_tokens=1), use_tqdm=False)
 
 
 def measure_served_costs(pair: ServedPair, prompt: list[int], batch: int, tokens: int = 32) -> dict:
