@@ -299,9 +299,9 @@ def qa_data(tmp_path, n: int):
     return data
 
 
-def tiny_gen_config(tmp_path, data, **kw):
-    """The GenConfig of a tiny recording of the custom QA task `data` on the tiny pair (gold and consequence
-    rows, judge inputs, the length3 verdict), with `kw` over it."""
+def custom_gen_config(data, output, **kw):
+    """The GenConfig of the custom QA task `data` (question/answer/id fields) on the tiny pair in float32, written
+    to `output`, with `kw` over it: the base every tiny recording in the tests starts from."""
     from data_gen.config import GenConfig
 
     base = dict(
@@ -313,9 +313,17 @@ def tiny_gen_config(tmp_path, data, **kw):
         drafter="tiny:drafter",
         verifier="tiny:verifier",
         dtype="float32",
+        output=str(output),
+    )
+    return GenConfig(**{**base, **kw})
+
+
+def tiny_gen_config(tmp_path, data, **kw):
+    """The GenConfig of a tiny recording of the custom QA task `data` on the tiny pair (gold and consequence
+    rows, judge inputs, the length3 verdict), with `kw` over it."""
+    base = dict(
         batch_size=3,
         examples_per_shard=4,
-        output=str(tmp_path / "rec"),
         modes=["gold", "consequence"],
         metric="length3",
         consequence_max_new_tokens=CONSEQUENCE_BUDGET,
@@ -325,7 +333,8 @@ def tiny_gen_config(tmp_path, data, **kw):
         max_continuation_tokens=20,
         judge=True,
     )
-    return GenConfig(**{**base, **kw})
+    kw = {**base, **kw}
+    return custom_gen_config(data, kw.pop("output", tmp_path / "rec"), **kw)
 
 
 def consequence_recording(tmp_path, pair, n: int = 10, **kw):

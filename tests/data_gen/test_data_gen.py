@@ -11,6 +11,7 @@ import torch
 
 from data_gen import record_folder as rec
 from data_gen.config import GenConfig
+from helpers import custom_gen_config
 from data_gen.recorder import Recorder
 from data_gen.plan import assign_split
 from data_gen.run import run_gen
@@ -44,22 +45,13 @@ def qa_file(tmp_path):
 
 def cfg_for(data, out, **kw):
     base = dict(
-        task="custom",
-        data_path=str(data),
-        prompt_field="question",
-        reference_field="answer",
-        id_field="id",
-        drafter="tiny:drafter",
-        verifier="tiny:verifier",
-        dtype="float32",
         batch_size=3,
         examples_per_shard=4,
-        output=str(out),
         modes=["gold", "rollout"],
         rollout_max_new_tokens=12,
         max_continuation_tokens=40,
     )
-    return GenConfig(**{**base, **kw})
+    return custom_gen_config(data, out, **{**base, **kw})
 
 
 def records_by_key(folder):

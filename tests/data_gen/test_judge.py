@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from data_gen.judge import judge_inputs
-from data_gen.config import GenConfig
+from helpers import custom_gen_config
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from router.loop.layout import cache_argument
@@ -55,18 +55,11 @@ def test_tree_pass_matches_one_forward_per_position(monkeypatch, max_tree, tiny)
 
 def test_recorded_judge_columns_and_token_classes(tmp_path, tiny):
     out = tmp_path / "r"
-    cfg = GenConfig(
-        task="custom",
-        data_path=str(_qa(tmp_path)),
-        prompt_field="question",
-        reference_field="answer",
-        id_field="id",
-        drafter="tiny:drafter",
-        verifier="tiny:verifier",
-        dtype="float32",
+    cfg = custom_gen_config(
+        _qa(tmp_path),
+        out,
         batch_size=3,
         examples_per_shard=4,
-        output=str(out),
         modes=["gold", "rollout"],
         rollout_max_new_tokens=8,
         judge=True,

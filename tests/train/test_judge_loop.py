@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from helpers import StubLM, verifier_qa
-from data_gen.config import GenConfig
+from helpers import StubLM, custom_gen_config, verifier_qa
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from router.decoding import generate
@@ -77,18 +76,11 @@ def judge_router(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("judge")
     pair = tiny_pair(seed=2)
     data = verifier_qa(pair, tmp / "qa.jsonl")
-    cfg = GenConfig(
-        task="custom",
-        data_path=str(data),
-        prompt_field="question",
-        reference_field="answer",
-        id_field="id",
-        drafter="tiny:drafter",
-        verifier="tiny:verifier",
-        dtype="float32",
+    cfg = custom_gen_config(
+        data,
+        tmp / "rec",
         batch_size=8,
         examples_per_shard=16,
-        output=str(tmp / "rec"),
         hidden_states="verifier",
         judge=True,
         split_fractions=[0.5, 0.25, 0.25],
@@ -273,16 +265,9 @@ def test_eval_without_a_validation_split_skips_the_comparison(tmp_path, tiny):
             json.dumps({"id": f"q{i}", "question": f"Q{i}?\nA:", "answer": f" {i} and more."}) + "\n" for i in range(12)
         )
     )
-    cfg = GenConfig(
-        task="custom",
-        data_path=str(data),
-        prompt_field="question",
-        reference_field="answer",
-        id_field="id",
-        drafter="tiny:drafter",
-        verifier="tiny:verifier",
-        dtype="float32",
-        output=str(tmp_path / "rec"),
+    cfg = custom_gen_config(
+        data,
+        tmp_path / "rec",
         split_fractions=[0.6, 0.0, 0.4],
     )
     run_gen(cfg, Recorder(cfg, *tiny))

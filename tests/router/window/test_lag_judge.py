@@ -7,10 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from data_gen.config import GenConfig
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
-from helpers import LagProbe, ViewStats, count_block_feature_passes, teacher_forced_features, verifier_qa
+from helpers import (
+    LagProbe,
+    ViewStats,
+    count_block_feature_passes,
+    custom_gen_config,
+    teacher_forced_features,
+    verifier_qa,
+)
 from router.decoding import generate
 from router.export.golden import reproduce, torch_runner
 from router.features import FEATURE_NAMES, position_stats
@@ -109,10 +115,8 @@ def test_the_loops_carried_lags_are_the_trajectorys_features(tiny, monkeypatch, 
 @pytest.fixture(scope="module")
 def lag_judge(tmp_path_factory, tiny):
     tmp = tmp_path_factory.mktemp("lag-judge")
-    cfg = GenConfig(
-        task="custom", data_path=str(verifier_qa(tiny, tmp / "qa.jsonl", n=24)), prompt_field="question",
-        reference_field="answer", id_field="id", drafter="tiny:drafter", verifier="tiny:verifier",
-        dtype="float32", batch_size=8, examples_per_shard=12, output=str(tmp / "rec"), judge=True,
+    cfg = custom_gen_config(
+        verifier_qa(tiny, tmp / "qa.jsonl", n=24), tmp / "rec", batch_size=8, examples_per_shard=12, judge=True,
         split_fractions=[0.5, 0.25, 0.25],
     )  # fmt: skip
     run_gen(cfg, Recorder(cfg, *tiny))

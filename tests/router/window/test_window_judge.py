@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import assert_generate_routes_agree, verifier_qa
-from data_gen.config import GenConfig
+from helpers import assert_generate_routes_agree, custom_gen_config, verifier_qa
 from data_gen.recorder import Recorder
 from data_gen.run import run_gen
 from router.decoding import generate
@@ -30,10 +29,8 @@ WIDTH = 2
 def window_judge(tmp_path_factory, tiny):
     tmp = tmp_path_factory.mktemp("window-judge")
     pair = tiny  # the pair eval loads for tiny:drafter / tiny:verifier
-    cfg = GenConfig(
-        task="custom", data_path=str(verifier_qa(pair, tmp / "qa.jsonl", n=24)), prompt_field="question",
-        reference_field="answer", id_field="id", drafter="tiny:drafter", verifier="tiny:verifier",
-        dtype="float32", batch_size=8, examples_per_shard=12, output=str(tmp / "rec"), judge=True,
+    cfg = custom_gen_config(
+        verifier_qa(pair, tmp / "qa.jsonl", n=24), tmp / "rec", batch_size=8, examples_per_shard=12, judge=True,
         window=WIDTH, split_fractions=[0.5, 0.25, 0.25],
     )  # fmt: skip
     run_gen(cfg, Recorder(cfg, *pair))
