@@ -238,8 +238,9 @@ def main(argv=None) -> None:
     settings = {k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}
     done = _resume(journal, settings)
     if len(done) < -(-len(examples) // args.batch):  # a finished journal is summarised without starting engines
-        engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, out.with_suffix(".counts.json"))
-        decode_all(engines, plan, examples, args, done, journal)
+        counts = out.with_suffix(".counts.json")
+        engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, counts)
+        decode_all(engines, counts, plan, examples, args, done, journal)
     summary = summarise(plan, done, examples, args.replicates)
     import torch
 
@@ -267,17 +268,18 @@ def start_engines(plan: list[dict], pair: tuple, gamma: int, dtype: str, counts:
             plugin_env = {"SPECROUTE_POLICY": "lossless", "SPECROUTE_STATS": str(counts), "SPECROUTE_STATS_EVERY": "0"}
             env = plugin_env if kind == "plugin" else PLUGIN_OFF
             engines[kind] = start_engine(verifier, None if kind == "verifier" else drafter, gamma, dtype, env)
-    engines["counts"] = counts
     print(f"engines up in {time.perf_counter() - started:.0f} s", flush=True)
     return engines
 
 
-def decode_all(engines: dict, plan: list[dict], examples: list, args, done: list[dict], journal: Path) -> None:
-    """Every batch not in the journal, by every method in a rotating order, appended to `done` and the journal."""
+def decode_all(
+    engines: dict, counts: Path, plan: list[dict], examples: list, args, done: list[dict], journal: Path
+) -> None:
+    """Every batch not in the journal, by every method in a rotating order, appended to `done` and the journal
+    (`counts`: the plugin's counts file)."""
     from router.tasks.prompts import default_stops
 
     stops = default_stops("gsm8k", chat=False)
-    counts = engines.pop("counts")
     shared = shared_prefix(next(iter(engines.values())), [ex.prompt for ex in examples])
     warm_up(engines, plan, [ex.prompt for ex in examples[: args.batch]], stops)
     for b, start in enumerate(range(0, len(examples), args.batch)):
@@ -286,8 +288,8 @@ def decode_all(engines: dict, plan: list[dict], examples: list, args, done: list
         ids = list(range(start, min(start + args.batch, len(examples))))
         order = plan[b % len(plan) :] + plan[: b % len(plan)]  # rotate: no method always goes first
         result = {"examples": ids, "methods": {}}
+        prompts = [examples[i].prompt for i in ids]
         for p in order:
-            prompts = [examples[i].prompt for i in ids]
             mine = counts if p["engine"] == "plugin" else None
             result["methods"][p["name"]] = decode_batch(
                 engines[p["engine"]], prompts, args.max_tokens, stops, p["extra"], mine, shared

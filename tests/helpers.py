@@ -5,6 +5,10 @@ distributions over a small vocabulary, and online points built by hand.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import torch
 
@@ -414,3 +418,23 @@ def teacher_forced_features(drafter, verifier, ids: list[int], start: int) -> to
     p = verifier(x).logits[0, start - 1 : -1].float().softmax(-1)
     vocab = min(q.shape[-1], p.shape[-1])
     return position_stats(q[:, :vocab], p[:, :vocab])[0]
+
+
+def cli_on_a_full_disk(kilobytes: int, argv: list[str], tmp_path) -> subprocess.CompletedProcess:
+    """`specroute ARGV` with tmp_path/full a tmpfs of `kilobytes` (a user and mount namespace: no root needed);
+    skips where unshare or the mount is not allowed."""
+    import pytest
+
+    if not shutil.which("unshare"):
+        pytest.skip("util-linux's unshare is not installed")
+    script = f'mount -t tmpfs -o size={kilobytes}k tmpfs {tmp_path / "full"} && exec "$@"'
+    (tmp_path / "full").mkdir(exist_ok=True)
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs in a user namespace here: {probe.stderr.strip()}")
+    return subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m", "specroute.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

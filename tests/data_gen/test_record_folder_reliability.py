@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from helpers import cli_on_a_full_disk
 
 from specroute import cli
 
@@ -17,28 +17,6 @@ GEN = ["gen", "--config", "configs/gen/tiny.yaml"]
 
 def _gen(out: Path, *extra: str) -> int:
     return cli.main([*GEN, f"output={out}", *extra])
-
-
-@pytest.fixture
-def recorded(tiny_recording) -> Path:
-    return tiny_recording  # shared by the session (tests/conftest.py): read, never changed
-
-
-def _full_disk(kilobytes: int, argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """`specroute ARGV` with /mnt/full a tmpfs of `kilobytes` (a user and mount namespace: no root needed)."""
-    if not shutil.which("unshare"):
-        pytest.skip("util-linux's unshare is not installed")
-    script = f'mount -t tmpfs -o size={kilobytes}k tmpfs {tmp_path / "full"} && exec "$@"'
-    (tmp_path / "full").mkdir(exist_ok=True)
-    probe = subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs in a user namespace here: {probe.stderr.strip()}")
-    return subprocess.run(
-        ["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m", "specroute.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_a_refused_gen_leaves_nothing_a_corrected_rerun_trusts(tmp_path, capsys):
@@ -58,13 +36,13 @@ def test_a_refused_gen_into_a_half_made_folder_keeps_its_work(tmp_path, capsys):
     assert (out / "gen_config.json").exists() and list(out.glob("*.arrow"))  # a refusal removes nothing
 
 
-def test_a_copied_record_folder_is_repaired_resumed_and_grown(recorded, tmp_path, capsys):
+def test_a_copied_record_folder_is_repaired_resumed_and_grown(tiny_recording, tmp_path, capsys):
     copy = tmp_path / "elsewhere" / "copy"
-    shutil.copytree(recorded, copy)
+    shutil.copytree(tiny_recording, copy)
     (copy / "train-00001.arrow").unlink()
     assert _gen(copy, "max_examples=24") == 0  # repaired in its new place, not "differs in ['output']"
     assert "repairing it" in capsys.readouterr().out
-    same = {p.name: p.read_bytes() for p in recorded.glob("*.arrow")}
+    same = {p.name: p.read_bytes() for p in tiny_recording.glob("*.arrow")}
     assert {p.name: p.read_bytes() for p in copy.glob("*.arrow")} == same
     (copy / "manifest.json").unlink()
     assert _gen(copy, "max_examples=24") == 0  # resumed
@@ -72,9 +50,9 @@ def test_a_copied_record_folder_is_repaired_resumed_and_grown(recorded, tmp_path
     assert "recording the difference" in capsys.readouterr().out
 
 
-def test_a_manifest_listing_fewer_shards_than_it_counts_is_refused(recorded, tmp_path, capsys):
+def test_a_manifest_listing_fewer_shards_than_it_counts_is_refused(tiny_recording, tmp_path, capsys):
     copy = tmp_path / "rec"
-    shutil.copytree(recorded, copy)
+    shutil.copytree(tiny_recording, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["shards"] = [s for s in manifest["shards"] if s["file"] != "train-00001.arrow"]
     (copy / "manifest.json").write_text(json.dumps(manifest))
@@ -85,7 +63,7 @@ def test_a_manifest_listing_fewer_shards_than_it_counts_is_refused(recorded, tmp
     assert _gen(copy, "max_examples=24") == 0  # the fix it names works
     assert (
         json.loads((copy / "manifest.json").read_text())["shards"]
-        == json.loads((recorded / "manifest.json").read_text())["shards"]
+        == json.loads((tiny_recording / "manifest.json").read_text())["shards"]
     )
 
 
@@ -93,6 +71,6 @@ def test_a_manifest_listing_fewer_shards_than_it_counts_is_refused(recorded, tmp
 @pytest.mark.parametrize("kilobytes", [40, 400])
 def test_a_full_disk_in_gen_names_the_file(tmp_path, kilobytes):
     out = tmp_path / "full" / "rec"
-    run = _full_disk(kilobytes, [*GEN, f"output={out}", "max_examples=24"], tmp_path)
+    run = cli_on_a_full_disk(kilobytes, [*GEN, f"output={out}", "max_examples=24"], tmp_path)
     assert run.returncode == 2, run.stderr
     assert f"error: No space left on device while writing {out}/" in run.stderr and "Traceback" not in run.stderr
