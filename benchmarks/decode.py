@@ -98,6 +98,16 @@ def few_shot_examples(n: int, records: tuple[str, ...] = ()) -> list:
     return [ex for _, ex in zip(range(n), (ex for ex in load_gsm8k() if ex.example_id not in seen))]
 
 
+def benchmark_examples(args) -> list:
+    """The 5-shot examples decoded: with --test-split the held-out test prompts benchmarks.serve_vllm decodes (so
+    llama.cpp's figures sit beside vLLM's on the same prompts), else few_shot_examples."""
+    if getattr(args, "test_split", False):
+        from benchmarks.serve_vllm import held_out_prompts
+
+        return held_out_prompts(args.prompts)
+    return few_shot_examples(args.prompts, tuple(args.records))
+
+
 def fitted_example_ids(records: str) -> set[str]:
     """Ids of a record folder's train and validation examples (examples.jsonl)."""
     path = Path(records) / "examples.jsonl"
@@ -125,7 +135,7 @@ def prompts_for(args, tokenizer) -> list[list[int]]:
         head = torch.randint(3, 259, (40,), generator=gen).tolist() if args.few_shot else []  # a shared "context"
         return [head + torch.randint(3, 259, (40,), generator=gen).tolist() for _ in range(args.prompts)]
     if args.few_shot:
-        examples = few_shot_examples(args.prompts, tuple(args.records))
+        examples = benchmark_examples(args)
         return [tokenizer.encode(ex.prompt, add_special_tokens=False) for ex in examples]
     out = []
     for question in gsm8k_questions(args.prompts):
@@ -533,6 +543,12 @@ def main() -> None:
         help="GSM8K 5-shot chain-of-thought prompts (shared prefix prefilled once, stop at the next shot)",
     )
     parser.add_argument(
+        "--test-split",
+        action="store_true",
+        help="with --few-shot: the first --prompts examples of gen's seeded test split, the prompts "
+        "benchmarks.serve_vllm decodes",
+    )
+    parser.add_argument(
         "--draft-stop",
         type=float,
         default=None,
@@ -578,6 +594,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES, help="embedded pair's dtype (default auto)")
     parser.add_argument("--out", default=None, help="results path without suffix (default runs/bench/decode_<pair>)")
     args = parser.parse_args()
+    if args.test_split and not args.few_shot:
+        parser.error("--test-split picks the 5-shot prompts: add --few-shot")
     if args.llamacpp_speculative is not None and args.engine != "llamacpp":
         parser.error("--llamacpp-speculative compares with the pair on llama.cpp: add --engine llamacpp")
     if args.threads:
@@ -619,7 +637,7 @@ def main() -> None:
                 r["time_per_prompt_vs_verifier"] = r["seconds_per_prompt"] / base["seconds_per_prompt"]
                 r["identical_to_verifier"] = sum(a == b for a, b in zip(r["outputs"], base["outputs"]))
                 if args.few_shot and real:  # the 5-shot prompts carry short answers: task accuracy too
-                    examples = few_shot_examples(args.prompts, tuple(args.records))
+                    examples = benchmark_examples(args)
                     r["correct"] = correct(r["outputs"], examples, tokenizer, args.stops)
                     r["accuracy"] = float(np.mean(r["correct"]))
                 paired_with_verifier(r, base)

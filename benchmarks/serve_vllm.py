@@ -1,8 +1,11 @@
 """Speculative cascades served by vLLM: the verifier alone, vLLM's own lossless draft-model speculative decoding and
 specroute's plugin with each policy, side by side on held-out GSM8K prompts (runs in .venv-vllm).
 
-Three engines stay up together: the verifier alone, vLLM's speculative decoding with the plugin off, and one with
-the plugin on, where each request names its policy (`specroute_policy` / `specroute_alpha`). The prompts go in
+The engines the methods need stay up together: the verifier alone, vLLM's speculative decoding with the plugin off
+(one per number of drafts asked), and one with the plugin on, where each request names its policy
+(`specroute_policy` / `specroute_alpha`). Two engines of the embedded pair fit in 23 GB (a third ran out of memory
+starting), so a run compares two engines' methods; vLLM's own lossless, in every run, links them. Each engine's
+model runs on every core (`--threads`): vLLM's CPU backend by default keeps one core for its scheduler. The prompts go in
 batches of `--batch` concurrent requests; every batch is decoded by every method before the next batch, in an
 order that rotates batch by batch, so a change in the machine's load lands on all methods alike; every timed
 call finds only the prompts' shared prefix cached (the plugin's methods share one engine and the same prompts).
@@ -13,7 +16,7 @@ plugin's overhead (plugin lossless / vLLM lossless, the same tokens).
 Prints the CPU, dtype and threads; writes JSON. A journal per batch lets a cut run resume.
 
     .venv-vllm/bin/python -m benchmarks.serve_vllm [--pair embedded|tiny] [--tiny] [--prompts 50] [--batch 8] [--gamma 4]
-        [--max-tokens 256] [--methods verifier vllm-lossless plugin:lossless plugin:token_v2@0.3 ...]
+        [--max-tokens 256] [--methods verifier vllm-lossless vllm-lossless@2 plugin:lossless plugin:token_v2@0.3 ...]
         [--dtype bfloat16] [--out runs/bench/serve_vllm.json]
 """
 
@@ -33,6 +36,14 @@ from eval.paired import bootstrap_mean
 PLUGIN_OFF = {"SPECROUTE_POLICY": ""}
 
 
+def bound_cores(threads: int) -> dict:
+    """The environment that has each engine's model run on `threads` of this process's cores. vLLM's CPU
+    backend by default keeps one core for its scheduler process: on 2 cores its model ran on 1 (measured: the
+    verifier at 8 requests 22.9 tokens/s on one core, 40.95 on both)."""
+    cores = sorted(os.sched_getaffinity(0))[:threads]
+    return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, cores)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
 def _args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pair", choices=("embedded", "tiny"), default="embedded")
@@ -42,6 +53,12 @@ def _args(argv=None):
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="cores each engine's model runs on (default: all; 0: vLLM's own binding, which keeps one for its scheduler)",
+    )
     ap.add_argument("--methods", nargs="+", default=["verifier", "vllm-lossless", "plugin:lossless"])
     ap.add_argument("--replicates", type=int, default=2000)
     ap.add_argument("--out", default="runs/bench/serve_vllm.json")
@@ -72,11 +89,18 @@ def held_out_prompts(n: int) -> list:
     return test[:n]
 
 
-def start_engine(verifier: Path, drafter: Path | None, gamma: int, dtype: str, env: dict):
-    """One vLLM engine; its engine core is spawned with `env` over this process's environment."""
+ENGINE_BUDGET = {  # per engine, alike for every engine: three real-pair engines fit in 23 GB this way
+    "kv_cache_memory_bytes": 512 << 20,  # 8 requests of ~1k tokens need ~0.3 GB (both models' caches, bf16)
+    "max_num_batched_tokens": 2048,  # vLLM's CPU default 4096 sizes its start-up dummy pass; prompts share a cached prefix
+}
+
+
+def start_engine(verifier: Path, drafter: Path | None, gamma: int, dtype: str, env: dict, batch: int = 8):
+    """One vLLM engine sized for `batch` concurrent requests; its engine core is spawned with `env` over this
+    process's environment."""
     from vllm import LLM
 
-    from router.vllm.served import KV_CACHE_BYTES, environment
+    from router.vllm.served import environment
 
     spec = {"method": "draft_model", "model": str(drafter), "num_speculative_tokens": gamma} if drafter else None
     with environment(**env):
@@ -85,7 +109,8 @@ def start_engine(verifier: Path, drafter: Path | None, gamma: int, dtype: str, e
             dtype=dtype,
             max_model_len=4096,
             enforce_eager=True,
-            kv_cache_memory_bytes=KV_CACHE_BYTES,
+            max_num_seqs=max(batch, 8),
+            **ENGINE_BUDGET,
             speculative_config=spec,
             disable_log_stats=False,
             seed=0,
@@ -93,15 +118,24 @@ def start_engine(verifier: Path, drafter: Path | None, gamma: int, dtype: str, e
 
 
 def method_plan(methods: list[str]) -> list[dict]:
-    """Each method's engine and per-request extra arguments: verifier, vllm-lossless, plugin:RULE@ALPHA or
+    """Each method's engine and per-request extra arguments: verifier, vllm-lossless (at --gamma),
+    vllm-lossless@G (vLLM's own at G drafts per step, an engine of its own), plugin:RULE@ALPHA or
     plugin:ROUTER_DIR@ALPHA."""
     plan = []
     for m in methods:
         if m in ("verifier", "vllm-lossless"):
             plan.append({"name": m, "engine": m, "extra": None})
             continue
+        if m.startswith("vllm-lossless@"):
+            gamma = m.removeprefix("vllm-lossless@")
+            if not gamma.isdigit() or int(gamma) < 1:
+                raise SystemExit(f"error: method {m!r}: vllm-lossless@G takes a number of drafts G >= 1")
+            plan.append({"name": m, "engine": m, "extra": None, "gamma": int(gamma)})
+            continue
         if not m.startswith("plugin:"):
-            raise SystemExit(f"error: method {m!r}: use verifier, vllm-lossless or plugin:POLICY[@ALPHA]")
+            raise SystemExit(
+                f"error: method {m!r}: use verifier, vllm-lossless, vllm-lossless@G or plugin:POLICY[@ALPHA]"
+            )
         policy, _, alpha = m.removeprefix("plugin:").partition("@")
         extra = {"specroute_policy": policy, **({"specroute_alpha": float(alpha)} if alpha else {})}
         plan.append({"name": m, "engine": "plugin", "extra": extra})
@@ -157,7 +191,8 @@ def warm_up(engines: dict, plan: list[dict], prompts: list[str], stops: list[str
 def baseline_of(plan: list[dict]) -> str:
     """What every ratio is against: the verifier alone where it runs, else vLLM's own lossless, else the first."""
     names = [p["name"] for p in plan]
-    return next((n for n in ("verifier", "vllm-lossless") if n in names), names[0])
+    own = [n for n in names if n.startswith("vllm-lossless@")]
+    return next((n for n in ("verifier", "vllm-lossless", *own) if n in names), names[0])
 
 
 def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int) -> dict:
@@ -239,15 +274,20 @@ def main(argv=None) -> None:
     done = _resume(journal, settings)
     if len(done) < -(-len(examples) // args.batch):  # a finished journal is summarised without starting engines
         counts = out.with_suffix(".counts.json")
-        engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, counts)
+        binding = bound_cores(args.threads) if args.threads else {}
+        engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, counts, args.batch, binding)
         decode_all(engines, counts, plan, examples, args, done, journal)
     summary = summarise(plan, done, examples, args.replicates)
-    import torch
-
     report = {
         "settings": settings,
-        "machine": {"cpu": cpu_kind(), "threads": torch.get_num_threads(), "dtype": dtype},
+        "machine": {
+            "cpu": cpu_kind(),
+            "threads": args.threads or "vLLM's own binding",
+            "cores": bound_cores(args.threads)["VLLM_CPU_OMP_THREADS_BIND"] if args.threads else None,
+            "dtype": dtype,
+        },
         "pair": {"drafter": str(drafter), "verifier": str(verifier)},
+        "engine_budget": ENGINE_BUDGET,
         "baseline": baseline_of(plan),
         "methods": summary,
     }
@@ -255,19 +295,27 @@ def main(argv=None) -> None:
     _print(report)
 
 
-def start_engines(plan: list[dict], pair: tuple, gamma: int, dtype: str, counts: Path) -> dict:
+def start_engines(
+    plan: list[dict], pair: tuple, gamma: int, dtype: str, counts: Path, batch: int = 8, binding: dict | None = None
+) -> dict:
     """The engines the plan's methods decode on: the verifier alone, vLLM's own speculative decoding (the
-    plugin off), the plugin's (writing its counts to `counts`)."""
+    plugin off; one engine per number of drafts asked), the plugin's (writing its counts to `counts`); each
+    with `binding` (bound_cores) in its environment."""
     drafter, verifier = pair
-    needed = {p["engine"] for p in plan}
     os.environ["SPECROUTE_POLICY"] = "lossless"  # requests are checked against the plugin's settings here
+    # a request's router is not checked against the pair here: that loads both models in this process once more,
+    # beside two engines (23 GB hold two); `specroute eval engine=vllm` checks a router against its records' pair
+    os.environ["SPECROUTE_CHECK_PAIR"] = "0"
     engines = {}
     started = time.perf_counter()
-    for kind in ("verifier", "vllm-lossless", "plugin"):
-        if kind in needed:
-            plugin_env = {"SPECROUTE_POLICY": "lossless", "SPECROUTE_STATS": str(counts), "SPECROUTE_STATS_EVERY": "0"}
-            env = plugin_env if kind == "plugin" else PLUGIN_OFF
-            engines[kind] = start_engine(verifier, None if kind == "verifier" else drafter, gamma, dtype, env)
+    for p in plan:
+        kind = p["engine"]
+        if kind in engines:
+            continue
+        plugin_env = {"SPECROUTE_POLICY": "lossless", "SPECROUTE_STATS": str(counts), "SPECROUTE_STATS_EVERY": "0"}
+        env = {**(plugin_env if kind == "plugin" else PLUGIN_OFF), **(binding or {})}
+        draft = None if kind == "verifier" else drafter
+        engines[kind] = start_engine(verifier, draft, p.get("gamma", gamma), dtype, env, batch)
     print(f"engines up in {time.perf_counter() - started:.0f} s", flush=True)
     return engines
 
@@ -317,7 +365,8 @@ def _resume(journal: Path, settings: dict) -> list[dict]:
 def _print(report: dict) -> None:
     m = report["machine"]
     print(
-        f"\nvLLM CPU backend, {m['cpu']} (torch threads {m['threads']}), {m['dtype']}, batch {report['settings']['batch']}"
+        f"\nvLLM CPU backend, {m['cpu']} (each engine's model on {m['threads']} cores: {m.get('cores')}), {m['dtype']}, "
+        f"batch {report['settings']['batch']}"
     )
     base = report["baseline"]
     print(

@@ -107,7 +107,11 @@ def _cached_tokenizer_fingerprint(tokenizer) -> str:
 def check_pair_is(pair, recorded: dict, where: str) -> None:
     """Refuse to decode with other models than the ones `recorded` (a Manifest's or a router's `pair`)
     names: offline numbers and online decoding must describe one pair."""
-    here = pair_identity(*pair)
+    check_identity_is(pair_identity(*pair), recorded, where)
+
+
+def check_identity_is(here: dict, recorded: dict, where: str) -> None:
+    """check_pair_is on a pair's identity (pair_identity) computed once, e.g. a served pair's."""
     wrong = [
         r for r in ("drafter", "verifier", "tokenizer") if recorded.get(r) and r in here and recorded[r] != here[r]
     ]

@@ -46,13 +46,14 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     from vllm import SamplingParams
 
-    from benchmarks.serve_vllm import held_out_prompts, pair_folders, start_engine
+    from benchmarks.serve_vllm import bound_cores, held_out_prompts, pair_folders, start_engine
     from router.machine.hardware import cpu_kind
     from router.tasks.prompts import default_stops
 
     os.environ["SPECROUTE_POLICY"] = "lossless"
     drafter, verifier = pair_folders("embedded", "bfloat16")
-    llm = start_engine(verifier, drafter, 4, "bfloat16", {"SPECROUTE_POLICY": "lossless"})
+    threads = len(os.sched_getaffinity(0))  # the model on every core (vLLM keeps one for its scheduler otherwise)
+    llm = start_engine(verifier, drafter, 4, "bfloat16", {"SPECROUTE_POLICY": "lossless", **bound_cores(threads)})
     examples, stops = held_out_prompts(args.prompts + 1), default_stops("gsm8k", chat=False)
     tokenizer, rows = llm.get_tokenizer(), []
     for name, extra in POLICIES.items():
@@ -68,7 +69,9 @@ def main(argv=None) -> None:
             )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": cpu_kind(), "dtype": "bfloat16", "gamma": 4, "rows": rows}, indent=2))
+    out.write_text(
+        json.dumps({"machine": cpu_kind(), "cores": threads, "dtype": "bfloat16", "gamma": 4, "rows": rows}, indent=2)
+    )
     print(f"wrote {out}")
 
 

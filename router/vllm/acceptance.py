@@ -220,11 +220,16 @@ def _emit(step: Drafted, q: torch.Tensor, pi: torch.Tensor, n: torch.Tensor) -> 
 def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Tensor]:
     """Deferred and evaluated drafts per request, counted as router.loop.block.emit counts them."""
     k = step.drafts.shape[1]
+    pi_of_draft = pi.gather(-1, step.drafts[..., None]).squeeze(-1)  # (B, K)
     if judges_the_draft(policy):
-        d = step.drafts[..., None]
-        deferred = pi.gather(-1, d).squeeze(-1) < 1  # (B, K) pi is the one-hot draft where kept
+        deferred = pi_of_draft < 1  # (B, K) pi is the one-hot draft where kept
     else:
-        deferred = tv_distance(q, pi) > PI_EQUALS_Q_TOL  # (B, K)
+        greedy = step.sampling.greedy()  # (B,)
+        # where q is the one-hot draft (greedy rows), TV(q, pi) = 1 - pi(draft): a gather instead of a pass over V
+        tv = 1 - pi_of_draft if bool(greedy.all()) else tv_distance(q, pi)  # (B, K)
+        if bool(greedy.any()) and not bool(greedy.all()):
+            tv = torch.where(greedy[:, None], 1 - pi_of_draft, tv)
+        deferred = tv > PI_EQUALS_Q_TOL
     evaluated = (n + 1).minimum(step.n_drafts)  # (B,)
     inside = torch.arange(k, device=n.device)[None] < evaluated[:, None]
     return (deferred & inside).sum(-1), evaluated

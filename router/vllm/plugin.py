@@ -99,12 +99,16 @@ def _install_checks() -> None:
 
     def create_engine_config(self, *args, **kwargs):
         config = original_config(self, *args, **kwargs)
+        spec = config.speculative_config
+        if spec is not None and spec.method == "draft_model":  # the pair a request's own router is checked on
+            _ACTIVE["served"] = (config.model_config.model, spec.model)
         settings = _current_settings()
         if settings is not None:
             try:
                 check_engine_config(config, settings)
             except PluginSettingError as err:
                 raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+            _ACTIVE.setdefault("pair_checked", set()).add(id(settings.policy))
         return config
 
     def verify_extra_args(self):
@@ -118,7 +122,8 @@ def _install_checks() -> None:
                 raise PluginSettingError(
                     f"{sorted(asked)[0]} is set but the plugin is off: start vLLM with SPECROUTE_POLICY"
                 )
-            request_choice(self.extra_args, settings)
+            policy, _ = request_choice(self.extra_args, settings)
+            check_request_pair(policy, settings)
         except PluginSettingError as err:
             raise VLLMValidationError(str(err), parameter="extra_args") from None
 
@@ -192,9 +197,28 @@ def check_engine_config(config, settings: PluginSettings) -> None:
 def check_pair(verifier_path: str, drafter_path: str, policy) -> None:
     """Refuse a router on models other than its own (weight and tokenizer fingerprints, as generate does).
     Loads both models once (torch, bfloat16) in this process; SPECROUTE_CHECK_PAIR=0 skips it."""
+    _check_identity(served_identity(verifier_path, drafter_path, policy), policy)
+
+
+def check_request_pair(policy, settings: PluginSettings) -> None:
+    """A router a request names must have been trained on the served pair, as SPECROUTE_POLICY's is at start-up:
+    the served pair's fingerprints are computed on the first such request (both models loaded once, torch,
+    bfloat16), each router checked once. SPECROUTE_CHECK_PAIR=0 skips it."""
+    served = _ACTIVE.get("served")
+    checked = _ACTIVE.setdefault("pair_checked", set())
+    if not policy.trained_pair or not settings.check_pair or served is None or id(policy) in checked:
+        return
+    if "served_identity" not in _ACTIVE:
+        _ACTIVE["served_identity"] = served_identity(*served, policy)
+    _check_identity(_ACTIVE["served_identity"], policy)
+    checked.add(id(policy))
+
+
+def served_identity(verifier_path: str, drafter_path: str, policy) -> dict:
+    """The weight and tokenizer fingerprints of the pair vLLM serves (router.pair.pair_identity)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from router.pair import check_pair_is
+    from router.pair import pair_identity
 
     try:
         models = [AutoModelForCausalLM.from_pretrained(p, dtype=torch.bfloat16) for p in (drafter_path, verifier_path)]
@@ -204,8 +228,14 @@ def check_pair(verifier_path: str, drafter_path: str, policy) -> None:
             f"cannot load {drafter_path} and {verifier_path} to check {policy.name}'s pair ({err}); "
             f"SPECROUTE_CHECK_PAIR=0 skips the check"
         ) from None
+    return pair_identity(*models, tokenizer)
+
+
+def _check_identity(identity: dict, policy) -> None:
+    from router.pair import check_identity_is
+
     try:
-        check_pair_is((*models, tokenizer), policy.trained_pair, f"router {policy.name}")
+        check_identity_is(identity, policy.trained_pair, f"router {policy.name}")
     except ValueError as err:
         raise PluginSettingError(f"{err} (SPECROUTE_CHECK_PAIR=0 decodes it anyway)") from None
 

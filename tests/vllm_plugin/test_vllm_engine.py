@@ -253,6 +253,25 @@ def test_a_bad_request_policy_is_refused_when_the_request_is_made(plugin):
             SamplingParams(temperature=0, max_tokens=4, extra_args=extra)
 
 
+def test_a_request_naming_a_router_of_another_pair_is_refused(plugin, router_dir, tmp_path):
+    """As SPECROUTE_POLICY's router is at start-up: a request's own router is checked against the served pair's
+    fingerprints (computed on the first such request), and one trained on this pair passes."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    from router.arch import RouterConfig
+    from router.model import LearnedRouter, RouterNet, save_router
+
+    other = save_router(
+        LearnedRouter(RouterNet(RouterConfig(pair={"drafter": "0" * 16, "verifier": "1" * 16})), name="other"),
+        tmp_path / "other",
+    )
+    with pytest.raises(VLLMValidationError, match="differ from the ones router other was made with") as refused:
+        SamplingParams(temperature=0, max_tokens=4, extra_args={"specroute_policy": str(other), "specroute_alpha": 0})
+    assert "\n" not in str(refused.value) and "SPECROUTE_CHECK_PAIR=0" in str(refused.value)
+    SamplingParams(temperature=0, max_tokens=4, extra_args={"specroute_policy": str(router_dir), "specroute_alpha": 0})
+
+
 # ---- bad configuration: one line, no traceback, before any engine starts ----------------------------------
 
 SCRIPT = """

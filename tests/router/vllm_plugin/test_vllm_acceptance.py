@@ -134,3 +134,26 @@ def test_requests_of_one_step_decide_with_their_own_policies():
             alone = accept(policy, alpha, rows_of(step, torch.arange(b) == i))
             assert grouped.tokens[j].tolist() == alone.tokens[0].tolist()
             assert int(grouped.n_accepted[j]) == int(alone.n_accepted[0])
+
+
+@pytest.mark.parametrize("rule,alpha", [("lossless", 0.0), ("token_v2", 0.3), ("kl_gate", 0.5), ("mixture", 0.5)])
+def test_deferrals_count_where_pi_differs_from_q_in_greedy_and_sampled_rows(rule, alpha):
+    """Greedy rows count deferrals from pi at the draft (q is its one-hot there), sampled rows from the whole
+    distributions: both as TV(q, pi) > tolerance, as specroute's block counts them; rows of both kinds in one step."""
+    from router.loop.block import PI_EQUALS_Q_TOL
+    from router.targets import tv_distance
+    from router.vllm.acceptance import targets
+
+    torch.manual_seed(1)
+    b, k = 6, 3
+    q_logits, logits = torch.randn(b, k, V) * 2, torch.randn(b, k, V) * 2
+    sampling = _sampling(b)
+    sampling.temperature[::2] = 0.0  # rows 0, 2, 4 greedy
+    drafts = torch.where(sampling.greedy()[:, None], q_logits.argmax(-1), torch.randint(0, V, (b, k)))
+    step = _step(q_logits, logits, drafts, torch.full((b,), k), sampling)
+    policy = get_rule(rule)
+    q, pi = targets(policy, alpha, step)
+    out = accept(policy, alpha, step)
+    want = tv_distance(q, pi) > PI_EQUALS_Q_TOL  # (B, K) the whole distributions
+    inside = torch.arange(k)[None] < out.evaluated[:, None]
+    assert out.deferred.tolist() == (want & inside).sum(-1).tolist()
