@@ -270,7 +270,8 @@ def main(argv=None) -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     journal = out.with_suffix(".batches.jsonl")
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}
+    # the machine is part of the settings: a journal from another CPU starts over rather than mixing timings
+    settings = {**{k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}, "cpu": cpu_kind()}
     done = _resume(journal, settings)
     if len(done) < -(-len(examples) // args.batch):  # a finished journal is summarised without starting engines
         counts = out.with_suffix(".counts.json")
