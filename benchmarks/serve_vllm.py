@@ -23,6 +23,7 @@ Prints the CPU, dtype and threads; writes JSON. A journal per batch lets a cut r
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import tempfile
@@ -79,6 +80,7 @@ def pair_folders(kind: str, dtype: str) -> tuple[Path, Path]:
     return embedded_path("drafter", torch_dtype), embedded_path("verifier", torch_dtype)
 
 
+@functools.cache
 def held_out_prompts(n: int) -> list:
     """The first n GSM8K examples of the test split (specroute gen's seeded split, seed 0): held out from
     any recording made with the default settings."""
@@ -89,7 +91,7 @@ def held_out_prompts(n: int) -> list:
     return test[:n]
 
 
-ENGINE_BUDGET = {  # per engine, alike for every engine: three real-pair engines fit in 23 GB this way
+ENGINE_BUDGET = {  # per engine, alike for every engine; still only two real-pair engines fit in 23 GB
     "kv_cache_memory_bytes": 512 << 20,  # 8 requests of ~1k tokens need ~0.3 GB (both models' caches, bf16)
     "max_num_batched_tokens": 2048,  # vLLM's CPU default 4096 sizes its start-up dummy pass; prompts share a cached prefix
 }
@@ -273,9 +275,9 @@ def main(argv=None) -> None:
     # the machine is part of the settings: a journal from another CPU starts over rather than mixing timings
     settings = {**{k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}, "cpu": cpu_kind()}
     done = _resume(journal, settings)
+    binding = bound_cores(args.threads) if args.threads else {}
     if len(done) < -(-len(examples) // args.batch):  # a finished journal is summarised without starting engines
         counts = out.with_suffix(".counts.json")
-        binding = bound_cores(args.threads) if args.threads else {}
         engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, counts, args.batch, binding)
         decode_all(engines, counts, plan, examples, args, done, journal)
     summary = summarise(plan, done, examples, args.replicates)
@@ -284,7 +286,7 @@ def main(argv=None) -> None:
         "machine": {
             "cpu": cpu_kind(),
             "threads": args.threads or "vLLM's own binding",
-            "cores": bound_cores(args.threads)["VLLM_CPU_OMP_THREADS_BIND"] if args.threads else None,
+            "cores": binding.get("VLLM_CPU_OMP_THREADS_BIND"),
             "dtype": dtype,
         },
         "pair": {"drafter": str(drafter), "verifier": str(verifier)},

@@ -226,9 +226,9 @@ def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Ten
     else:
         greedy = step.sampling.greedy()  # (B,)
         # where q is the one-hot draft (greedy rows), TV(q, pi) = 1 - pi(draft): a gather instead of a pass over V
-        tv = 1 - pi_of_draft if bool(greedy.all()) else tv_distance(q, pi)  # (B, K)
-        if bool(greedy.any()) and not bool(greedy.all()):
-            tv = torch.where(greedy[:, None], 1 - pi_of_draft, tv)
+        tv = 1 - pi_of_draft  # (B, K)
+        if not bool(greedy.all()):
+            tv = torch.where(greedy[:, None], tv, tv_distance(q, pi))
         deferred = tv > PI_EQUALS_Q_TOL
     evaluated = (n + 1).minimum(step.n_drafts)  # (B,)
     inside = torch.arange(k, device=n.device)[None] < evaluated[:, None]
