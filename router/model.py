@@ -196,6 +196,22 @@ class LearnedRouter(RouterHubMixin):
         cand, gap = self.candidate_scores(q, view.q_raw, view.p_raw, feats, q_arg, p_arg)  # (..., K) each
         return token_mix(q, p, torch.zeros_like(q, dtype=torch.bool).scatter(-1, cand, gap <= alpha))
 
+    @torch.no_grad()
+    def greedy_keep(self, view, alpha: float) -> torch.Tensor | None:
+        """Where `decide` keeps each draft at temperature 0 (...) bool, from a router.greedy.GreedyView (q and p
+        scaled are one-hot there: TV is 1 where the draft is not the verifier's argmax; a token head keeps the
+        draft where its candidate's gap is <= alpha); None for a judge or a router reading hidden states."""
+        if self.cfg.head == "judge" or self.cfg.hidden_inputs:
+            return None
+        alpha = self.check_alpha(alpha)
+        feats, q_arg, p_arg = view.position_stats  # (..., F), (...), (...)
+        if self.cfg.head == "cascade":
+            gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
+            return ~(gap > alpha * view.differs.float())
+        d = view.drafts[..., None]  # (..., 1): the draft is the drafter's top candidate
+        x = torch.cat([feats[..., None, :], candidates_of(view.q_raw, view.p_raw, d, q_arg, p_arg)], -1)  # (..., 1, D)
+        return self.net(x.reshape(-1, x.shape[-1])).reshape(view.drafts.shape) <= alpha
+
     def target(self, q, p, alpha, q_raw=None, p_raw=None) -> torch.Tensor:
         """pi (..., V) for q, p (..., V) scaled and *_raw temperature 1: `decide` on a view of just these (a
         router that reads more, a judge or one reading hidden states, is called with decide on a BlockView)."""

@@ -161,7 +161,8 @@ class Rule:
     score <= alpha; cols holds q_max, p_max, tv, cand a `router.offline.tradeoff.Candidates`); None where
     offline curves cannot be computed from records. online: part of eval's default online grid.
     needs, min_gamma, exact_bonus, greedy_mode: see `DeferralPolicy` (a rule reads q at the bonus position
-    unless its needs say otherwise).
+    unless its needs say otherwise). greedy: the same decision at temperature 0 from per-draft statistics,
+    `(router.greedy.GreedyView, alpha) -> keep the draft (...) bool` (None: decided from the full pi there).
     """
 
     name: str
@@ -177,6 +178,7 @@ class Rule:
     greedy_mode: bool = False
     offline_only: str | None = None
     trained_pair: dict | None = None
+    greedy: Callable | None = field(default=None, repr=False, compare=False)
 
     def check_alpha(self, alpha: float) -> float:
         """alpha as a float, or a ValueError when it is outside this rule's range."""
@@ -196,6 +198,11 @@ class Rule:
             check_distribution(pi, view.q, f"rule {self.name}")
             _CHECKED_PI.add(self.name)
         return pi
+
+    def greedy_keep(self, view, alpha: float) -> torch.Tensor | None:
+        """Where this rule keeps each draft at temperature 0 (...) bool, from a router.greedy.GreedyView; None
+        when the rule declares no greedy decision."""
+        return None if self.greedy is None else self.greedy(view, self.check_alpha(alpha))
 
     def target(
         self,

@@ -31,7 +31,15 @@ INF = math.inf
 RULE_FORMS = ("cascade", "token", "lossy", "fixed", "window")
 _REGISTRY: dict[str, Rule] = {}
 _BUILT_IN = (
-    Rule("chow", "cascade", (0.0, 1.0), "defer iff max q_raw < 1 - alpha", targets.chow_target, targets.chow_score),
+    Rule(
+        "chow",
+        "cascade",
+        (0.0, 1.0),
+        "defer iff max q_raw < 1 - alpha",
+        targets.chow_target,
+        targets.chow_score,
+        greedy=targets.chow_greedy,
+    ),
     Rule(
         "diff",
         "cascade",
@@ -39,6 +47,7 @@ _BUILT_IN = (
         "defer iff max q_raw < max p_raw - alpha",
         targets.diff_target,
         targets.diff_score,
+        greedy=targets.diff_greedy,
     ),
     Rule(
         "opt",
@@ -47,6 +56,7 @@ _BUILT_IN = (
         "defer iff max q_raw < max p_raw - alpha * TV(p, q)",
         targets.opt_target,
         targets.opt_score,
+        greedy=targets.opt_greedy,
     ),
     Rule(
         "token_v1",
@@ -55,6 +65,7 @@ _BUILT_IN = (
         "keep v iff q_raw(v) >= max p_raw - alpha",
         targets.token_v1_target,
         targets.token_v1_score,
+        greedy=targets.token_v1_greedy,
     ),
     Rule(
         "token_v2",
@@ -63,6 +74,7 @@ _BUILT_IN = (
         "keep v iff p_raw(v) >= max p_raw - alpha",
         targets.token_v2_target,
         targets.token_v2_score,
+        greedy=targets.token_v2_greedy,
     ),
     Rule(
         "token_v3",
@@ -71,6 +83,7 @@ _BUILT_IN = (
         "keep v iff p_raw(v) >= (1 - alpha) max p_raw",
         targets.token_v3_target,
         targets.token_v3_score,
+        greedy=targets.token_v3_greedy,
     ),
     Rule(
         "kl_gate",
@@ -79,6 +92,7 @@ _BUILT_IN = (
         "defer iff KL(p_raw || q_raw) > alpha or max p_raw > 0.9 (Sun et al. 2026)",
         targets.kl_gate_target,
         targets.kl_gate_score,
+        greedy=targets.kl_gate_greedy,
     ),
     Rule(
         "entropy_gate",
@@ -87,6 +101,7 @@ _BUILT_IN = (
         "defer iff exp(-H(p_raw)) > alpha: verify where the verifier is nearly certain (FLy's entropy gate)",
         targets.entropy_gate_target,
         targets.entropy_gate_score,
+        greedy=targets.entropy_gate_greedy,
     ),
     Rule(
         "lossy",
@@ -94,6 +109,7 @@ _BUILT_IN = (
         (0.0, 1.0),
         "lossy speculative decoding, accept min(1, p / ((1-alpha) q))",
         targets.lossy_target,
+        greedy=targets.lossy_greedy,
     ),
     # greedy: the argmax of w p_raw + (1 - w) q_raw, as transformers decodes assistant_ensemble_weight greedily
     Rule(
@@ -113,9 +129,19 @@ _BUILT_IN = (
         "pi = p (standard speculative decoding)",
         targets.lossless_target,
         needs=Needs(),
+        greedy=targets.lossless_greedy,
     ),
     # the drafter-only rule; online, eval runs the faster drafter-only baseline of that name instead
-    Rule("drafter", "fixed", None, "pi = q (drafter only)", targets.drafter_target, online=False, exact_bonus=True),
+    Rule(
+        "drafter",
+        "fixed",
+        None,
+        "pi = q (drafter only)",
+        targets.drafter_target,
+        online=False,
+        exact_bonus=True,
+        greedy=targets.drafter_greedy,
+    ),
 )
 
 

@@ -108,9 +108,24 @@ def keep_drafts(p: torch.Tensor, drafts: torch.Tensor, keep: torch.Tensor) -> to
     return pi.scatter_add_(-1, drafts.long()[..., None], keep[..., None].to(p.dtype))
 
 
+def chow_defers(q_max: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Chow's rule from max q_raw (...): defer iff max q_raw < 1 - alpha (needs only the drafter)."""
+    return q_max < 1 - alpha
+
+
 def chow_defer(q_raw: torch.Tensor, alpha: float) -> torch.Tensor:
-    """Chow's rule: defer iff max q_raw < 1 - alpha (needs only the drafter)."""
-    return q_raw.amax(-1) < 1 - alpha
+    """Chow's rule on q_raw (..., V)."""
+    return chow_defers(q_raw.amax(-1), alpha)
+
+
+def diff_defers(q_max: torch.Tensor, p_max: torch.Tensor, alpha: float) -> torch.Tensor:
+    return q_max < p_max - alpha
+
+
+def opt_defers(q_max: torch.Tensor, p_max: torch.Tensor, tv: torch.Tensor, alpha: float) -> torch.Tensor:
+    # alpha may be +-inf: where TV = 0 the two choices coincide, so the product is taken as 0
+    margin = torch.where(tv > 0, alpha * tv, torch.zeros_like(tv))
+    return q_max < p_max - margin
 
 
 def chow_target(q, p, alpha, q_raw, p_raw):
@@ -118,14 +133,11 @@ def chow_target(q, p, alpha, q_raw, p_raw):
 
 
 def diff_target(q, p, alpha, q_raw, p_raw):
-    return cascade_mix(q, p, q_raw.amax(-1) < p_raw.amax(-1) - alpha)
+    return cascade_mix(q, p, diff_defers(q_raw.amax(-1), p_raw.amax(-1), alpha))
 
 
 def opt_target(q, p, alpha, q_raw, p_raw):
-    tv = tv_distance(p, q)
-    # alpha may be +-inf: where TV = 0 the two choices coincide, so the product is taken as 0
-    margin = torch.where(tv > 0, alpha * tv, torch.zeros_like(tv))
-    return cascade_mix(q, p, q_raw.amax(-1) < p_raw.amax(-1) - margin)
+    return cascade_mix(q, p, opt_defers(q_raw.amax(-1), p_raw.amax(-1), tv_distance(p, q), alpha))
 
 
 # ---- token-specific form: pi(v) = q(v) 1[v in A] + p(v) * sum_{u not in A} q(u) ------------
@@ -138,16 +150,29 @@ def token_mix(q: torch.Tensor, p: torch.Tensor, keep: torch.Tensor) -> torch.Ten
     return kept_q + p * eta
 
 
+# each token rule's keep set from the raw q(v), p(v) of tokens v (..., V or ...) and max p_raw (..., 1 or ...)
+def token_v1_keeps(q_v: torch.Tensor, p_v: torch.Tensor, p_max: torch.Tensor, alpha: float) -> torch.Tensor:
+    return q_v >= p_max - alpha
+
+
+def token_v2_keeps(q_v: torch.Tensor, p_v: torch.Tensor, p_max: torch.Tensor, alpha: float) -> torch.Tensor:
+    return p_v >= p_max - alpha
+
+
+def token_v3_keeps(q_v: torch.Tensor, p_v: torch.Tensor, p_max: torch.Tensor, alpha: float) -> torch.Tensor:
+    return p_v >= (1 - alpha) * p_max
+
+
 def token_v1_target(q, p, alpha, q_raw, p_raw):
-    return token_mix(q, p, q_raw >= p_raw.amax(-1, keepdim=True) - alpha)
+    return token_mix(q, p, token_v1_keeps(q_raw, p_raw, p_raw.amax(-1, keepdim=True), alpha))
 
 
 def token_v2_target(q, p, alpha, q_raw, p_raw):
-    return token_mix(q, p, p_raw >= p_raw.amax(-1, keepdim=True) - alpha)
+    return token_mix(q, p, token_v2_keeps(q_raw, p_raw, p_raw.amax(-1, keepdim=True), alpha))
 
 
 def token_v3_target(q, p, alpha, q_raw, p_raw):
-    return token_mix(q, p, p_raw >= (1 - alpha) * p_raw.amax(-1, keepdim=True))
+    return token_mix(q, p, token_v3_keeps(q_raw, p_raw, p_raw.amax(-1, keepdim=True), alpha))
 
 
 # ---- training-free gates from the literature (cascade form) ------------------------------------
@@ -161,11 +186,14 @@ def kl_pq(q_raw: torch.Tensor, p_raw: torch.Tensor) -> torch.Tensor:
     return (p32 * (p32.clamp_min(1e-12).log() - q32.clamp_min(1e-12).log())).sum(-1)
 
 
-def kl_gate_target(q, p, alpha, q_raw, p_raw):
+def kl_gate_defers(kl: torch.Tensor, p_max: torch.Tensor, alpha: float) -> torch.Tensor:
     # Sun et al. 2026 (arXiv 2601.04766): a learned linear judge reduces to a KL test; keep the draft
     # where KL(p || q) <= alpha, unless the verifier is confident (its top-1 > 0.9): verify there
-    confident = p_raw.amax(-1) > KL_GATE_CONFIDENT
-    return cascade_mix(q, p, (kl_pq(q_raw, p_raw) > alpha) | confident)
+    return (kl > alpha) | (p_max > KL_GATE_CONFIDENT)
+
+
+def kl_gate_target(q, p, alpha, q_raw, p_raw):
+    return cascade_mix(q, p, kl_gate_defers(kl_pq(q_raw, p_raw), p_raw.amax(-1), alpha))
 
 
 def p_certainty(p_raw: torch.Tensor) -> torch.Tensor:
@@ -174,11 +202,63 @@ def p_certainty(p_raw: torch.Tensor) -> torch.Tensor:
     return torch.exp((p32 * p32.clamp_min(1e-12).log()).sum(-1))
 
 
-def entropy_gate_target(q, p, alpha, q_raw, p_raw):
+def entropy_gate_defers(certainty: torch.Tensor, alpha: float) -> torch.Tensor:
     # FLy's entropy-level gate (Li et al. 2025, arXiv 2511.22972): where the verifier is nearly
     # deterministic (entropy below -ln alpha) verify exactly, elsewhere keep the draft. FLy's
     # deferred window (a later check of the verifier's self-correction) is not part of this rule.
-    return cascade_mix(q, p, p_certainty(p_raw) > alpha)
+    return certainty > alpha
+
+
+def entropy_gate_target(q, p, alpha, q_raw, p_raw):
+    return cascade_mix(q, p, entropy_gate_defers(p_certainty(p_raw), alpha))
+
+
+# ---- the same decisions at temperature 0, from a router.greedy.GreedyView (keep the draft: (...) bool) -------
+
+
+def chow_greedy(g, alpha):
+    return ~chow_defers(g.q_max, alpha)
+
+
+def diff_greedy(g, alpha):
+    return ~diff_defers(g.q_max, g.p_max, alpha)
+
+
+def opt_greedy(g, alpha):
+    return ~opt_defers(g.q_max, g.p_max, g.differs.float(), alpha)  # TV of the one-hot scaled q, p
+
+
+def token_v1_greedy(g, alpha):
+    return token_v1_keeps(g.q_at_draft, None, g.p_max, alpha)
+
+
+def token_v2_greedy(g, alpha):
+    return token_v2_keeps(None, g.p_at_draft, g.p_max, alpha)
+
+
+def token_v3_greedy(g, alpha):
+    return token_v3_keeps(None, g.p_at_draft, g.p_max, alpha)
+
+
+def kl_gate_greedy(g, alpha):
+    return ~kl_gate_defers(g.kl_pq, g.p_max, alpha)
+
+
+def entropy_gate_greedy(g, alpha):
+    return ~entropy_gate_defers(torch.exp(-g.p_entropy), alpha)
+
+
+def lossy_greedy(g, alpha):
+    # q one-hot on d: d is accepted with min(1, p(d) / (1 - alpha)), 1 at alpha = 1 (pi = q), else 1[d = a]
+    return torch.full_like(g.drafts, alpha >= 1, dtype=torch.bool)
+
+
+def lossless_greedy(g, alpha):
+    return torch.zeros_like(g.drafts, dtype=torch.bool)
+
+
+def drafter_greedy(g, alpha):
+    return torch.ones_like(g.drafts, dtype=torch.bool)
 
 
 # ---- lossy speculative decoding and the two fixed targets ------------------------------------

@@ -8,6 +8,11 @@ does, take the policy's pi from a `BlockView`, accept a prefix by speculative sa
 (`router.sampling.accept_drafts`), and end with the residual's token at the first rejection or vLLM's
 bonus token (pi = p there: bonus_from="verifier"). Requests have different numbers of drafts: they are
 padded to the longest (B, K) and a request never keeps more drafts than it has.
+
+A step whose requests all decode greedily, with a policy that declares its greedy decision (router/greedy.py:
+every built-in rule but mixture and fly, cascade and token routers), takes the sparse path: pi is one-hot on the
+draft or on the verifier's argmax, so the step reads that verdict per draft and never forms a (B, K, V) pi; the
+tokens and counts are the full path's (tests/router/vllm_plugin/test_vllm_acceptance.py).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from router.greedy import GreedyView, greedy_choice, greedy_keeps
 from router.loop.block import PI_EQUALS_Q_TOL, decide
 from router.policy import DeferralPolicy, judges_the_draft
 from router.reduce import fast_argmax
@@ -115,14 +121,48 @@ class Accepted:
     evaluated: torch.Tensor  # (B,) drafts the sampler evaluated: min(kept + 1, drafts)
 
 
-def accept(policy: DeferralPolicy, alpha: float, step: Drafted) -> Accepted:
-    """Decide every request's drafts with `policy` at `alpha` and accept a prefix toward its pi."""
+def accept(policy: DeferralPolicy, alpha: float, step: Drafted, sparse: bool = True) -> Accepted:
+    """Decide every request's drafts with `policy` at `alpha` and accept a prefix toward its pi (`sparse`: by
+    the greedy verdicts where every request decodes greedily and the policy declares them)."""
+    if sparse and bool(step.sampling.greedy().all()):
+        done = accept_greedy(policy, alpha, step)
+        if done is not None:
+            return done
     with trusted_inputs():  # q and p come from softmax here: not re-checked (as router.decoding's loop)
         q, pi = targets(policy, alpha, step)
     n_accepted = _accepted(step, q, pi).minimum(step.n_drafts)  # (B,)
     tokens = _emit(step, q, pi, n_accepted)
     deferred, evaluated = _deferrals(policy, step, q, pi, n_accepted)
     return Accepted(tokens, n_accepted, deferred, evaluated)
+
+
+def accept_greedy(policy: DeferralPolicy, alpha: float, step: Drafted) -> Accepted | None:
+    """The sparse path of an all-greedy step: pi is one-hot on the token `greedy_choice` names, so a draft is kept
+    where it is that token, the first rejection emits it, and a draft is deferred where it is not (TV(q, pi) = 1).
+    None where the policy declares no greedy decision."""
+    view = GreedyView(step.drafts, step.q_logits, step.target_logits)
+    keep = greedy_keeps(policy, alpha, view)  # (B, K)
+    if keep is None:
+        return None
+    choice = greedy_choice(keep, view)  # (B, K)
+    b, k = step.drafts.shape
+    n_accepted = (choice == step.drafts).long().cumprod(-1).sum(-1).minimum(step.n_drafts)  # (B,)
+    rows = torch.arange(b, device=n_accepted.device)
+    nxt = torch.where(n_accepted < step.n_drafts, choice[rows, n_accepted.clamp_max(k - 1)], step.bonus)  # (B,)
+    evaluated = (n_accepted + 1).minimum(step.n_drafts)  # (B,)
+    inside = torch.arange(k, device=rows.device)[None] < evaluated[:, None]  # (B, K)
+    deferred = ((choice != step.drafts) & inside).sum(-1)
+    return Accepted(_tokens(step.drafts, n_accepted, nxt), n_accepted, deferred, evaluated)
+
+
+def _tokens(drafts: torch.Tensor, n: torch.Tensor, nxt: torch.Tensor) -> torch.Tensor:
+    """(B, K + 1) int32: each request's n (B,) kept drafts (B, K), then its next token nxt (B,), PLACEHOLDER after."""
+    b, k = drafts.shape
+    tokens = torch.full((b, k + 1), PLACEHOLDER, dtype=torch.int32, device=n.device)
+    keep = torch.arange(k, device=n.device)[None] < n[:, None]  # (B, K)
+    tokens[:, :k] = torch.where(keep, drafts.int(), tokens[:, :k])
+    tokens[torch.arange(b, device=n.device), n] = nxt.int()
+    return tokens
 
 
 def targets(policy: DeferralPolicy, alpha: float, step: Drafted) -> tuple[torch.Tensor, torch.Tensor]:
@@ -210,11 +250,7 @@ def _emit(step: Drafted, q: torch.Tensor, pi: torch.Tensor, n: torch.Tensor) -> 
             nxt[i] = fast_argmax(residual[i])
         else:
             nxt[i] = torch.multinomial(residual[i], 1, generator=gen).squeeze(-1)
-    tokens = torch.full((b, k + 1), PLACEHOLDER, dtype=torch.int32, device=n.device)
-    keep = torch.arange(k, device=n.device)[None] < n[:, None]  # (B, K)
-    tokens[:, :k] = torch.where(keep, step.drafts.int(), tokens[:, :k])
-    tokens[rows, n] = nxt.int()
-    return tokens
+    return _tokens(step.drafts, n, nxt)
 
 
 def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Tensor]:

@@ -157,3 +157,45 @@ def test_deferrals_count_where_pi_differs_from_q_in_greedy_and_sampled_rows(rule
     want = tv_distance(q, pi) > PI_EQUALS_Q_TOL  # (B, K) the whole distributions
     inside = torch.arange(k)[None] < out.evaluated[:, None]
     assert out.deferred.tolist() == (want & inside).sum(-1).tolist()
+
+
+def _greedy_step(seed: int, b: int = 32, k: int = 4) -> Drafted:
+    gen = torch.Generator().manual_seed(seed)
+    sharp = torch.tensor([0.5, 2.0, 6.0])[torch.randint(0, 3, (b, k, 1), generator=gen)]
+    q_logits = torch.randn(b, k, V, generator=gen) * sharp
+    logits = q_logits + torch.randn(b, k, V, generator=gen) * 1.5
+    n = torch.randint(0, k + 1, (b,), generator=gen)
+    bonus = torch.randint(0, V, (b,), generator=gen)
+    return _step(q_logits, logits, q_logits.argmax(-1), n, _sampling(b, 0.0), bonus)
+
+
+@pytest.mark.parametrize(
+    "rule,alpha",
+    [("lossless", 0.0), ("drafter", 0.0), ("token_v2", 0.3), ("token_v1", 0.2), ("kl_gate", 0.8), ("opt", 0.4)]
+    + [("entropy_gate", 0.4), ("chow", 0.3), ("diff", 0.1), ("lossy", 0.5), ("lossy", 1.0), ("token_v3", 0.6)],
+)
+def test_the_sparse_greedy_step_emits_and_counts_what_the_full_step_does(rule, alpha):
+    """All-greedy steps with uneven draft counts: the greedy verdicts give the full path's tokens and counts."""
+    for seed in range(3):
+        step = _greedy_step(seed)
+        sparse, full = accept(get_rule(rule), alpha, step), accept(get_rule(rule), alpha, step, sparse=False)
+        for field in ("tokens", "n_accepted", "deferred", "evaluated"):
+            assert torch.equal(getattr(sparse, field), getattr(full, field)), (rule, seed, field)
+
+
+def test_a_router_takes_the_sparse_step_and_a_mixed_step_the_full_one(monkeypatch):
+    from router.arch import RouterConfig
+    from router.model import LearnedRouter, RouterNet
+    from router.vllm import acceptance
+
+    torch.manual_seed(3)
+    router = LearnedRouter(RouterNet(RouterConfig(head="token")), name="token")
+    step = _greedy_step(7)
+    assert torch.equal(accept(router, 0.0, step).tokens, accept(router, 0.0, step, sparse=False).tokens)
+    calls, full_targets = [], acceptance.targets
+    monkeypatch.setattr(acceptance, "targets", lambda *a: calls.append(1) or full_targets(*a))
+    accept(router, 0.0, step)
+    assert not calls, "an all-greedy step with a greedy verdict forms no full pi"
+    step.sampling.temperature[0] = 1.0  # one sampled request: the step needs pi over the vocabulary
+    accept(router, 0.0, step)
+    assert calls
