@@ -59,11 +59,11 @@ class GreedyView:
 
     @functools.cached_property
     def q_lse(self) -> torch.Tensor:
-        return torch.logsumexp(self.q_logits, -1)  # (...)
+        return _logsumexp(self.q_logits, self._q_top[0])  # (...)
 
     @functools.cached_property
     def p_lse(self) -> torch.Tensor:
-        return torch.logsumexp(self.p_logits, -1)  # (...)
+        return _logsumexp(self.p_logits, self._p_top[0])  # (...)
 
     @functools.cached_property
     def verifier_argmax(self) -> torch.Tensor:
@@ -127,6 +127,13 @@ class GreedyView:
     def position_stats(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(features (..., F), q's argmax, p's argmax): router.features.position_stats, the routers' inputs."""
         return position_stats(self.q_raw, self.p_raw, self.q_logits, self.p_logits)
+
+
+def _logsumexp(logits: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+    """log sum exp over the last axis (...) of logits (..., V) whose max is top (...): the max is known already,
+    and the exponentials go to a reused buffer (torch.logsumexp takes the max again and allocates two)."""
+    work = _scratch(logits)[0]
+    return top + torch.sub(logits, top[..., None], out=work).exp_().sum(-1).log()
 
 
 def greedy_keeps(policy, alpha: float, view: GreedyView) -> torch.Tensor | None:
