@@ -1,7 +1,8 @@
 """What the vLLM plugin's acceptance step costs per verification step, outside vLLM (pure torch, no vLLM needed).
 
-The plugin replaces vLLM's rejection step with router/vllm/acceptance.py: for every policy it scales both models'
-logits at each draft, takes the policy's pi and accepts toward it. vLLM's own greedy acceptance compares each
+The plugin replaces vLLM's rejection step with router/vllm/acceptance.py: an all-greedy step reads each policy's
+verdict per draft (router/greedy.py); a step with sampled requests scales both models' logits at each draft, takes
+the policy's pi and accepts toward it (`--full-path` times that path too, on the same greedy step). vLLM's own greedy acceptance compares each
 draft with the verifier's argmax. This times both on the same random logits of B requests x K drafts x V entries
 (the real pair's vocabulary by default), interleaved, and states each as a share of a verifier step given in
 seconds (`--verifier-step`, e.g. 8 / the verifier's tokens per second at 8 concurrent requests in
@@ -9,7 +10,7 @@ benchmarks.serve_vllm). Prints the CPU, threads and dtype; writes JSON.
 
     python -m benchmarks.vllm_acceptance [--batch 8] [--drafts 4] [--vocab 151936] [--threads 2]
         [--policies lossless token_v2@0.3776 kl_gate@1.0506 runs/routers/token@0.0535] [--verifier-step 0.1955]
-        [--repeats 20] [--out runs/bench/vllm_acceptance.json]
+        [--repeats 20] [--full-path] [--out runs/bench/vllm_acceptance.json]
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ def _args(argv=None):
     ap.add_argument("--policies", nargs="+", default=["lossless", "token_v2@0.3776", "kl_gate@1.0506"])
     ap.add_argument("--verifier-step", type=float, default=None, help="seconds of one verifier step to compare with")
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument(
+        "--full-path",
+        action="store_true",
+        help="also time each policy on the full path (pi over the vocabulary), which sampled steps take",
+    )
     ap.add_argument("--out", default="runs/bench/vllm_acceptance.json")
     return ap.parse_args(argv)
 
@@ -89,6 +95,8 @@ def main(argv=None) -> dict:
     for spec in args.policies:
         policy, alpha = policy_of(spec)
         fns[f"plugin {spec}"] = lambda p=policy, a=alpha: accept(p, a, step)
+        if args.full_path:
+            fns[f"plugin {spec} (full pi)"] = lambda p=policy, a=alpha: accept(p, a, step, sparse=False)
     with torch.inference_mode():
         seconds = time_calls(fns, args.repeats)
     rows = {

@@ -27,3 +27,10 @@ def test_the_benchmark_reports_each_policy_against_a_verifier_step(tmp_path):
     for row in steps.values():
         assert row["ms_per_step"] > 0 and row["share_of_verifier_step"] == row["ms_per_step"] / 1e3 / 0.5
     assert report["machine"]["threads"] == torch.get_num_threads()
+
+
+def test_full_path_rows_sit_beside_the_sparse_ones(tmp_path):
+    argv = ["--batch", "2", "--drafts", "2", "--vocab", "64", "--repeats", "2", "--full-path"]
+    report = main([*argv, "--policies", "kl_gate@0.5", "--out", str(tmp_path / "acc.json")])
+    assert list(report["steps"]) == ["vllm greedy acceptance", "plugin kl_gate@0.5", "plugin kl_gate@0.5 (full pi)"]
+    assert report["steps"]["plugin kl_gate@0.5 (full pi)"]["share_of_verifier_step"] is None  # no step given
