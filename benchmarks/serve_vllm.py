@@ -273,7 +273,8 @@ def main(argv=None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     journal = out.with_suffix(".batches.jsonl")
     # the machine is part of the settings: a journal from another CPU starts over rather than mixing timings
-    settings = {**{k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}, "cpu": cpu_kind()}
+    cpu = cpu_kind()
+    settings = {**{k: v for k, v in vars(args).items() if k not in ("out", "replicates", "tiny")}, "cpu": cpu}
     done = _resume(journal, settings)
     binding = bound_cores(args.threads) if args.threads else {}
     if len(done) < -(-len(examples) // args.batch):  # a finished journal is summarised without starting engines
@@ -284,7 +285,7 @@ def main(argv=None) -> None:
     report = {
         "settings": settings,
         "machine": {
-            "cpu": cpu_kind(),
+            "cpu": cpu,
             "threads": args.threads or "vLLM's own binding",
             "cores": binding.get("VLLM_CPU_OMP_THREADS_BIND"),
             "dtype": dtype,

@@ -47,17 +47,21 @@ CANDIDATE_FEATURE_NAMES: tuple[str, ...] = (
 _SCRATCH = threading.local()
 
 
-def _scratch(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two reusable V-sized buffers shaped like `like`, per thread. A fresh 3.6 MB tensor costs
-    more in page faults than the pass that fills it: reusing them halves the features' cost."""
+def scratch(like: torch.Tensor, n: int = 2) -> list[torch.Tensor]:
+    """n reusable buffers shaped like `like` (dtype, device), per thread, kept for the last shape and made only as
+    many as asked. A fresh 3.6 MB tensor costs more in page faults than the pass that fills it: reusing them halves
+    the features' cost (and KL's in router/greedy.py). Callers use them within one call and keep only reductions."""
     if torch.compiler.is_exporting():  # a traced graph (ONNX export) gets its own tensors, never cached ones
-        return torch.empty_like(like), torch.empty_like(like)
+        return [torch.empty_like(like) for _ in range(n)]
     key = (tuple(like.shape), like.dtype, like.device, torch.is_inference_mode_enabled())
     cached = getattr(_SCRATCH, "bufs", None)
     if cached is None or cached[0] != key:
-        cached = (key, torch.empty_like(like), torch.empty_like(like))
+        cached = (key, [])
         _SCRATCH.bufs = cached
-    return cached[1], cached[2]
+    bufs = cached[1]
+    while len(bufs) < n:
+        bufs.append(torch.empty_like(like))
+    return bufs[:n]
 
 
 def _check_logits(probs: torch.Tensor, logits: torch.Tensor | None, name: str) -> None:
@@ -97,7 +101,7 @@ def position_stats(
     # This runs once per decoding block on (B, gamma, V): each V-sized pass counts, so it makes
     # five (two logs, or two subtractions from the logits, two dot products, one min) into two reused
     # buffers, plus two blocked top-2s; the dot products read without writing a V-sized product.
-    logs, work = _scratch(q_raw)
+    logs, work = scratch(q_raw)
     q_max, q_arg, q_second = top2(q_raw)
     p_max, p_arg, p_second = top2(p_raw)
     log_probs_into(logs, q_raw, q_logits, q_max, q_arg)  # log q

@@ -17,31 +17,10 @@ one-hots and the (..., V) passes of pi, so a verdict costs a few passes over the
 from __future__ import annotations
 
 import functools
-import math
-import threading
-
 import torch
 
-from router.features import EPS, position_stats
+from router.features import LOG_EPS, position_stats, scratch
 from router.reduce import fast_max
-
-LOG_EPS = math.log(EPS)  # log-probabilities are floored here, as kl_pq and the features floor probabilities
-_SCRATCH = threading.local()
-
-
-def _scratch(like: torch.Tensor, n: int) -> list[torch.Tensor]:
-    """n (..., V) float32 buffers shaped like `like`, reused per thread while the shape stays: a fresh (..., V)
-    tensor per step costs page faults on a CPU (KL's three passes took twice as long without them). Only the
-    buffers asked for are made (a logsumexp needs one, KL and entropy three); the last shape's are kept."""
-    key = (tuple(like.shape), like.device)
-    cached = getattr(_SCRATCH, "bufs", None)
-    if cached is None or cached[0] != key:
-        cached = (key, [])
-        _SCRATCH.bufs = cached
-    bufs = cached[1]
-    while len(bufs) < n:
-        bufs.append(torch.empty(like.shape, dtype=torch.float32, device=like.device))
-    return bufs[:n]
 
 
 class GreedyView:
@@ -100,8 +79,8 @@ class GreedyView:
     def _information(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(KL(p_raw || q_raw), H(p_raw)) (...) in nats, logs floored at EPS (as router.targets.kl_pq and
         p_certainty floor probabilities): log-probabilities are the logits less their logsumexp (no log over
-        the vocabulary), in three reused buffers (a fresh (..., V) tensor per step costs page faults)."""
-        log_q, log_p, p_raw = _scratch(self.p_logits, 3)
+        the vocabulary), in three reused buffers (router.features.scratch)."""
+        log_q, log_p, p_raw = scratch(self.p_logits, 3)
         torch.sub(self.p_logits, self.p_lse[..., None], out=log_p)
         torch.exp(log_p, out=p_raw)
         log_p.clamp_min_(LOG_EPS)
@@ -137,7 +116,7 @@ class GreedyView:
 def _logsumexp(logits: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
     """log sum exp over the last axis (...) of logits (..., V) whose max is top (...): the max is known already,
     and the exponentials go to a reused buffer (torch.logsumexp takes the max again and allocates two)."""
-    work = _scratch(logits, 1)[0]
+    work = scratch(logits, 1)[0]
     return top + torch.sub(logits, top[..., None], out=work).exp_().sum(-1).log()
 
 

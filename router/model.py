@@ -187,7 +187,7 @@ class LearnedRouter(RouterHubMixin):
         feats = self._inputs(stats, view)  # (..., D)
         q, p = view.q, view.p
         if self.cfg.head == "cascade":
-            gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
+            gap = self._cascade_gap(feats)
             # at temperature 1 without top-p the scaled distributions are the raw ones, whose TV the
             # features already hold: skip another pass over the vocabulary
             same = q is view.q_raw and p is view.p_raw
@@ -206,11 +206,13 @@ class LearnedRouter(RouterHubMixin):
         alpha = self.check_alpha(alpha)
         feats, q_arg, p_arg = view.position_stats  # (..., F), (...), (...)
         if self.cfg.head == "cascade":
-            gap = self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
-            return ~(gap > alpha * view.differs.float())
+            return ~(self._cascade_gap(feats) > alpha * view.differs.float())
         d = view.drafts[..., None]  # (..., 1): the draft is the drafter's top candidate
-        x = torch.cat([feats[..., None, :], candidates_of(view.q_raw, view.p_raw, d, q_arg, p_arg)], -1)  # (..., 1, D)
-        return self.net(x.reshape(-1, x.shape[-1])).reshape(view.drafts.shape) <= alpha
+        return self._candidate_gaps(feats, view.q_raw, view.p_raw, d, q_arg, p_arg)[..., 0] <= alpha
+
+    def _cascade_gap(self, feats: torch.Tensor) -> torch.Tensor:
+        """Cascade head: the predicted gap (...) from position inputs (..., D), a single position too."""
+        return self.score_positions(feats) if feats.dim() > 1 else self.score_positions(feats[None])[0]
 
     def target(self, q, p, alpha, q_raw=None, p_raw=None) -> torch.Tensor:
         """pi (..., V) for q, p (..., V) scaled and *_raw temperature 1: `decide` on a view of just these (a
@@ -277,11 +279,17 @@ class LearnedRouter(RouterHubMixin):
         the drafter's top K of q (the distribution drafts are drawn from)."""
         k = min(self.cfg.token_candidates, q.shape[-1])
         cand = fast_topk_ids(q, k)  # (..., K) the drafter tokens that can be drafted
+        return cand, self._candidate_gaps(feats, q_raw, p_raw, cand, q_arg, p_arg)
+
+    @torch.no_grad()
+    def _candidate_gaps(self, feats, q_raw, p_raw, cand, q_arg=None, p_arg=None) -> torch.Tensor:
+        """Token head: the predicted gap (..., K) of keeping each candidate id cand (..., K), from the position
+        inputs (..., D) and the candidates' features in the raw distributions (..., V)."""
         x = torch.cat(
             [feats[..., None, :].expand(*cand.shape, feats.shape[-1]), candidates_of(q_raw, p_raw, cand, q_arg, p_arg)],
             -1,
         )  # (..., K, D)
-        return cand, self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
+        return self.net(x.reshape(-1, x.shape[-1])).reshape(cand.shape)
 
 
 # ---- the router folder (docs/router-format.md) ------------------------------------------------------------

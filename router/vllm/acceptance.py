@@ -149,10 +149,16 @@ def accept_greedy(policy: DeferralPolicy, alpha: float, step: Drafted) -> Accept
     n_accepted = (choice == step.drafts).long().cumprod(-1).sum(-1).minimum(step.n_drafts)  # (B,)
     rows = torch.arange(b, device=n_accepted.device)
     nxt = torch.where(n_accepted < step.n_drafts, choice[rows, n_accepted.clamp_max(k - 1)], step.bonus)  # (B,)
-    evaluated = (n_accepted + 1).minimum(step.n_drafts)  # (B,)
-    inside = torch.arange(k, device=rows.device)[None] < evaluated[:, None]  # (B, K)
+    evaluated, inside = _evaluated(step, n_accepted)
     deferred = ((choice != step.drafts) & inside).sum(-1)
     return Accepted(_tokens(step.drafts, n_accepted, nxt), n_accepted, deferred, evaluated)
+
+
+def _evaluated(step: Drafted, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(drafts the sampler evaluated (B,): min(kept + 1, drafts), and where they are (B, K)) for n (B,) kept."""
+    evaluated = (n + 1).minimum(step.n_drafts)  # (B,)
+    inside = torch.arange(step.drafts.shape[1], device=n.device)[None] < evaluated[:, None]  # (B, K)
+    return evaluated, inside
 
 
 def _tokens(drafts: torch.Tensor, n: torch.Tensor, nxt: torch.Tensor) -> torch.Tensor:
@@ -255,7 +261,6 @@ def _emit(step: Drafted, q: torch.Tensor, pi: torch.Tensor, n: torch.Tensor) -> 
 
 def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Tensor]:
     """Deferred and evaluated drafts per request, counted as router.loop.block.emit counts them."""
-    k = step.drafts.shape[1]
     pi_of_draft = pi.gather(-1, step.drafts[..., None]).squeeze(-1)  # (B, K)
     if judges_the_draft(policy):
         deferred = pi_of_draft < 1  # (B, K) pi is the one-hot draft where kept
@@ -266,6 +271,5 @@ def _deferrals(policy, step: Drafted, q, pi, n) -> tuple[torch.Tensor, torch.Ten
         if not bool(greedy.all()):
             tv = torch.where(greedy[:, None], tv, tv_distance(q, pi))
         deferred = tv > PI_EQUALS_Q_TOL
-    evaluated = (n + 1).minimum(step.n_drafts)  # (B,)
-    inside = torch.arange(k, device=n.device)[None] < evaluated[:, None]
+    evaluated, inside = _evaluated(step, n)
     return (deferred & inside).sum(-1), evaluated

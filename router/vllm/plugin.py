@@ -196,8 +196,8 @@ def check_engine_config(config, settings: PluginSettings) -> None:
 
 def check_pair(verifier_path: str, drafter_path: str, policy) -> None:
     """Refuse a router on models other than its own (weight and tokenizer fingerprints, as generate does).
-    Loads both models once (torch, bfloat16) in this process; SPECROUTE_CHECK_PAIR=0 skips it."""
-    _check_identity(served_identity(verifier_path, drafter_path, policy), policy)
+    Loads both models once per served pair (torch, bfloat16) in this process; SPECROUTE_CHECK_PAIR=0 skips it."""
+    _check_identity(_identity_of((verifier_path, drafter_path), policy), policy)
 
 
 def check_request_pair(policy, settings: PluginSettings) -> None:
@@ -209,11 +209,17 @@ def check_request_pair(policy, settings: PluginSettings) -> None:
     checked = _ACTIVE.setdefault("pair_checked", set())
     if not policy.trained_pair or not settings.check_pair or served is None or (served, id(policy)) in checked:
         return
-    identities = _ACTIVE.setdefault("served_identity", {})  # per served pair: a process may start several engines
+    _check_identity(_identity_of(served, policy), policy)
+    checked.add((served, id(policy)))
+
+
+def _identity_of(served: tuple, policy) -> dict:
+    """served_identity of (verifier, drafter) folders, computed once per pair in this process (start-up's check and
+    the requests' share it; a process may start several engines)."""
+    identities = _ACTIVE.setdefault("served_identity", {})
     if served not in identities:
         identities[served] = served_identity(*served, policy)
-    _check_identity(identities[served], policy)
-    checked.add((served, id(policy)))
+    return identities[served]
 
 
 def served_identity(verifier_path: str, drafter_path: str, policy) -> dict:

@@ -88,7 +88,6 @@ def test_a_routers_greedy_verdict_names_the_token_its_pi_names(head, arch):
     torch.manual_seed(0)
     router = LearnedRouter(RouterNet(RouterConfig(head=head, arch=arch)), name=f"{head}-{arch}")
     drafts, q_logits, p_logits = _position(4)
-    view = GreedyView(drafts, q_logits, p_logits)
     keeps = []
     for alpha in (-1.0, -0.05, 0.0, 0.05, 1.0):
         view = GreedyView(drafts, q_logits, p_logits)
