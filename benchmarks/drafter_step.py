@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from router.infra.clock import median
 from router.infra.files import write_json
 from benchmarks.gpu import PAIR_SHAPES, QWEN, TINY_SHAPES, environment, sync
 
@@ -76,7 +77,7 @@ def static_steps(model, ids: torch.Tensor, steps: int, device: str, step) -> tup
 
 
 def median_ms(seconds: list[float]) -> float:
-    return 1e3 * sorted(seconds)[len(seconds) // 2]
+    return 1e3 * median(seconds)
 
 
 def compiled_row(model, ids: torch.Tensor, args, compiled, want: torch.Tensor, dynamic_ms: float) -> dict:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from router import reduce
+from router.infra.clock import median_seconds
 from router.machine.costs import measure_verify_curve
 from router.machine.hardware import DTYPE_CHOICES, cpu_kind
 from router.loop.common import shared_vocab
@@ -68,14 +68,7 @@ def block_views(policy, batch: int, gamma: int, vocab: int, hidden_sizes: dict) 
 def time_decide(policy, view, repeats: int) -> float:
     """Median seconds of one decide() call (after two warm-up calls)."""
     with torch.inference_mode(), trusted_inputs():
-        for _ in range(2):
-            policy.decide(view, 0.3)
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            policy.decide(view, 0.3)
-            times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
+        return median_seconds({"decide": lambda: policy.decide(view, 0.3)}, repeats, warmup=2)["decide"]
 
 
 def main() -> None:

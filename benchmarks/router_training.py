@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from router.infra.clock import median_seconds
 from router.machine.hardware import cpu_kind
 from router.features import FEATURE_NAMES
 from router.model import LearnedRouter, RouterConfig, RouterNet
@@ -35,16 +36,6 @@ def epoch_seconds(arch: str, rows: int, batch: int = 1024) -> float:
         loss.backward()
         opt.step()
     return time.perf_counter() - started
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return sorted(times)[len(times) // 2]
 
 
 def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
@@ -70,7 +61,7 @@ def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
             v.crop_to(layout.length - gamma - 1)  # re-score the same block each time
             return v.feed(layout, layout.length, gamma + 1)
 
-        verifier_s = _median_seconds(verifier_block, 5)
+        verifier_s = median_seconds({"verifier": verifier_block}, 5)["verifier"]
         raw, p = process_logits(verifier_block(), 1.0, 1.0)  # (1, gamma+1, V)
         q = raw + 0.3 * torch.rand_like(raw) / raw.shape[-1]
         q = q / q.sum(-1, keepdim=True)  # another distribution of the same size
@@ -86,7 +77,7 @@ def router_block_cost(gamma: int = 5, tiny: bool = False) -> dict:
             "dtype": str(verifier.dtype).removeprefix("torch."),
         }
         for name, rule in methods.items():
-            s = _median_seconds(lambda: rule.target(q, p, 0.3, q_raw=q, p_raw=raw), 20)
+            s = median_seconds({name: lambda: rule.target(q, p, 0.3, q_raw=q, p_raw=raw)}, 20)[name]
             out[name] = {"target_s": s, "fraction": s / verifier_s}
     return out
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
 
+from router.infra.clock import median_seconds
 from router.reduce import fast_argmax
 
 
@@ -70,21 +70,6 @@ def policy_of(spec: str):
     return load_policy(name, "--policies"), float(alpha or 0.0)
 
 
-def time_calls(fns: dict, repeats: int) -> dict:
-    """Median seconds per call of each function, called in turn (router.infra.clock.interleaved: the order rotates
-    each round) after one untimed call each."""
-    from router.infra.clock import interleaved
-
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    for _, name in interleaved(repeats, list(fns)):
-        start = time.perf_counter()
-        fns[name]()
-        times[name].append(time.perf_counter() - start)
-    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
-
-
 def main(argv=None) -> dict:
     args = _args(argv)
     if args.threads:
@@ -100,7 +85,7 @@ def main(argv=None) -> dict:
         if args.full_path:
             fns[f"plugin {spec} (full pi)"] = lambda p=policy, a=alpha: accept(p, a, step, sparse=False)
     with torch.inference_mode():
-        seconds = time_calls(fns, args.repeats)
+        seconds = median_seconds(fns, args.repeats)
     rows = {
         name: {
             "ms_per_step": s * 1e3,

@@ -55,3 +55,22 @@ def interleaved(n_batches: int, methods: list) -> Iterator[tuple[int, object]]:
         k = b % len(methods) if methods else 0
         for method in methods[k:] + methods[:k]:
             yield b, method
+
+
+def median(values: list[float]) -> float:
+    """The middle value (the upper of the two for an even count): a timing summary one slow call cannot move."""
+    return sorted(values)[len(values) // 2]
+
+
+def median_seconds(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Median seconds per call of each function (name -> callable), `warmup` untimed calls each first, then
+    `repeats` timed rounds, the order rotating each round (`interleaved`): the benchmarks' one way to time calls."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict = {name: [] for name in fns}
+    for _, name in interleaved(repeats, list(fns)):
+        started = now()
+        fns[name]()
+        times[name].append(now() - started)
+    return {name: median(t) for name, t in times.items()}

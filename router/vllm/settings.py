@@ -30,6 +30,7 @@ ENV_POLICY, ENV_ALPHA, ENV_STATS, ENV_CHECK_PAIR = (
     "SPECROUTE_CHECK_PAIR",
 )
 ENV_STATS_EVERY = "SPECROUTE_STATS_EVERY"
+SETTINGS_ENV = (ENV_POLICY, ENV_ALPHA, ENV_STATS, ENV_CHECK_PAIR, ENV_STATS_EVERY)  # every variable read_settings reads
 # what vLLM's batch gives a policy: the drafts, both models' logits, and the verifier's distribution after each
 # (a judge's lookahead);
 # q at the bonus position is not computed (the bonus token is the verifier's, bonus_from="verifier")

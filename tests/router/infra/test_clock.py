@@ -42,3 +42,23 @@ def test_interleaved_cells_run_every_method_per_batch_in_a_rotating_order():
     assert [b for b, _ in cells] == sorted(b for b, _ in cells)  # a batch is done before the next starts
     assert [cells[i][1] for i in (0, 3, 6, 9)] == ["a", "b", "c", "a"]  # who runs first rotates
     assert list(interleaved(3, [])) == []
+
+
+def test_median_seconds_times_each_function_after_its_warmup_and_ignores_one_slow_call(monkeypatch):
+    from router.infra import clock
+
+    fake = {"t": 0.0}
+    monkeypatch.setattr(clock, "now", lambda: fake["t"])
+    calls = {"a": 0, "b": 0}
+
+    def call(name, seconds):
+        def fn():
+            calls[name] += 1
+            fake["t"] += 100.0 if (name == "b" and calls[name] == 4) else seconds  # one slow timed call of b
+
+        return fn
+
+    out = clock.median_seconds({"a": call("a", 1.0), "b": call("b", 3.0)}, repeats=5, warmup=2)
+    assert out == {"a": 1.0, "b": 3.0}
+    assert calls == {"a": 7, "b": 7}  # 2 untimed + 5 timed each
+    assert clock.median([5.0, 1.0, 3.0, 2.0]) == 3.0
