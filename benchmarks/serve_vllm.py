@@ -197,9 +197,10 @@ def baseline_of(plan: list[dict]) -> str:
     return next((n for n in ("verifier", "vllm-lossless", *own) if n in names), names[0])
 
 
-def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int) -> dict:
+def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int, gamma: int | None = None) -> dict:
     """Per method: tokens/s, time per token against the baseline (bootstrap over batches: a prompt's time is its
-    batch's), acceptance, accuracy and its paired difference against the baseline (bootstrap over prompts)."""
+    batch's), acceptance, accuracy and its paired difference against the baseline (bootstrap over prompts); with
+    the plugin's lossless in the run and its gamma, what the cascades' kept drafts allow (kept_drafts_bound)."""
     per = _per_method(plan, batches, examples)
     base = per[baseline_of(plan)]
     out = {}
@@ -222,7 +223,29 @@ def summarise(plan: list[dict], batches: list[dict], examples: list, replicates:
             / out["vllm-lossless"]["seconds_per_token"],
             "same_tokens": per["vllm-lossless"]["row_tokens"] == per["plugin:lossless"]["row_tokens"],
         }
+    if gamma and (out.get("plugin:lossless") or {}).get("acceptance") is not None:
+        out["kept_drafts_bound"] = kept_drafts_bound(out, gamma)
     return out
+
+
+def kept_drafts_bound(out: dict, gamma: int) -> dict:
+    """Per plugin cascade: its time per token over the plugin's lossless as it would be if every step cost the
+    same whichever drafts it keeps (gamma drafter passes and one verifier pass either way), so that only the
+    tokens a step emits differ, 1 + gamma x the share of drafts kept: the most its kept drafts can save.
+    Beside it the measured ratio; the gap is what else differs (fewer requests left in a batch, overhead)."""
+    lossless = out["plugin:lossless"]
+
+    def tokens_per_step(share: float) -> float:
+        return 1 + gamma * share
+
+    return {
+        name: {
+            "bound": tokens_per_step(lossless["acceptance"]) / tokens_per_step(r["acceptance"]),
+            "measured": r["seconds_per_token"] / lossless["seconds_per_token"],
+        }
+        for name, r in out.items()
+        if name.startswith("plugin:") and name != "plugin:lossless" and r.get("acceptance") is not None
+    }
 
 
 def _per_method(plan: list[dict], batches: list[dict], examples: list) -> dict:
@@ -281,7 +304,7 @@ def main(argv=None) -> None:
         counts = out.with_suffix(".counts.json")
         engines = start_engines(plan, (drafter, verifier), args.gamma, dtype, counts, args.batch, binding)
         decode_all(engines, counts, plan, examples, args, done, journal)
-    summary = summarise(plan, done, examples, args.replicates)
+    summary = summarise(plan, done, examples, args.replicates, args.gamma)
     report = {
         "settings": settings,
         "machine": {
@@ -377,7 +400,7 @@ def _print(report: dict) -> None:
         f"{'method':<28}{'tok/s':>8}{'time/tok vs ' + base + ' [95%]':>36}{'accept':>8}{'GSM8K':>7}{'minus it [95%]':>26}"
     )
     for name, r in report["methods"].items():
-        if name == "plugin_overhead":
+        if name in ("plugin_overhead", "kept_drafts_bound"):
             continue
         vs = r.get("time_per_token_vs_baseline")
         vs_text = (
@@ -399,6 +422,8 @@ def _print(report: dict) -> None:
             f"plugin overhead: plugin lossless / vLLM lossless time per token {o['plugin_lossless_over_vllm_lossless']:.3f} "
             f"(same tokens: {o['same_tokens']})"
         )
+    for name, b in report["methods"].get("kept_drafts_bound", {}).items():
+        print(f"{name} over plugin lossless: {b['measured']:.3f} measured, {b['bound']:.3f} if steps cost the same")
 
 
 if __name__ == "__main__":

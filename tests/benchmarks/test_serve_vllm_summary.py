@@ -60,3 +60,19 @@ def test_engines_are_bound_to_the_cores_asked_with_none_reserved():
     env = bound_cores(1)
     assert env == {"VLLM_CPU_OMP_THREADS_BIND": str(mine[0]), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
     assert bound_cores(len(mine) + 5)["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, mine))  # no more than it has
+
+
+def test_kept_drafts_bound_is_the_ratio_of_tokens_per_step_at_the_same_step_cost():
+    plan = method_plan(["vllm-lossless", "plugin:lossless", "plugin:token_v2@0.3"])
+    everyone = {0, 1, 2, 3}
+    right = {name: everyone for name in ("vllm-lossless", "plugin:lossless", "plugin:token_v2@0.3")}
+    times = {"vllm-lossless": 2.0, "plugin:lossless": 2.0, "plugin:token_v2@0.3": 1.5}
+    batches = [_batch([0, 1], times, right), _batch([2, 3], times, right)]
+    for batch in batches:  # lossless keeps half its drafts, the cascade all of them
+        batch["methods"]["plugin:lossless"]["accepted"] = 4
+        batch["methods"]["plugin:token_v2@0.3"]["accepted"] = 8
+    bound = summarise(plan, batches, EXAMPLES, replicates=50, gamma=4)["kept_drafts_bound"]
+    assert list(bound) == ["plugin:token_v2@0.3"]
+    assert bound["plugin:token_v2@0.3"]["bound"] == pytest.approx((1 + 4 * 0.5) / (1 + 4 * 1.0))
+    assert bound["plugin:token_v2@0.3"]["measured"] == pytest.approx(0.75)
+    assert "kept_drafts_bound" not in summarise(plan, batches, EXAMPLES, replicates=50)  # no gamma: no bound
