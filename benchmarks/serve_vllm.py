@@ -197,6 +197,9 @@ def baseline_of(plan: list[dict]) -> str:
     return next((n for n in ("verifier", "vllm-lossless", *own) if n in names), names[0])
 
 
+SUMMARY_ENTRIES = ("plugin_overhead", "kept_drafts_bound")  # entries of "methods" that compare methods, not one
+
+
 def summarise(plan: list[dict], batches: list[dict], examples: list, replicates: int, gamma: int | None = None) -> dict:
     """Per method: tokens/s, time per token against the baseline (bootstrap over batches: a prompt's time is its
     batch's), acceptance, accuracy and its paired difference against the baseline (bootstrap over prompts); with
@@ -400,7 +403,7 @@ def _print(report: dict) -> None:
         f"{'method':<28}{'tok/s':>8}{'time/tok vs ' + base + ' [95%]':>36}{'accept':>8}{'GSM8K':>7}{'minus it [95%]':>26}"
     )
     for name, r in report["methods"].items():
-        if name in ("plugin_overhead", "kept_drafts_bound"):
+        if name in SUMMARY_ENTRIES:
             continue
         vs = r.get("time_per_token_vs_baseline")
         vs_text = (

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.serve_vllm import SUMMARY_ENTRIES
+
 pytest.importorskip("vllm", reason="the vLLM tests run in .venv-vllm (bash scripts/setup.sh vllm)")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +25,7 @@ def test_the_serving_benchmark_runs_on_the_tiny_pair(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     methods = report["methods"]
-    assert {m: r["prompts"] for m, r in methods.items() if m != "plugin_overhead"} == dict.fromkeys(
+    assert {m: r["prompts"] for m, r in methods.items() if m not in SUMMARY_ENTRIES} == dict.fromkeys(
         ["verifier", "vllm-lossless", "vllm-lossless@2", "plugin:lossless", "plugin:opt@0.4"], 4
     )
     batches = [json.loads(line) for line in out.with_suffix(".batches.jsonl").read_text().splitlines()[1:]]
@@ -32,6 +34,9 @@ def test_the_serving_benchmark_runs_on_the_tiny_pair(tmp_path):
         assert texts["vllm-lossless@2"] == texts["vllm-lossless"] == texts["plugin:lossless"] == texts["verifier"]
     assert methods["plugin_overhead"]["same_tokens"] is True
     opt = methods["plugin:opt@0.4"]
+    bound = methods["kept_drafts_bound"]["plugin:opt@0.4"]  # at --gamma's default, 4 drafts a step
+    kept = methods["plugin:lossless"]["acceptance"], opt["acceptance"]
+    assert bound["bound"] == pytest.approx((1 + 4 * kept[0]) / (1 + 4 * kept[1]))
     lo, hi = opt["time_per_token_vs_baseline_ci"]
     assert report["baseline"] == "verifier" and "time_per_token_vs_baseline" not in methods["verifier"]
     assert lo <= opt["time_per_token_vs_baseline"] <= hi and opt["acceptance"] is not None
