@@ -47,12 +47,12 @@ def register() -> None:
     if _ACTIVE.get("registered"):
         return  # vLLM may load plugins more than once in a process
     _ACTIVE["registered"] = True
-    try:
-        settings = read_settings()
-        if settings is not None:
+    settings = _current_settings()  # cached: the engine configuration's check reads the same settings
+    if settings is not None:
+        try:
             _check_version()
-    except PluginSettingError as err:
-        raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
+        except PluginSettingError as err:
+            raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
     _install_checks()
     if settings is not None:
         _activate(settings)
