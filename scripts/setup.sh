@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up specroute in a virtual environment: scripts/setup.sh [EXTRAS]   (EXTRAS e.g. "models,test")
 # "vllm" sets up vLLM's CPU backend with specroute's plugin in its own environment (.venv-vllm,
-# scripts/setup_vllm.sh); alone it does only that.
+# scripts/setup_vllm.sh); alone it does only that. "vllm-v2" sets up vLLM 0.32-0.34's Model Runner V2 acceptance
+# under Triton's interpreter for the plugin's V2 tests (.venv-vllm-v2, scripts/setup_vllm_v2.sh).
 # "llamacpp" (and "test", whose tests run the llama.cpp engine on a tiny GGUF pair) also builds
 # llama-cpp-python==0.3.36 from source: about 12 CPU-minutes the first time on a machine kind, with the
 # kernels this CPU has (AVX-512 where it has them, else AVX2; never -march=native: scripts/llamacpp.sh),
@@ -18,6 +19,11 @@ extras="${1:-test}"
 case ",$extras," in *,vllm,*)
   bash scripts/setup_vllm.sh
   extras="$(echo ",$extras," | sed 's/,vllm,/,/g; s/^,//; s/,$//')"
+  [ -n "$extras" ] || exit 0;;
+esac
+case ",$extras," in *,vllm-v2,*)
+  bash scripts/setup_vllm_v2.sh
+  extras="$(echo ",$extras," | sed 's/,vllm-v2,/,/g; s/^,//; s/,$//')"
   [ -n "$extras" ] || exit 0;;
 esac
 if [ -n "${VIRTUAL_ENV:-}" ]; then

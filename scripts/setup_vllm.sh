@@ -6,10 +6,13 @@
 # torchvision::nms does not exist"): they are removed. specroute is installed editable with its test extras (its
 # plugin entry point, vllm.general_plugins, is what vLLM loads; the vLLM tests record and train there). pip keeps
 # every wheel in its cache, so a second setup (CI's) downloads nothing. pip's output goes to the setup log.
+# On a machine with an NVIDIA GPU (`nvidia-smi -L` lists one; SPECROUTE_VLLM_GPU=0/1 overrides) it installs mainline
+# vLLM in the plugin's supported range instead (VLLM_GPU_RANGE, CUDA wheels with their own torch), and specroute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv="${SPECROUTE_VLLM_VENV:-.venv-vllm}"
 VLLM_VERSION=0.32.0
+VLLM_GPU_RANGE=">=0.32,<0.35"  # router/vllm/compat.py SUPPORTED
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 py="$venv/bin/python"
 log="$venv/specroute-setup.log"
@@ -21,6 +24,21 @@ quiet() {
     exit 1
   fi
 }
+gpu="${SPECROUTE_VLLM_GPU:-}"
+if [ -z "$gpu" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then gpu=1; else gpu=0; fi
+fi
+if [ "$gpu" = 1 ]; then
+  echo "[setup vllm] a GPU is here: installing vllm$VLLM_GPU_RANGE (CUDA; Model Runner V2) into $venv (pip log: $log)"
+  quiet "$py" -m pip install -q --upgrade pip
+  quiet "$py" -m pip install -q "vllm$VLLM_GPU_RANGE"
+  pins="$venv/specroute-pins.txt"
+  "$py" -m pip freeze | grep -iE '^(torch|transformers)==' > "$pins"
+  quiet "$py" -m pip install -q -e ".[test]" -c "$pins"
+  quiet "$py" -c "import vllm, router.vllm.plugin"
+  echo "[setup vllm] ready: $py (vLLM $("$py" -c 'import vllm; print(vllm.__version__)'))"
+  exit 0
+fi
 have() { "$py" -m pip show -q "$1" >/dev/null 2>&1 && [ "$("$py" -m pip show "$1" | sed -n 's/^Version: //p')" = "$2" ]; }
 quiet "$py" -m pip install -q --upgrade pip
 if ! have torch 2.13.0 && ! have torch 2.13.0+cpu; then

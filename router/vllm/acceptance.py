@@ -92,13 +92,24 @@ class Drafted:
     bonus_logits: torch.Tensor | None  # (B, V) the verifier's at the position after the last draft, when read
     bonus: torch.Tensor  # (B,) the token vLLM sampled from the verifier there
     sampling: Sampling
+    # what drafts were drawn with, where it is not `sampling` (Model Runner V2 drafts from softmax(q / T): no top-k
+    # or top-p); None: `sampling` (V1, where the plugin's own drafting hook applies the request's settings)
+    draft_sampling: Sampling | None = None
+
+    def drafted_with(self) -> Sampling:
+        return self.sampling if self.draft_sampling is None else self.draft_sampling
+
+
+def sampling_rows(s: Sampling, mask: torch.Tensor) -> Sampling:
+    """The settings of the requests in `mask` (B,)."""
+    picked = [g for g, m in zip(s.generators, mask.tolist()) if m]
+    return Sampling(s.temperature[mask], s.top_k[mask], s.top_p[mask], picked)
 
 
 def rows_of(step: Drafted, mask: torch.Tensor) -> Drafted:
     """The requests in `mask` (B,) as a step of their own (requests deciding with another policy)."""
-    s = step.sampling
-    picked = [g for g, m in zip(s.generators, mask.tolist()) if m]
-    sampling = Sampling(s.temperature[mask], s.top_k[mask], s.top_p[mask], picked)
+    sampling = sampling_rows(step.sampling, mask)
+    drafted = None if step.draft_sampling is None else sampling_rows(step.draft_sampling, mask)
     bonus_logits = None if step.bonus_logits is None else step.bonus_logits[mask]
     return Drafted(
         step.drafts[mask],
@@ -108,7 +119,16 @@ def rows_of(step: Drafted, mask: torch.Tensor) -> Drafted:
         bonus_logits,
         step.bonus[mask],
         sampling,
+        drafted,
     )
+
+
+def padded_rows(start: torch.Tensor, n: torch.Tensor, k: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(flat index (B, K), inside (B, K)): where each request's j-th row lies in a flat (size, ...) tensor whose request
+    rows start at start (B,) and number n (B,) <= K; rows past a request's n point at a valid row (padding, never kept)."""
+    j = torch.arange(k, device=n.device)
+    flat = (start[:, None] + j[None]).clamp(0, max(size - 1, 0))  # (B, K)
+    return flat, j[None] < n[:, None]
 
 
 @dataclass
@@ -176,7 +196,7 @@ def targets(policy: DeferralPolicy, alpha: float, step: Drafted) -> tuple[torch.
     b, k = step.drafts.shape
     rows = torch.arange(b, device=step.drafts.device)[:, None].expand(b, k).reshape(-1)  # (B*K,)
     v = step.q_logits.shape[-1]
-    q_raw, q = (x.view(b, k, v) for x in drafter_scaled(step.q_logits.reshape(-1, v), rows, step.sampling))
+    q_raw, q = (x.view(b, k, v) for x in drafter_scaled(step.q_logits.reshape(-1, v), rows, step.drafted_with()))
     p_raw, p = (x.view(b, k, v) for x in scale(step.target_logits.reshape(-1, v), rows, step.sampling))
     greedy = step.sampling.greedy()
     if bool((greedy == greedy[0]).all()):  # one mode for every row: no (B, K, V) copies through a mask
@@ -221,6 +241,18 @@ def _after_each(logits: torch.Tensor, bonus: torch.Tensor, n: torch.Tensor) -> t
     last = (n - 1).clamp_min(0)
     shifted[torch.arange(len(n)), last] = bonus
     return shifted
+
+
+def next_token(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """(B,) the verifier's token at one position per request from its logits there (B, V): the argmax for a greedy
+    request, else a draw from its scaled distribution (its own generator where it has one). Model Runner V2 samples
+    the bonus token inside its acceptance, so the plugin draws it here."""
+    rows = torch.arange(len(logits), device=logits.device)
+    _, p = scale(logits, rows, sampling)  # (B, V)
+    out = fast_argmax(p)  # (B,) greedy rows: p is the one-hot argmax
+    for i in (~sampling.greedy()).nonzero().flatten().tolist():
+        out[i] = torch.multinomial(p[i], 1, generator=sampling.generators[i]).squeeze(-1)
+    return out
 
 
 def _uniforms(step: Drafted) -> torch.Tensor:

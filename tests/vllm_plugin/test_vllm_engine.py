@@ -275,10 +275,12 @@ def test_a_request_naming_a_router_of_another_pair_is_refused(plugin, router_dir
 # ---- bad configuration: one line, no traceback, before any engine starts ----------------------------------
 
 SCRIPT = """
+import json
 import sys
 from vllm import LLM
 if __name__ == "__main__":
     spec = None if sys.argv[2] == "none" else {{"method": "draft_model", "model": sys.argv[2], "num_speculative_tokens": 4}}
+    spec = spec and {{**spec, **json.loads(sys.argv[3])}}
     {patch}
     LLM(model=sys.argv[1], dtype="float32", max_model_len=256, enforce_eager=True, kv_cache_memory_bytes=1 << 28,
         speculative_config=spec)
@@ -286,10 +288,16 @@ if __name__ == "__main__":
 """
 
 
-def _refused(tmp_path, pair, env: dict, drafter=True, patch="pass") -> str:
+def _refused(tmp_path, pair, env: dict, drafter=True, patch="pass", spec_extra=None) -> str:
     script = tmp_path / "start.py"
     script.write_text(SCRIPT.format(patch=patch))
-    argv = [sys.executable, str(script), str(pair[1]), str(pair[0]) if drafter else "none"]
+    argv = [
+        sys.executable,
+        str(script),
+        str(pair[1]),
+        str(pair[0]) if drafter else "none",
+        json.dumps(spec_extra or {}),
+    ]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
     assert run.returncode != 0 and "STARTED" not in run.stdout, run.stderr[-2000:]
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
@@ -336,4 +344,34 @@ def test_bad_configuration_is_one_line_before_vllm_starts(pair, tmp_path, router
     version = _refused(
         tmp_path, pair, {"SPECROUTE_POLICY": "lossless"}, patch='import vllm; vllm.__version__ = "0.31.0"'
     )
-    assert "vLLM 0.31.0 is installed; the plugin's hooks follow vLLM 0.32.x" in version
+    assert "vLLM 0.31.0 is installed; the plugin supports vLLM 0.32-0.34" in version
+    block = _refused(tmp_path, pair, {"SPECROUTE_POLICY": "lossless"}, spec_extra={"rejection_sample_method": "block"})
+    assert "rejection_sample_method='block'" in block and "unset SPECROUTE_POLICY" in block
+
+
+BYPASS = """
+import sys
+import vllm.v1.sample.rejection_sampler as rs
+from vllm import LLM, SamplingParams
+vllms_own = rs.rejection_sample  # before the plugin's hooks go in
+if __name__ == "__main__":
+    llm = LLM(model=sys.argv[1], dtype="float32", max_model_len=256, enforce_eager=True, kv_cache_memory_bytes=1 << 28,
+              speculative_config={"method": "draft_model", "model": sys.argv[2], "num_speculative_tokens": 4})
+    rs.rejection_sample = vllms_own  # a speculative step now completes around the plugin's acceptance
+    llm.generate(["def fib(n):"], SamplingParams(temperature=0, max_tokens=12))
+    print("DECODED")
+"""
+
+
+def test_a_step_around_the_plugins_acceptance_stops_the_engine_with_one_line(pair, tmp_path):
+    """Never silent (V1, live): with SPECROUTE_POLICY set, a speculative step decided by vLLM's own rejection sampling
+    (the plugin's acceptance put back to vLLM's after start-up) stops the engine, the line naming the runner and vLLM."""
+    script = tmp_path / "bypass.py"
+    script.write_text(BYPASS)
+    env = {**os.environ, "SPECROUTE_POLICY": "lossless", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    run = subprocess.run(
+        [sys.executable, str(script), str(pair[1]), str(pair[0])], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert run.returncode != 0 and "DECODED" not in run.stdout, run.stderr[-2000:]
+    said = [line for line in run.stderr.splitlines() if "completed without specroute's acceptance deciding it" in line]
+    assert said and "Model Runner V1" in said[-1] and f"vLLM {vllm.__version__}" in said[-1], run.stderr[-3000:]
