@@ -79,7 +79,7 @@ def _fits(observed: np.ndarray, law: torch.Tensor) -> float:
 def test_lossless_follows_vllms_law_at_temperature_1(top_k, top_p):
     """Many identical one-draft requests, each with its own seed: the first token out of vLLM's and of the plugin's
     acceptance both follow the verifier's processed distribution (chi-square), and each other."""
-    vocab, n = 8, 150
+    vocab, n = 8, 100
     reqs = [Request(slot=i, drafts=1, temperature=1.0, top_k=top_k, top_p=top_p, seed=1000 + i) for i in range(n)]
     step = V2Step(reqs, 1, vocab=vocab, seed=3, scale=1.0, same=True)
     law = _law(step)
@@ -166,7 +166,8 @@ def _first_token_law(policy, alpha: float, step: V2Step) -> torch.Tensor:
 @pytest.mark.parametrize("name,policy,alpha", _policies()[1:], ids=[p[0] for p in _policies()[1:]])
 def test_every_policys_sampled_law_is_pi(name, policy, alpha):
     """Temperature 1, identical one-draft requests: the first token out follows pi (for a judge, pi given each draft)."""
-    vocab, n = 10, 3000
+    torch.manual_seed(0)  # unseeded requests draw from torch's default generator
+    vocab, n = 10, 2000
     reqs = [Request(slot=i, drafts=1, temperature=1.0) for i in range(n)]
     step = V2Step(reqs, 1, vocab=vocab, seed=5, scale=1.0, same=True)
     ours = _first_tokens(step.plugin(engine(policy, alpha)), vocab)
