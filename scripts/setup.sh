@@ -35,13 +35,8 @@ fi
 py="$venv/bin/python"
 log="$venv/specroute-setup.log"
 : > "$log"
-quiet() {  # run a pip step, keep its output in the log, show the log's end if it fails
-  if ! "$@" >>"$log" 2>&1; then
-    echo "[setup] failed: $*" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-}
+tag="setup"
+source scripts/setup_lib.sh  # quiet, have
 quiet "$py" -m pip install -q --upgrade pip
 if ! "$py" -c "import torch" 2>/dev/null; then
   echo "[setup] installing torch==2.13.0"

@@ -17,13 +17,8 @@ VLLM_GPU_RANGE=">=0.32,<0.35"  # router/vllm/compat.py SUPPORTED
 py="$venv/bin/python"
 log="$venv/specroute-setup.log"
 : > "$log"
-quiet() {
-  if ! "$@" >>"$log" 2>&1; then
-    echo "[setup vllm] failed: $*" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-}
+tag="setup vllm"
+source scripts/setup_lib.sh  # quiet, have
 gpu="${SPECROUTE_VLLM_GPU:-}"
 if [ -z "$gpu" ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q GPU; then gpu=1; else gpu=0; fi
@@ -39,7 +34,6 @@ if [ "$gpu" = 1 ]; then
   echo "[setup vllm] ready: $py (vLLM $("$py" -c 'import vllm; print(vllm.__version__)'))"
   exit 0
 fi
-have() { "$py" -m pip show -q "$1" >/dev/null 2>&1 && [ "$("$py" -m pip show "$1" | sed -n 's/^Version: //p')" = "$2" ]; }
 quiet "$py" -m pip install -q --upgrade pip
 if ! have torch 2.13.0 && ! have torch 2.13.0+cpu; then
   echo "[setup vllm] installing torch==2.13.0 into $venv"

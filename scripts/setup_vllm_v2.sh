@@ -21,14 +21,8 @@ TRITON=3.8.0
 py="$venv/bin/python"
 log="$venv/specroute-setup.log"
 : > "$log"
-quiet() {
-  if ! "$@" >>"$log" 2>&1; then
-    echo "[setup vllm-v2] failed: $*" >&2
-    tail -n 40 "$log" >&2
-    exit 1
-  fi
-}
-have() { "$py" -m pip show -q "$1" >/dev/null 2>&1 && [ "$("$py" -m pip show "$1" | sed -n 's/^Version: //p')" = "$2" ]; }
+tag="setup vllm-v2"
+source scripts/setup_lib.sh  # quiet, have
 wheel_of() { ls "$wheels"/vllm-"$1"-*manylinux_2_28_x86_64.whl 2>/dev/null | head -n 1; }
 mkdir -p "$wheels"
 for v in $RELEASES; do

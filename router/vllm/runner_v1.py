@@ -23,10 +23,10 @@ import torch
 
 from router.reduce import fast_argmax
 from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, drafter_scaled, padded_rows
-from router.vllm.step import Engine, HookPoint, decide_step, guarded, needs_lookahead
+from router.vllm.step import Engine, HookPoint, choices_of, decide_step, guarded, needs_lookahead
 
 NAME = "Model Runner V1"
-# (module, qualified name) of every vLLM symbol the hooks replace or read; router/vllm/compat.py checks them at
+# every vLLM symbol the hooks replace or read (router/vllm/step.py HookPoint); router/vllm/compat.py checks them at
 # start-up and tests/vllm_contract.py against each supported release's files
 HOOK_POINTS = (
     HookPoint(
@@ -168,7 +168,7 @@ def rejection_sample(
             "specroute vLLM plugin: the drafter's distribution was not cached for this step (vLLM changed how draft "
             "probabilities reach the rejection sampler); unset SPECROUTE_POLICY"
         )
-    extra = (getattr(STATE, "extra_args", None) or [None] * b)[:b]
+    choices = choices_of(engine, (getattr(STATE, "extra_args", None) or [None] * b)[:b])
     ids = getattr(STATE, "request_ids", None) or [str(i) for i in range(b)]
     step = padded_step(
         draft_token_ids,
@@ -178,9 +178,9 @@ def rejection_sample(
         target_logits,
         bonus_token_ids,
         sampling_metadata,
-        needs_lookahead(engine, extra),
+        needs_lookahead(choices),
     )
-    return decide_step(engine, step, extra, ids, max_spec_len + 1)
+    return decide_step(engine, step, choices, ids, max_spec_len + 1)
 
 
 def padded_step(

@@ -29,7 +29,7 @@ import torch
 
 from router.vllm.acceptance import PLACEHOLDER, Drafted, Sampling, next_token, padded_rows
 from router.vllm.runner_v1 import external_id
-from router.vllm.step import Engine, HookPoint, decide_step, guarded, needs_lookahead
+from router.vllm.step import Engine, HookPoint, choices_of, decide_step, guarded, needs_lookahead
 
 NAME = "Model Runner V2"
 VERIFY_ARGS = (  # RejectionSampler._verify's first ten parameters after self, the same in 0.32-0.34
@@ -126,7 +126,7 @@ def verify_step(engine: Engine, rejection_sampler, *args, **kwargs) -> tuple:
     sampler = rejection_sampler.sampler
     unscaled, processed = verifier_logits(sampler, named)
     slots = [int(s) for s in np.asarray(named["idx_mapping_np"]).tolist()]
-    extra = [sampler.__dict__.get(EXTRA_ARGS, {}).get(s) for s in slots]
+    choices = choices_of(engine, [sampler.__dict__.get(EXTRA_ARGS, {}).get(s) for s in slots])
     ids = [external_id(sampler.req_states.index_to_req_id.get(s, str(s))) for s in slots]
     step = v2_step(
         unscaled,
@@ -136,10 +136,10 @@ def verify_step(engine: Engine, rejection_sampler, *args, **kwargs) -> tuple:
         named["idx_mapping"],
         named["pos"],
         settings_of(sampler, slots, named["pos"], named["cu_num_logits"]),
-        needs_lookahead(engine, extra),
+        needs_lookahead(choices),
     )
     width = rejection_sampler.num_speculative_steps + 1
-    tokens = decide_step(engine, step, extra, ids, width)  # (R, K + 1) int32
+    tokens = decide_step(engine, step, choices, ids, width)  # (R, K + 1) int32
     sampled = tokens.to(torch.int64)
     num_sampled = (tokens != PLACEHOLDER).sum(-1).to(torch.int32)
     return processed, sampled, num_sampled

@@ -46,12 +46,18 @@ class PluginBypassed(RuntimeError):
     cover): the engine stops rather than serve vLLM's own acceptance under the plugin's name."""
 
 
-def decide_step(engine: Engine, step: Drafted, extra_args: list, request_ids: list[str], width: int) -> torch.Tensor:
-    """Tokens (B, width) int32 (PLACEHOLDER after each request's last) of one step: every request decides with its own
-    (policy, alpha), its extra arguments over the server's; counts are added per request."""
+def choices_of(engine: Engine, extra_args: list) -> list[tuple]:
+    """Each request's (policy, alpha): its own extra arguments over the server's (checked when it was made)."""
+    return [request_choice(e, engine.settings) for e in extra_args]
+
+
+def decide_step(
+    engine: Engine, step: Drafted, choices: list[tuple], request_ids: list[str], width: int
+) -> torch.Tensor:
+    """Tokens (B, width) int32 (PLACEHOLDER after each request's last) of one step: every request decides with its
+    (policy, alpha) of `choices` (choices_of); counts are added per request."""
     b = step.drafts.shape[0]
     tokens = torch.full((b, width), PLACEHOLDER, dtype=torch.int32, device=step.drafts.device)
-    choices = [request_choice(e, engine.settings) for e in extra_args]
     for (policy, alpha), mask in _groups(choices, step.drafts.device):
         done = accept(policy, alpha, step if bool(mask.all()) else rows_of(step, mask))
         tokens[mask, : done.tokens.shape[1]] = done.tokens
@@ -67,9 +73,9 @@ def decide_step(engine: Engine, step: Drafted, extra_args: list, request_ids: li
     return tokens
 
 
-def needs_lookahead(engine: Engine, extra_args: list) -> bool:
+def needs_lookahead(choices: list[tuple]) -> bool:
     """Whether any request's policy reads the verifier after each draft (the bonus position's logits)."""
-    return any("lookahead" in request_choice(e, engine.settings)[0].needs for e in extra_args)
+    return any("lookahead" in policy.needs for policy, _ in choices)
 
 
 def _groups(choices: list[tuple], device) -> list[tuple]:
